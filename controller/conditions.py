@@ -1,0 +1,102 @@
+"""metav1.Condition helpers with the semantics of apimachinery's ``meta.SetStatusCondition``.
+
+Conditions are plain dicts ``{"type", "status", "reason", "message",
+"observedGeneration", "lastTransitionTime"}`` in a list. ``lastTransitionTime`` changes
+only when ``status`` changes (reference-behaviour.md §5.8); reason, message and
+observedGeneration are overwritten.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from controller import names
+
+TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
+
+Clock = Callable[[], _dt.datetime]
+
+
+def utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def rfc3339(t: _dt.datetime) -> str:
+    """RFC 3339 in UTC at second precision, e.g. ``2026-10-07T08:00:00Z`` (§ notation)."""
+    return t.astimezone(_dt.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def find(conditions: Sequence[dict[str, Any]] | None, ctype: str) -> dict[str, Any] | None:
+    for c in conditions or []:
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    ctype: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int,
+    now: Clock = utc_now,
+) -> None:
+    """Insert or update condition ``ctype`` in place (``meta.SetStatusCondition``)."""
+    existing = find(conditions, ctype)
+    if existing is None:
+        conditions.append(
+            {
+                "type": ctype,
+                "status": status,
+                "observedGeneration": generation,
+                "lastTransitionTime": rfc3339(now()),
+                "reason": reason,
+                "message": message,
+            }
+        )
+        return
+    if existing.get("status") != status:
+        existing["status"] = status
+        existing["lastTransitionTime"] = rfc3339(now())
+    existing["reason"] = reason
+    existing["message"] = message
+    existing["observedGeneration"] = generation
+
+
+def remove_condition(conditions: list[dict[str, Any]], ctype: str) -> None:
+    conditions[:] = [c for c in conditions if c.get("type") != ctype]
+
+
+def is_true(conditions: Sequence[dict[str, Any]] | None, ctype: str) -> bool:
+    c = find(conditions, ctype)
+    return c is not None and c.get("status") == TRUE
+
+
+def compute_ready(conditions: list[dict[str, Any]], generation: int, now: Clock = utc_now) -> None:
+    """Set ``Ready`` from the required conditions (reference-behaviour.md §5.8).
+
+    Required, in order: VLANAllocated, SubnetReady, IPPoolReady, and GatewayReady unless
+    its reason is ``Disabled``; a GatewayReady that is Unknown/``NBUnavailable`` is skipped
+    (the NB grace). The first missing (reason ``Pending``, message ``<type> has not been
+    evaluated``) or not-True condition gives Ready False with its reason and message.
+    """
+    required = [names.VLAN_ALLOCATED, names.SUBNET_READY, names.IPPOOL_READY]
+    gw = find(conditions, names.GATEWAY_READY)
+    if gw is None or gw.get("reason") != "Disabled":
+        required.append(names.GATEWAY_READY)
+    for ctype in required:
+        c = find(conditions, ctype)
+        if c is None:
+            set_condition(conditions, names.READY, FALSE, "Pending", f"{ctype} has not been evaluated", generation, now)
+            return
+        if ctype == names.GATEWAY_READY and c.get("status") == UNKNOWN and c.get("reason") == "NBUnavailable":
+            continue
+        if c.get("status") != TRUE:
+            set_condition(
+                conditions, names.READY, FALSE, c.get("reason", ""), c.get("message", ""), generation, now
+            )
+            return
+    set_condition(conditions, names.READY, TRUE, "Ready", "the subnet is usable from Proxmox", generation, now)

@@ -1,0 +1,181 @@
+"""The one small writer (and uncached reader) the reconcilers talk to the API server through.
+
+Requests go through the official client's :class:`kubernetes.client.ApiClient` (auth,
+TLS, connection pool) with plain JSON bodies, so CRDs and third-party kinds need no
+generated models. Every write the controller makes passes through :class:`KubeWriter`,
+which is what makes "a pass that changes nothing writes nothing" checkable.
+
+Finalizers are changed with RFC 6902 JSON patches whose ``test`` operations pin the
+list position and value, never by a merge patch of the whole list
+(``product-decisions.md`` §4.10, field report B14).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from kubernetes import client as k8s
+
+from informers import Resource
+
+log = structlog.get_logger(__name__)
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+# A write that hangs must not hold a worker (and the provider lock) forever.
+REQUEST_TIMEOUT = (5, 30)
+
+
+class ApiError(Exception):
+    """A non-2xx answer: ``status`` (HTTP code), ``reason`` (Status.reason), ``message``."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409 and self.reason != "AlreadyExists"
+
+    @property
+    def already_exists(self) -> bool:
+        return self.status == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def invalid(self) -> bool:
+        # 422 from a failed JSON-patch ``test`` op or validation.
+        return self.status == 422
+
+
+def object_path(resource: Resource, name: str, namespace: str | None = None, subresource: str = "") -> str:
+    path = f"{resource.path(namespace)}/{name}"
+    return f"{path}/{subresource}" if subresource else path
+
+
+def finalizer_add_patch(obj: Mapping[str, Any], finalizer: str) -> list[dict[str, Any]]:
+    """JSON patch adding ``finalizer`` without touching anyone else's entries.
+
+    Guarded by the object's resourceVersion: if anything changed since it was read the
+    API server answers 409 and the caller re-reads (B14: never re-add a list we read stale).
+    """
+    meta = obj.get("metadata") or {}
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion", "")}
+    ]
+    if meta.get("finalizers"):
+        ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer})
+    else:
+        ops.append({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]})
+    return ops
+
+
+def finalizer_remove_patch(obj: Mapping[str, Any], finalizer: str) -> list[dict[str, Any]] | None:
+    """JSON patch removing our ``finalizer`` at its index, guarded by a ``test`` of that
+    index's value, or None when it is not present. A concurrent edit that moved the entry
+    makes the ``test`` fail (422), never removes someone else's finalizer."""
+    fins = list((obj.get("metadata") or {}).get("finalizers") or [])
+    if finalizer not in fins:
+        return None
+    i = fins.index(finalizer)
+    return [
+        {"op": "test", "path": f"/metadata/finalizers/{i}", "value": finalizer},
+        {"op": "remove", "path": f"/metadata/finalizers/{i}"},
+    ]
+
+
+class KubeWriter:
+    """Typed helpers over one :class:`ApiClient`. Raises :class:`ApiError` on non-2xx.
+
+    ``writes`` counts the write requests sent (create/update/patch/delete), for logs and
+    the steady-state checks.
+    """
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.api = api_client
+        self.writes = 0
+
+    # -- transport ---------------------------------------------------------------
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: list[tuple[str, str]] | None = None,
+    ) -> dict[str, Any]:
+        if method != "GET":
+            self.writes += 1
+        try:
+            resp = self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+        except k8s.ApiException as exc:
+            raise _api_error(exc) from None
+        data = resp.data
+        return json.loads(data) if data else {}
+
+    # -- reads (uncached) ----------------------------------------------------------
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        return self.request("GET", object_path(resource, name, namespace))
+
+    # -- writes ------------------------------------------------------------------
+    def create(self, resource: Resource, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        return self.request("POST", resource.path(namespace), obj)
+
+    def json_patch(
+        self, resource: Resource, name: str, ops: list[dict[str, Any]], namespace: str | None = None
+    ) -> dict[str, Any]:
+        return self.request("PATCH", object_path(resource, name, namespace), ops, JSON_PATCH)
+
+    def merge_patch(
+        self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        return self.request("PATCH", object_path(resource, name, namespace), patch, MERGE_PATCH)
+
+    def update_status(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+        """PUT the status subresource; the object's resourceVersion makes a stale write 409."""
+        meta = obj["metadata"]
+        path = object_path(resource, meta["name"], meta.get("namespace"), "status")
+        return self.request("PUT", path, obj)
+
+    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        return self.request("DELETE", object_path(resource, name, namespace))
+
+    def add_finalizer(self, resource: Resource, obj: Mapping[str, Any], finalizer: str) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return self.json_patch(resource, meta["name"], finalizer_add_patch(obj, finalizer), meta.get("namespace"))
+
+    def remove_finalizer(self, resource: Resource, obj: Mapping[str, Any], finalizer: str) -> dict[str, Any] | None:
+        ops = finalizer_remove_patch(obj, finalizer)
+        if ops is None:
+            return None
+        meta = obj["metadata"]
+        return self.json_patch(resource, meta["name"], ops, meta.get("namespace"))
+
+
+def _api_error(exc: k8s.ApiException) -> ApiError:
+    reason, message = exc.reason or "", ""
+    try:
+        status = json.loads(exc.body or b"{}")
+        reason = status.get("reason") or reason
+        message = status.get("message") or ""
+    except (ValueError, TypeError, AttributeError):
+        message = str(exc.body or "")[:500]
+    return ApiError(int(exc.status or 0), str(reason), str(message))

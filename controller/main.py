@@ -1,0 +1,190 @@
+"""Command-line entry point ``proxmox-network-controller`` (reference-behaviour.md §14).
+
+Flag names and defaults are the reference's, so manifests written for it keep working.
+Durations use Go's syntax (``10m``, ``90s``), parsed by ``durationpy``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import durationpy
+import structlog
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from controller.manager import Manager, Options
+
+log = structlog.get_logger("proxmox-network-controller")
+
+DEFAULT_PRUNE_TIMEOUT = 600.0
+
+
+def parse_bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("1", "t", "true", "yes"):
+        return True
+    if v in ("0", "f", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"invalid boolean value {value!r}")
+
+
+def parse_duration(value: str) -> float:
+    """Go duration (``10m``, ``1h30m``, ``250ms``) to seconds. Raises ArgumentTypeError."""
+    try:
+        return durationpy.from_str(value.strip()).total_seconds()
+    except Exception as exc:  # durationpy raises several types
+        raise argparse.ArgumentTypeError(f"invalid duration {value!r}: {exc}") from None
+
+
+def parse_tls_secret(value: str) -> tuple[str, str]:
+    """``<namespace>/<name>``, split at the first ``/`` (reference-behaviour.md §14)."""
+    ns, sep, name = value.partition("/")
+    if not sep or not ns or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f'--ovn-tls-secret "{value}": want <namespace>/<name>')
+    return ns, name
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="proxmox-network-controller",
+        description="Allocates Kube-OVN VLANs for ProxmoxNetworks and keeps them until no VM uses them.",
+    )
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file; in-cluster config when unset")
+    p.add_argument("--metrics-bind-address", default=":8080", help='metrics endpoint; "0" disables')
+    p.add_argument("--health-probe-bind-address", default=":8081", help='health probes; "0" disables')
+    p.add_argument(
+        "--leader-elect",
+        type=parse_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="leader election on a Lease (single replica until the operability work lands)",
+    )
+    p.add_argument("--leader-election-namespace", default="proxmox-network-system")
+    p.add_argument("--metrics-secure", type=parse_bool, nargs="?", const=True, default=False)
+    p.add_argument("--enable-http2", type=parse_bool, nargs="?", const=True, default=False)
+    p.add_argument(
+        "--subnet-prune-timeout",
+        type=parse_duration,
+        default=DEFAULT_PRUNE_TIMEOUT,
+        help="how long Kube-OVN may keep a deleted subnet on a Vlan before the VLAN is released anyway (Go duration)",
+    )
+    p.add_argument("--manage-gateway-chassis", type=parse_bool, nargs="?", const=True, default=True)
+    p.add_argument("--ovn-nb-address", default="ssl:ovn-nb.cozy-kubeovn.svc:6641")
+    p.add_argument("--ovn-tls-secret", type=parse_tls_secret, default=("cozy-kubeovn", "kube-ovn-tls"))
+    p.add_argument("--workers", type=int, default=4, help="reconcile workers")
+    p.add_argument(
+        "--resync-period", type=parse_duration, default=600.0, help="full resync of every key (Go duration)"
+    )
+    p.add_argument("--zap-log-level", "--log-level", dest="log_level", default="info", help="debug or info")
+    p.add_argument("--log-format", choices=("json", "console"), default="json")
+    return p
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    lvl = logging.DEBUG if level.lower() == "debug" else logging.INFO
+    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
+    if kubeconfig:
+        return k8s_config.new_client_from_config(config_file=kubeconfig)
+    try:
+        k8s_config.load_incluster_config()
+        return k8s.ApiClient()
+    except k8s_config.ConfigException:
+        return k8s_config.new_client_from_config()
+
+
+def split_address(addr: str) -> tuple[str, int] | None:
+    """``:8081`` / ``127.0.0.1:8081`` to (host, port); ``0`` or empty disables."""
+    if addr in ("", "0"):
+        return None
+    host, _, port = addr.rpartition(":")
+    return (host or "0.0.0.0", int(port))
+
+
+def serve_probes(addr: tuple[str, int], ready: threading.Event) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server API)
+            ok = self.path.startswith("/healthz") or (self.path.startswith("/readyz") and ready.is_set())
+            body = b"ok" if ok else b"not ready"
+            self.send_response(200 if ok else 503)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(addr, Handler)
+    threading.Thread(target=srv.serve_forever, name="probes", daemon=True).start()
+    return srv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    if args.leader_elect:
+        log.error("unable to start: leader election is not available in this build; run with --leader-elect=false")
+        return 1
+    if not args.manage_gateway_chassis:
+        log.info("not managing gateway chassis groups; VMs on Proxmox networks get no ARP answer from their VPC gateway")
+    api = load_api_client(args.kubeconfig)
+    options = Options(
+        manage_gateway=args.manage_gateway_chassis,
+        workers=args.workers,
+        resync_period=args.resync_period,
+    )
+    ready = threading.Event()
+    probes = split_address(args.health_probe_bind_address)
+    if probes:
+        serve_probes(probes, ready)
+    metrics = split_address(args.metrics_bind_address)
+    if metrics:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics[1], addr=metrics[0])
+
+    manager = Manager(api, options)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("starting manager", workers=options.workers, manage_gateway_chassis=options.manage_gateway)
+    try:
+        manager.start()
+    except RuntimeError as err:
+        log.error("unable to start manager", error=str(err))
+        manager.stop()
+        return 1
+    ready.set()
+    stop.wait()
+    manager.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

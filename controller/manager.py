@@ -1,0 +1,257 @@
+"""The controller's run loop: shared informers feed one rate-limited workqueue; workers
+run the network and zone reconcilers (``product-decisions.md`` §3).
+
+Queue keys are ``network:<namespace>/<name>`` and ``zone:<name>``. Event handlers only
+map objects to keys; every decision is taken in a reconcile pass from the caches, so any
+event (or a full resync) leads to the same result.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import structlog
+from kubernetes import client as k8s
+
+from controller import names
+from controller.kube import ApiError, KubeWriter
+from controller.network import Listers, NetworkReconciler, network_index_subnet, network_index_zone
+from controller.vlans import VlanManager, vlan_index_provider, vlan_index_zone, vlan_owner
+from controller.workqueue import RateLimitingQueue
+from controller.zone import ZoneReconciler
+from informers import SharedInformerFactory, meta_namespace_key
+
+log = structlog.get_logger(__name__)
+
+NETWORK = "network:"
+ZONE = "zone:"
+
+
+def zone_index_provider(zone: Mapping[str, Any]) -> list[str]:
+    """Indexer ``provider``: a zone's ``spec.providerNetwork``."""
+    p = (zone.get("spec") or {}).get("providerNetwork")
+    return [p] if isinstance(p, str) and p else []
+
+
+@attrs.define
+class Options:
+    """Run-time settings from the command line (reference-behaviour.md §14)."""
+
+    manage_gateway: bool = True
+    workers: int = 4
+    resync_period: float = 600.0
+    cache_sync_timeout: float = 120.0
+
+
+class Manager:
+    """Builds the informers, the queue and the reconcilers; :meth:`run` blocks until stop."""
+
+    def __init__(self, api_client: k8s.ApiClient, options: Options) -> None:
+        self.options = options
+        self.writer = KubeWriter(api_client)
+        self.factory = SharedInformerFactory(api_client)
+        self.queue = RateLimitingQueue(name="proxmox-network-controller")
+        f = self.factory
+        self.networks = f.informer(
+            names.PROXMOX_NETWORKS, indexers={"zone": network_index_zone, "subnet": network_index_subnet}
+        )
+        self.zones = f.informer(names.PROXMOX_NETWORK_ZONES, indexers={"provider": zone_index_provider})
+        self.vlan_informer = f.informer(names.VLANS, indexers={"provider": vlan_index_provider, "zone": vlan_index_zone})
+        self.namespaces = f.informer(names.NAMESPACES)
+        self.provider_networks = f.informer(names.PROVIDER_NETWORKS)
+        self.listers = Listers(
+            networks=self.networks.store,
+            zones=self.zones.store,
+            vlans=self.vlan_informer.store,
+            namespaces=self.namespaces.store,
+            provider_networks=self.provider_networks.store,
+        )
+        self.vlans = VlanManager(self.listers.vlans, self.listers.zones, self.writer)
+        self.network_reconciler = NetworkReconciler(self.listers, self.writer, self.vlans, options.manage_gateway)
+        self.zone_reconciler = ZoneReconciler(self.listers, self.writer, self.vlans)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._resync_lock = threading.Lock()
+        self._resync_pending: set[str] = set()
+        self.resyncs_completed = 0
+        self._wire_handlers()
+
+    # -- event -> key mapping -------------------------------------------------------
+    def _wire_handlers(self) -> None:
+        q = self.queue
+
+        def on_network(obj: Mapping[str, Any]) -> None:
+            q.add(NETWORK + meta_namespace_key(obj))
+            z = (obj.get("spec") or {}).get("zone")
+            if z:
+                q.add(ZONE + z)
+
+        self.networks.add_event_handler(
+            on_add=on_network, on_update=lambda old, new: (on_network(old), on_network(new)), on_delete=on_network
+        )
+
+        def networks_of_zone(zname: str) -> None:
+            for net in self.listers.networks.by_index("zone", zname):
+                q.add(NETWORK + meta_namespace_key(net))
+
+        def on_zone(obj: Mapping[str, Any]) -> None:
+            zname = obj["metadata"]["name"]
+            q.add(ZONE + zname)
+            networks_of_zone(zname)
+            # Pins of one zone change what the other zones on the provider may allocate.
+            p = (obj.get("spec") or {}).get("providerNetwork")
+            for other in self.listers.zones.by_index("provider", p) if p else []:
+                q.add(ZONE + other["metadata"]["name"])
+
+        self.zones.add_event_handler(
+            on_add=on_zone, on_update=lambda old, new: (on_zone(old), on_zone(new)), on_delete=on_zone
+        )
+
+        def on_vlan(obj: Mapping[str, Any]) -> None:
+            self.vlans.observe(obj)
+            ns, name = vlan_owner(obj)
+            if ns and name:
+                q.add(f"{NETWORK}{ns}/{name}")
+            # Any Vlan on a provider changes free counts (and duplicates) of its zones.
+            p = (obj.get("spec") or {}).get("provider")
+            for z in self.listers.zones.by_index("provider", p) if p else []:
+                q.add(ZONE + z["metadata"]["name"])
+            zl = ((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ZONE)
+            if zl:
+                q.add(ZONE + zl)
+
+        def on_vlan_delete(obj: Mapping[str, Any]) -> None:
+            on_vlan(obj)
+            # A duplicate may have gone: its twins must re-check their VLANConflict.
+            p = (obj.get("spec") or {}).get("provider")
+            vid = (obj.get("spec") or {}).get("id")
+            for other in self.listers.vlans.by_index("provider", p) if p else []:
+                if (other.get("spec") or {}).get("id") == vid:
+                    on_vlan(other)
+
+        self.vlan_informer.add_event_handler(
+            on_add=lambda o: (on_vlan_delete(o)),
+            on_update=lambda old, new: (on_vlan(old), on_vlan(new)),
+            on_delete=on_vlan_delete,
+        )
+
+        def on_namespace(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
+            if old is not None and (old.get("metadata") or {}).get("labels") == (new.get("metadata") or {}).get(
+                "labels"
+            ):
+                return
+            ns = new["metadata"]["name"]
+            for net in self.listers.networks.list():
+                if net["metadata"].get("namespace") == ns:
+                    q.add(NETWORK + meta_namespace_key(net))
+
+        self.namespaces.add_event_handler(
+            on_add=lambda o: on_namespace(None, o), on_update=on_namespace, on_delete=lambda o: on_namespace(None, o)
+        )
+
+        def on_provider_network(obj: Mapping[str, Any]) -> None:
+            for z in self.listers.zones.by_index("provider", obj["metadata"]["name"]):
+                q.add(ZONE + z["metadata"]["name"])
+
+        self.provider_networks.add_event_handler(
+            on_add=on_provider_network,
+            on_update=lambda old, new: on_provider_network(new),
+            on_delete=on_provider_network,
+        )
+
+    # -- running ------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the informers, wait for every cache (no allocation before that:
+        product-decisions.md §4.4, field report B01), then start workers and resync."""
+        self.factory.start()
+        if not self.factory.wait_for_cache_sync(self.options.cache_sync_timeout):
+            raise RuntimeError("informer caches did not sync in time")
+        log.info("caches synced", networks=len(self.listers.networks.keys()), vlans=len(self.listers.vlans.keys()))
+        for i in range(max(1, self.options.workers)):
+            t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        t = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.queue.shutdown()
+        self.factory.stop()
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def wait(self) -> None:
+        self._stop.wait()
+
+    def _worker(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                self._process(key)
+            finally:
+                self.queue.done(key)
+                self._resync_done(key)
+
+    def _process(self, key: str) -> None:
+        kind, _, obj = key.partition(":")
+        started = time.monotonic()
+        try:
+            if kind == "network":
+                result = self.network_reconciler.reconcile(obj)
+            elif kind == "zone":
+                result = self.zone_reconciler.reconcile(obj)
+            else:
+                log.error("unknown queue key", key=key)
+                return
+        except ApiError as err:
+            log.info("reconcile failed, retrying with backoff", key=key, status=err.status, reason=err.reason, error=err.message)
+            self.queue.add_rate_limited(key)
+            return
+        except Exception:  # never let a malformed object kill a worker
+            log.exception("reconcile crashed, retrying with backoff", key=key)
+            self.queue.add_rate_limited(key)
+            return
+        self.queue.forget(key)
+        if result.requeue_after is not None:
+            self.queue.add_after(key, result.requeue_after)
+        log.debug("reconciled", key=key, seconds=round(time.monotonic() - started, 4))
+
+    # -- periodic full resync ---------------------------------------------------------
+    def enqueue_all(self) -> int:
+        """Queue every network and zone key; returns how many. Logs ``resync complete``
+        once all of them have been processed (tests wait for it)."""
+        keys = [NETWORK + meta_namespace_key(n) for n in self.listers.networks.list()]
+        keys += [ZONE + z["metadata"]["name"] for z in self.listers.zones.list()]
+        with self._resync_lock:
+            self._resync_pending = set(keys)
+        for k in keys:
+            self.queue.add(k)
+        if not keys:
+            self._resync_finished()
+        return len(keys)
+
+    def _resync_done(self, key: str) -> None:
+        with self._resync_lock:
+            if key not in self._resync_pending:
+                return
+            self._resync_pending.discard(key)
+            if self._resync_pending:
+                return
+        self._resync_finished()
+
+    def _resync_finished(self) -> None:
+        self.resyncs_completed += 1
+        log.info("resync complete", resyncs=self.resyncs_completed, writes=self.writer.writes)
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(self.options.resync_period):
+            n = self.enqueue_all()
+            log.info("resync started", keys=n)

@@ -1,0 +1,95 @@
+"""Admin-side helpers for integration tests: build and read the objects the controller
+works on (zones, networks, Kube-OVN Vlans and ProviderNetworks)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kubernetes import client as k8s
+
+PX = ("proxmox.cozystack.io", "v1alpha1")
+KUBEOVN = ("kubeovn.io", "v1")
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+class Admin:
+    """Thin wrapper over CustomObjectsApi as the cluster admin."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.api_client = api_client
+        self.co = k8s.CustomObjectsApi(api_client)
+        self.core = k8s.CoreV1Api(api_client)
+
+    # zones / networks ------------------------------------------------------------
+    def create_zone(self, name: str, provider: str, ranges: list[str], bridge: str = "vmbr1", **spec: Any) -> dict:
+        body = {
+            "apiVersion": "proxmox.cozystack.io/v1alpha1",
+            "kind": "ProxmoxNetworkZone",
+            "metadata": {"name": name},
+            "spec": {"bridge": bridge, "providerNetwork": provider, "vlanRanges": ranges, **spec},
+        }
+        return self.co.create_cluster_custom_object(*PX, "proxmoxnetworkzones", body)
+
+    def zone(self, name: str) -> dict:
+        return self.co.get_cluster_custom_object(*PX, "proxmoxnetworkzones", name)
+
+    def patch_zone(self, name: str, patch: dict) -> dict:
+        return self.co.patch_cluster_custom_object(*PX, "proxmoxnetworkzones", name, patch)
+
+    def create_network(self, ns: str, name: str, zone: str, subnet: str, pool: str = "pool") -> dict:
+        body = {
+            "apiVersion": "proxmox.cozystack.io/v1alpha1",
+            "kind": "ProxmoxNetwork",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"zone": zone, "subnet": subnet, "ipPool": pool},
+        }
+        return self.co.create_namespaced_custom_object(*PX, ns, "proxmoxnetworks", body)
+
+    def network(self, ns: str, name: str) -> dict:
+        return self.co.get_namespaced_custom_object(*PX, ns, "proxmoxnetworks", name)
+
+    # Kube-OVN ----------------------------------------------------------------------
+    def create_provider_network(self, name: str, ready: bool = True, ready_nodes: list[str] | None = None) -> dict:
+        body = {"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork", "metadata": {"name": name}, "spec": {}}
+        obj = self.co.create_cluster_custom_object(*KUBEOVN, "provider-networks", body)
+        obj["status"] = {"ready": ready, "readyNodes": ready_nodes if ready_nodes is not None else ["node-a"]}
+        return self.co.replace_cluster_custom_object_status(*KUBEOVN, "provider-networks", name, obj)
+
+    def create_vlan(self, name: str, vid: int, provider: str, labels: dict | None = None,
+                    finalizers: list[str] | None = None) -> dict:
+        meta: dict[str, Any] = {"name": name, "labels": labels or {}}
+        if finalizers:
+            meta["finalizers"] = finalizers
+        body = {"apiVersion": "kubeovn.io/v1", "kind": "Vlan", "metadata": meta, "spec": {"id": vid, "provider": provider}}
+        return self.co.create_cluster_custom_object(*KUBEOVN, "vlans", body)
+
+    def vlan(self, name: str) -> dict:
+        return self.co.get_cluster_custom_object(*KUBEOVN, "vlans", name)
+
+    def vlans(self) -> list[dict]:
+        return self.co.list_cluster_custom_object(*KUBEOVN, "vlans")["items"]
+
+    def set_vlan_status(self, name: str, status: dict) -> dict:
+        obj = self.vlan(name)
+        obj["status"] = status
+        return self.co.replace_cluster_custom_object_status(*KUBEOVN, "vlans", name, obj)
+
+    def label_namespace(self, ns: str, labels: dict) -> None:
+        self.core.patch_namespace(ns, {"metadata": {"labels": labels}})
+
+
+def condition(obj: dict, ctype: str) -> dict | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def reason(obj: dict, ctype: str) -> tuple[str, str, str] | None:
+    """(status, reason, message) of condition ``ctype`` or None."""
+    c = condition(obj, ctype)
+    return (c["status"], c["reason"], c["message"]) if c else None
