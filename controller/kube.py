@@ -115,20 +115,21 @@ class KubeWriter:
         if method != "GET":
             self.writes += 1
         try:
-            resp = self.api.call_api(
-                path,
-                method,
+            m, url, headers, body_out, post = self.api.param_serialize(
+                method=method,
+                resource_path=path,
                 query_params=query or [],
                 header_params={"Accept": "application/json", "Content-Type": content_type},
                 body=body,
                 auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-                _request_timeout=REQUEST_TIMEOUT,
             )
+            resp = self.api.call_api(m, url, header_params=headers, body=body_out, post_params=post,
+                                     _request_timeout=REQUEST_TIMEOUT)
+            data = resp.read()
         except k8s.ApiException as exc:
             raise _api_error(exc) from None
-        data = resp.data
+        if not 200 <= resp.status <= 299:
+            raise _api_error(k8s.ApiException(status=resp.status, reason=resp.reason, body=data))
         return json.loads(data) if data else {}
 
     # -- reads (uncached) ----------------------------------------------------------

@@ -85,6 +85,7 @@ class Manager:
         q = self.queue
 
         def on_network(obj: Mapping[str, Any]) -> None:
+            self.network_reconciler.recent.observe(obj)
             q.add(NETWORK + meta_namespace_key(obj))
             z = (obj.get("spec") or {}).get("zone")
             if z:
@@ -100,6 +101,7 @@ class Manager:
 
         def on_zone(obj: Mapping[str, Any]) -> None:
             zname = obj["metadata"]["name"]
+            self.zone_reconciler.recent.observe(obj)
             q.add(ZONE + zname)
             networks_of_zone(zname)
             # Pins of one zone change what the other zones on the provider may allocate.

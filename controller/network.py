@@ -17,7 +17,8 @@ import structlog
 
 from controller import allocator, names
 from controller.conditions import FALSE, TRUE, UNKNOWN, Clock, compute_ready, find, remove_condition, set_condition, utc_now
-from controller.kube import KubeWriter
+from controller.kube import ApiError, KubeWriter
+from controller.recent import RecentWrites
 from controller.selectors import InvalidSelector, matches
 from controller.vlans import VlanManager
 from informers import ThreadSafeStore
@@ -105,6 +106,8 @@ class NetworkReconciler:
         self.manage_gateway = manage_gateway
         self.now = now
         self.on_status = on_status or (lambda net: None)
+        # Read-your-writes for our own finalizer and status writes (see controller.recent).
+        self.recent = RecentWrites(listers.networks)
 
     def reconcile(self, key: str) -> Result:
         """One pass over network ``key``.
@@ -112,7 +115,7 @@ class NetworkReconciler:
         :raises ApiError: when a read or write fails; nothing of the pass is written
             after the failing step, and the worker retries with backoff.
         """
-        net = self.l.networks.get(key)
+        net = self.recent.get(key)
         if net is None:
             return Result()
         meta = net["metadata"]
@@ -121,7 +124,7 @@ class NetworkReconciler:
             # work; until then a deleting network keeps everything it holds.
             return Result()
         if names.FINALIZER not in (meta.get("finalizers") or []):
-            net = self.writer.add_finalizer(names.PROXMOX_NETWORKS, net, names.FINALIZER)
+            net = self._write(key, lambda: self.writer.add_finalizer(names.PROXMOX_NETWORKS, net, names.FINALIZER))
             meta = net["metadata"]
 
         gen = int(meta.get("generation") or 0)
@@ -136,9 +139,19 @@ class NetworkReconciler:
         if status != old_status:
             body = copy.deepcopy(net)
             body["status"] = status
-            net = self.writer.update_status(names.PROXMOX_NETWORKS, body)
+            net = self._write(key, lambda: self.writer.update_status(names.PROXMOX_NETWORKS, body))
         self.on_status(net)
         return Result()
+
+    def _write(self, key: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        try:
+            obj = fn()
+        except ApiError as err:
+            if err.conflict or err.invalid:
+                self.recent.forget(key)
+            raise
+        self.recent.wrote(obj)
+        return obj
 
     # -- the functional part ---------------------------------------------------------
     def _fill(self, net: dict[str, Any], status: dict[str, Any], conds: list[dict[str, Any]], gen: int) -> None:

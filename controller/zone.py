@@ -15,7 +15,8 @@ import structlog
 
 from controller import allocator, names
 from controller.conditions import FALSE, TRUE, Clock, set_condition, utc_now
-from controller.kube import KubeWriter
+from controller.kube import ApiError, KubeWriter
+from controller.recent import RecentWrites
 from controller.network import Listers, Result
 from controller.vlans import VlanManager
 
@@ -40,9 +41,10 @@ class ZoneReconciler:
         self.writer = writer
         self.vlans = vlans
         self.now = now
+        self.recent = RecentWrites(listers.zones)
 
     def reconcile(self, key: str) -> Result:
-        zone = self.l.zones.get(key)
+        zone = self.recent.get(key)
         if zone is None:
             return Result()
         gen = int(zone["metadata"].get("generation") or 0)
@@ -54,7 +56,12 @@ class ZoneReconciler:
         if status != old:
             body = copy.deepcopy(zone)
             body["status"] = status
-            self.writer.update_status(names.PROXMOX_NETWORK_ZONES, body)
+            try:
+                self.recent.wrote(self.writer.update_status(names.PROXMOX_NETWORK_ZONES, body))
+            except ApiError as err:
+                if err.conflict:
+                    self.recent.forget(key)
+                raise
         return Result()
 
     def _fill(self, zone: dict[str, Any], status: dict[str, Any], conds: list[dict[str, Any]], gen: int) -> None:

@@ -1,0 +1,59 @@
+"""Read-your-writes over a lagging informer cache.
+
+After the controller writes an object, the watch brings the new version back a moment
+later; a pass in between would read the old version, recompute a status that is already
+stored, and fail with 409 Conflict (a wasted write and a backoff). :class:`RecentWrites`
+keeps the object the API server returned for our last write of each key until the watch
+delivers that exact resourceVersion (resourceVersions are opaque: only equality is used,
+never order), the key sees a Conflict, or ``ttl`` seconds pass.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from informers import ThreadSafeStore, meta_namespace_key
+
+
+class RecentWrites:
+    """Overlay of our own recent writes on a store (client-go's "mutation cache" idea)."""
+
+    def __init__(self, store: ThreadSafeStore, ttl: float = 30.0, monotonic: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.ttl = ttl
+        self.monotonic = monotonic
+        self._lock = threading.Lock()
+        self._objs: dict[str, tuple[dict[str, Any], float]] = {}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The object as we last wrote it if the cache has not caught up, else the cache's."""
+        with self._lock:
+            entry = self._objs.get(key)
+            if entry is not None and self.monotonic() - entry[1] > self.ttl:
+                del self._objs[key]
+                entry = None
+        cached = self.store.get(key)
+        if entry is None or cached is None:
+            return cached
+        return entry[0]
+
+    def wrote(self, obj: Mapping[str, Any]) -> None:
+        """Record the object the API server returned for our write."""
+        with self._lock:
+            self._objs[meta_namespace_key(dict(obj))] = (dict(obj), self.monotonic())
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._objs.pop(key, None)
+
+    def observe(self, obj: Mapping[str, Any]) -> None:
+        """Informer event: the cache now holds ``obj``; drop our copy once it is ours."""
+        key = meta_namespace_key(dict(obj))
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        with self._lock:
+            entry = self._objs.get(key)
+            if entry is not None and entry[0].get("metadata", {}).get("resourceVersion") == rv:
+                del self._objs[key]

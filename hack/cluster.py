@@ -1,0 +1,900 @@
+#!/usr/bin/env python3
+"""Local test bed: etcd + kube-apiserver + an OVN Northbound ovsdb-server, all on loopback.
+
+See product-decisions.md §5 and §7. Importable (``LocalCluster``) and a CLI::
+
+    python hack/cluster.py start --dir DIR [--no-watch-cache] [--no-nb]
+    python hack/cluster.py env   --dir DIR      # shell exports for a running bed
+    python hack/cluster.py stop  --dir DIR      # works from any process (pid files)
+
+Binaries come from hack/build-control-plane.sh (cached under ~/.cache); set
+``PNC_CONTROL_PLANE_BIN`` to use another directory. Nothing listens on anything but
+127.0.0.1 and unix sockets inside the work directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import base64
+import ctypes
+import datetime as _dt
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+HACK_DIR = REPO_ROOT / "hack"
+NB_SCHEMA = Path("/usr/share/ovn/ovn-nb.ovsschema")
+
+CONTROLLER_NAMESPACE = "proxmox-network-system"
+CONTROLLER_SA = "proxmox-network-controller"
+CONTROLLER_USER = f"system:serviceaccount:{CONTROLLER_NAMESPACE}:{CONTROLLER_SA}"
+CONTROLLER_GROUPS = (
+    "system:serviceaccounts",
+    f"system:serviceaccounts:{CONTROLLER_NAMESPACE}",
+    "system:authenticated",
+)
+ADMIN_USER = "admin"
+ADMIN_GROUPS = ("system:masters",)
+ADMIN_TOKEN = "admin-token"
+FIELD_MANAGER = "pnc-testbed"
+
+# Components in start order; stop goes in reverse.
+COMPONENTS = ("etcd", "ovsdb-nb", "kube-apiserver")
+
+
+class ClusterError(RuntimeError):
+    """A component failed to start or to answer."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        data = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(data[-lines:]) or f"(log {path} is empty)"
+
+
+def _read_versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for line in (HACK_DIR / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        k, v = line.split("=", 1)
+        out[k.strip()] = v.strip().strip('"')
+    return out
+
+
+def default_bin_dir() -> Path:
+    """Where hack/build-control-plane.sh puts its binaries (same key as the script)."""
+    env = os.environ.get("PNC_CONTROL_PLANE_BIN")
+    if env:
+        return Path(env)
+    v = _read_versions()
+    cache = Path(os.environ.get("PNC_CACHE_DIR", Path.home() / ".cache" / "proxmox-network-controller"))
+    return cache / "control-plane" / f"k8s-{v['KUBERNETES_VERSION']}-etcd-{v['ETCD_VERSION']}" / "bin"
+
+
+def _set_pdeathsig() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort only
+        pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _pid_cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _terminate_pid(pid: int, timeout: float = 10.0) -> None:
+    """SIGTERM, wait, then SIGKILL. Works for processes that are not our children."""
+    if not _pid_alive(pid):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _pid_alive(pid):
+        time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- certificates
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _make_pki(certs: Path) -> dict[str, Path]:
+    """A CA, a serving certificate for 127.0.0.1/localhost, and the service-account keys."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    certs.mkdir(parents=True, exist_ok=True)
+    now = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(minutes=5)
+    later = now + _dt.timedelta(days=30)
+
+    def pem_key(key) -> bytes:
+        return key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pnc-testbed-ca")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(later)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True,
+                content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    srv_key = ec.generate_private_key(ec.SECP256R1())
+    srv_cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(srv_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(later)
+        .add_extension(
+            x509.SubjectAlternativeName([
+                x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                x509.DNSName("localhost"),
+                x509.DNSName("kubernetes.default.svc"),
+            ]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    paths = {
+        "ca": certs / "ca.crt",
+        "ca_key": certs / "ca.key",
+        "serving_cert": certs / "apiserver.crt",
+        "serving_key": certs / "apiserver.key",
+        "sa_key": certs / "sa.key",
+        "sa_pub": certs / "sa.pub",
+    }
+    paths["ca"].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(paths["ca_key"], pem_key(ca_key))
+    paths["serving_cert"].write_bytes(srv_cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(paths["serving_key"], pem_key(srv_key))
+    _write_private(paths["sa_key"], pem_key(sa_key))
+    paths["sa_pub"].write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return paths
+
+
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata"}],
+}
+
+
+# --------------------------------------------------------------------------- the cluster
+
+
+class LocalCluster:
+    """etcd + kube-apiserver (+ OVN NB ovsdb-server) on loopback, under ``workdir``.
+
+    Attributes once started: ``server``, ``ca_file``, ``admin_token``, ``controller_token``,
+    ``admin_kubeconfig``, ``controller_kubeconfig``, ``audit_log``, ``etcd_url``, ``kubectl``,
+    ``bin_dir``, ``nb_unix``, ``nb_tcp`` (None without NB), ``controller_user``.
+    """
+
+    def __init__(
+        self,
+        workdir: Path | str,
+        watch_cache: bool = True,
+        with_nb: bool = True,
+        *,
+        bin_dir: Path | str | None = None,
+        manifest_dirs: Sequence[Path | str] | None = None,
+        detach: bool = False,
+        start_timeout: float = 90.0,
+    ) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.watch_cache = watch_cache
+        self.with_nb = with_nb
+        self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
+        self.manifest_dirs = (
+            [Path(p) for p in manifest_dirs]
+            if manifest_dirs is not None
+            else [REPO_ROOT / "manifests", REPO_ROOT / "tests" / "fixtures" / "crds"]
+        )
+        # detach=True: processes outlive this Python process (CLI "start").
+        self.detach = detach
+        self.start_timeout = start_timeout
+
+        self.kubectl = self.bin_dir / "kubectl"
+        self.admin_user = ADMIN_USER
+        self.controller_user = CONTROLLER_USER
+        self.controller_groups = CONTROLLER_GROUPS
+        self.controller_namespace = CONTROLLER_NAMESPACE
+        self.admin_token = ADMIN_TOKEN
+        self.controller_token = ""
+        self.server = ""
+        self.etcd_url = ""
+        self.nb_unix: str | None = None
+        self.nb_tcp: str | None = None
+        self.ca_file = self.workdir / "certs" / "ca.crt"
+        self.audit_log = self.workdir / "audit.log"
+        self.admin_kubeconfig = self.workdir / "admin.kubeconfig"
+        self.controller_kubeconfig = self.workdir / "controller.kubeconfig"
+        self.kube_cache_dir = self.workdir / "kube-cache"
+        self.start_seconds: float | None = None
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._ports: dict[str, int] = {}
+        self._started = False
+        self._atexit_registered = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> "LocalCluster":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> "LocalCluster":
+        t0 = time.monotonic()
+        self._check_binaries()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        running = [c for c, pid in self._read_pids().items() if _pid_alive(pid)]
+        if running:
+            raise ClusterError(
+                f"{self.workdir} already has running components {running}; "
+                f"run `python hack/cluster.py stop --dir {self.workdir}` first"
+            )
+        if not self._atexit_registered and not self.detach:
+            atexit.register(self.stop)
+            self._atexit_registered = True
+        self._started = True
+        try:
+            self._prepare_files()
+            # All ports at once, so no two components can be handed the same one.
+            self._ports = dict(zip(("etcd", "etcd-peer", "apiserver", "nb"), _free_ports(4)))
+            self._start_etcd()
+            if self.with_nb:
+                self._start_nb()
+            self._start_apiserver()
+            self._wait_etcd()
+            self._wait_apiserver()
+            self._write_kubeconfigs()
+            self._write_state()
+            if self.with_nb:
+                self._wait_nb()
+            self._bootstrap()
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - t0
+        self._write_state()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every component (SIGTERM, SIGKILL after ``timeout``). Safe to call twice."""
+        pids = self._read_pids()
+        for name, proc in self._procs.items():
+            pids.setdefault(name, proc.pid)
+        for name in reversed(COMPONENTS):
+            pid = pids.get(name)
+            if pid is None:
+                continue
+            proc = self._procs.get(name)
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait(5)
+            elif _pid_alive(pid) and self._looks_like(name, pid):
+                _terminate_pid(pid, timeout)
+            (self.workdir / f"{name}.pid").unlink(missing_ok=True)
+        self._procs.clear()
+        self._started = False
+
+    def _looks_like(self, name: str, pid: int) -> bool:
+        """Guard against pid reuse: the process must be the binary we started, in our dir."""
+        cmd = _pid_cmdline(pid)
+        binary = {"etcd": "etcd", "kube-apiserver": "kube-apiserver", "ovsdb-nb": "ovsdb-server"}[name]
+        return binary in cmd and str(self.workdir) in cmd
+
+    # ------------------------------------------------------------------ state / pids
+
+    def _read_pids(self) -> dict[str, int]:
+        out = {}
+        for name in COMPONENTS:
+            p = self.workdir / f"{name}.pid"
+            try:
+                out[name] = int(p.read_text().strip())
+            except (OSError, ValueError):
+                pass
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "server": self.server,
+            "ca_file": str(self.ca_file),
+            "admin_token": self.admin_token,
+            "admin_user": self.admin_user,
+            "controller_token": self.controller_token,
+            "controller_user": self.controller_user,
+            "controller_namespace": self.controller_namespace,
+            "admin_kubeconfig": str(self.admin_kubeconfig),
+            "controller_kubeconfig": str(self.controller_kubeconfig),
+            "audit_log": str(self.audit_log),
+            "etcd_url": self.etcd_url,
+            "kubectl": str(self.kubectl),
+            "bin_dir": str(self.bin_dir),
+            "nb_unix": self.nb_unix,
+            "nb_tcp": self.nb_tcp,
+            "watch_cache": self.watch_cache,
+            "with_nb": self.with_nb,
+            "start_seconds": self.start_seconds,
+        }
+
+    def _write_state(self) -> None:
+        (self.workdir / "state.json").write_text(json.dumps(self.state(), indent=2) + "\n")
+
+    @classmethod
+    def attach(cls, workdir: Path | str) -> "LocalCluster":
+        """A handle on a bed started by another process (``hack/cluster.py start``).
+
+        ``stop()`` on it stops that bed; the pytest fixture does not call it for attached beds.
+        """
+        workdir = Path(workdir).resolve()
+        try:
+            st = json.loads((workdir / "state.json").read_text())
+        except OSError as e:
+            raise ClusterError(f"no running bed in {workdir}: {e}") from e
+        c = cls(workdir, watch_cache=st["watch_cache"], with_nb=st["with_nb"], bin_dir=st["bin_dir"])
+        c.server = st["server"]
+        c.controller_token = st["controller_token"]
+        c.etcd_url = st["etcd_url"]
+        c.nb_unix = st["nb_unix"]
+        c.nb_tcp = st["nb_tcp"]
+        c.start_seconds = st.get("start_seconds")
+        dead = [n for n, pid in c._read_pids().items() if not _pid_alive(pid)]
+        if dead or not c._read_pids():
+            raise ClusterError(f"bed in {workdir} is not running (dead: {dead or 'all'})")
+        c._started = True
+        return c
+
+    # ------------------------------------------------------------------ setup
+
+    def _check_binaries(self) -> None:
+        missing = [b for b in ("etcd", "kube-apiserver", "kubectl") if not os.access(self.bin_dir / b, os.X_OK)]
+        if missing:
+            raise ClusterError(
+                f"missing {missing} in {self.bin_dir}; run hack/install-deps.sh "
+                "(or hack/build-control-plane.sh), or set PNC_CONTROL_PLANE_BIN"
+            )
+        if self.with_nb:
+            for tool in ("ovsdb-server", "ovsdb-tool", "ovn-nbctl"):
+                if shutil.which(tool) is None:
+                    raise ClusterError(f"{tool} not found on PATH; run hack/install-deps.sh")
+            if not NB_SCHEMA.exists():
+                raise ClusterError(f"{NB_SCHEMA} missing; run hack/install-deps.sh")
+
+    def _prepare_files(self) -> None:
+        w = self.workdir
+        for stale in ("etcd-data", "nb.db", "nb.sock", "nb.ctl", "kube-cache"):
+            p = w / stale
+            if p.is_dir():
+                shutil.rmtree(p)
+            else:
+                p.unlink(missing_ok=True)
+        for log in ("etcd.log", "kube-apiserver.log", "ovsdb-nb.log", "audit.log"):
+            (w / log).unlink(missing_ok=True)
+        self.kube_cache_dir.mkdir()
+        self.pki = _make_pki(w / "certs")
+        self.ca_file = self.pki["ca"]
+        self.controller_token = secrets.token_hex(24)
+        tokens = [
+            (self.admin_token, ADMIN_USER, "admin-uid", ADMIN_GROUPS),
+            (self.controller_token, CONTROLLER_USER, "controller-uid", CONTROLLER_GROUPS),
+        ]
+        lines = [f'{tok},{user},{uid},"{",".join(groups)}"' for tok, user, uid, groups in tokens]
+        _write_private(w / "tokens.csv", ("\n".join(lines) + "\n").encode())
+        (w / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
+
+    def _spawn(self, name: str, argv: list[str], log: Path) -> subprocess.Popen:
+        logf = open(log, "ab")
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                start_new_session=True,
+                preexec_fn=None if self.detach else _set_pdeathsig,
+            )
+        finally:
+            logf.close()
+        self._procs[name] = proc
+        (self.workdir / f"{name}.pid").write_text(f"{proc.pid}\n")
+        return proc
+
+    def _fail(self, name: str, what: str, log: Path) -> ClusterError:
+        proc = self._procs.get(name)
+        state = ""
+        if proc is not None and proc.poll() is not None:
+            state = f" (exited with {proc.returncode})"
+        return ClusterError(f"{name} {what}{state}; last lines of {log}:\n{_tail(log)}")
+
+    def _check_alive(self, name: str, log: Path) -> None:
+        proc = self._procs.get(name)
+        if proc is not None and proc.poll() is not None:
+            raise self._fail(name, "exited during start", log)
+
+    # etcd ---------------------------------------------------------------
+
+    def _start_etcd(self) -> None:
+        client, peer = self._ports["etcd"], self._ports["etcd-peer"]
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        peer_url = f"http://127.0.0.1:{peer}"
+        self._spawn(
+            "etcd",
+            [
+                str(self.bin_dir / "etcd"),
+                "--name=testbed",
+                f"--data-dir={self.workdir / 'etcd-data'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=testbed={peer_url}",
+                "--initial-cluster-state=new",
+                "--enable-grpc-gateway=true",
+                "--unsafe-no-fsync=true",  # throwaway data; spares the disk
+                "--log-level=warn",
+                "--log-outputs=stderr",
+            ],
+            self.workdir / "etcd.log",
+        )
+
+    def _wait_etcd(self) -> None:
+        log = self.workdir / "etcd.log"
+        deadline = time.monotonic() + 30
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive("etcd", log)
+            try:
+                with urllib.request.urlopen(f"{self.etcd_url}/health", timeout=2) as r:
+                    body = json.loads(r.read())
+                    if body.get("health") == "true":
+                        return
+                    last = str(body)
+            except (OSError, ValueError) as e:
+                last = str(e)
+            time.sleep(0.1)
+        raise self._fail("etcd", f"not healthy after 30s ({last})", log)
+
+    def _etcd_post(self, path: str, body: dict) -> dict:
+        req = urllib.request.Request(
+            f"{self.etcd_url}{path}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (from the header of a range request)."""
+        resp = self._etcd_post("/v3/kv/range", {"key": base64.b64encode(b"/registry/").decode(), "limit": 1})
+        return int(resp["header"]["revision"])
+
+    def compact(self) -> int:
+        """Compact etcd to its current revision (physical); returns that revision."""
+        rev = self.etcd_revision()
+        self._etcd_post("/v3/kv/compaction", {"revision": str(rev), "physical": True})
+        return rev
+
+    # kube-apiserver -------------------------------------------------------
+
+    def _start_apiserver(self) -> None:
+        port = self._ports["apiserver"]
+        self.server = f"https://127.0.0.1:{port}"
+        w = self.workdir
+        argv = [
+            str(self.bin_dir / "kube-apiserver"),
+            f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={w / 'certs'}",
+            f"--tls-cert-file={self.pki['serving_cert']}",
+            f"--tls-private-key-file={self.pki['serving_key']}",
+            f"--client-ca-file={self.pki['ca']}",
+            f"--token-auth-file={w / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            "--anonymous-auth=false",
+            f"--service-account-issuer={self.server}",
+            f"--service-account-key-file={self.pki['sa_pub']}",
+            f"--service-account-signing-key-file={self.pki['sa_key']}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            # No controller-manager: no "default" ServiceAccount appears in new namespaces, so
+            # the ServiceAccount admission plugin would refuse every Pod. Tests create Pods.
+            "--disable-admission-plugins=ServiceAccount",
+            # The endpoints reconciler would try to publish 127.0.0.1 for the kubernetes
+            # Service, which Endpoints validation refuses (loopback); nothing needs it here.
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true",
+            f"--audit-policy-file={w / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            "--audit-log-maxsize=0",
+            f"--watch-cache={'true' if self.watch_cache else 'false'}",
+            "--profiling=false",
+            "--v=1",
+        ]
+        self._spawn("kube-apiserver", argv, w / "kube-apiserver.log")
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def _wait_apiserver(self) -> None:
+        log = self.workdir / "kube-apiserver.log"
+        ctx = self._ssl_context()
+        deadline = time.monotonic() + self.start_timeout
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive("kube-apiserver", log)
+            self._check_alive("etcd", self.workdir / "etcd.log")
+            req = urllib.request.Request(
+                f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.admin_token}"}
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
+                    if r.status == 200:
+                        return
+            except urllib.error.HTTPError as e:
+                last = f"HTTP {e.code}: {e.read()[-500:].decode(errors='replace')}"
+            except OSError as e:
+                last = str(e)
+            time.sleep(0.2)
+        raise self._fail("kube-apiserver", f"not ready after {self.start_timeout:.0f}s ({last})", log)
+
+    def _write_kubeconfigs(self) -> None:
+        for path, user, token in (
+            (self.admin_kubeconfig, "admin", self.admin_token),
+            (self.controller_kubeconfig, "controller", self.controller_token),
+        ):
+            cfg = {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "testbed", "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)}}
+                ],
+                "users": [{"name": user, "user": {"token": token}}],
+                "contexts": [{"name": user, "context": {"cluster": "testbed", "user": user}}],
+                "current-context": user,
+                "preferences": {},
+            }
+            _write_private(path, yaml.safe_dump(cfg, sort_keys=False).encode())
+
+    # OVN NB ---------------------------------------------------------------
+
+    def _start_nb(self) -> None:
+        w = self.workdir
+        sock = w / "nb.sock"
+        if len(str(sock)) > 100:
+            raise ClusterError(f"work directory path too long for a unix socket: {sock}")
+        db = w / "nb.db"
+        r = subprocess.run(
+            ["ovsdb-tool", "create", str(db), str(NB_SCHEMA)], capture_output=True, text=True
+        )
+        if r.returncode != 0:
+            raise ClusterError(f"ovsdb-tool create failed: {r.stderr.strip()}")
+        port = self._ports["nb"]
+        self.nb_unix = f"unix:{sock}"
+        self.nb_tcp = f"tcp:127.0.0.1:{port}"
+        self._spawn(
+            "ovsdb-nb",
+            [
+                "ovsdb-server",
+                str(db),
+                f"--remote=punix:{sock}",
+                f"--remote=ptcp:{port}:127.0.0.1",
+                f"--unixctl={w / 'nb.ctl'}",
+                f"--log-file={w / 'ovsdb-nb.log'}",
+                "-vconsole:off",
+                "-vfile:info",
+            ],
+            w / "ovsdb-nb.console.log",
+        )
+
+    def nbctl(self, *args: str, db: str | None = None, timeout: float = 10) -> str:
+        """Run ovn-nbctl against the test NB (unix socket unless ``db`` is given)."""
+        if not self.nb_unix:
+            raise ClusterError("this bed runs without an NB (with_nb=False)")
+        r = subprocess.run(
+            ["ovn-nbctl", f"--db={db or self.nb_unix}", f"--timeout={int(timeout)}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout + 5,
+        )
+        if r.returncode != 0:
+            raise ClusterError(f"ovn-nbctl {' '.join(args)} failed: {r.stderr.strip()}")
+        return r.stdout
+
+    def _wait_nb(self) -> None:
+        log = self.workdir / "ovsdb-nb.log"
+        deadline = time.monotonic() + 20
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive("ovsdb-nb", log)
+            try:
+                for db in (self.nb_unix, self.nb_tcp):
+                    self.nbctl("show", db=db, timeout=2)
+                return
+            except (ClusterError, subprocess.TimeoutExpired) as e:
+                last = str(e)
+            time.sleep(0.1)
+        raise self._fail("ovsdb-nb", f"does not answer ovn-nbctl show ({last})", log)
+
+    # kubectl and bootstrap ----------------------------------------------------
+
+    def run_kubectl(
+        self,
+        *args: str,
+        user: str = "admin",
+        input: str | bytes | None = None,
+        check: bool = True,
+        timeout: float = 120,
+    ) -> subprocess.CompletedProcess:
+        kubeconfig = self.admin_kubeconfig if user == "admin" else self.controller_kubeconfig
+        env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+        r = subprocess.run(
+            [str(self.kubectl), f"--cache-dir={self.kube_cache_dir}", *args],
+            input=input.encode() if isinstance(input, str) else input,
+            capture_output=True,
+            env=env,
+            timeout=timeout,
+        )
+        if check and r.returncode != 0:
+            raise ClusterError(
+                f"kubectl {' '.join(args)} failed ({r.returncode}):\n{r.stderr.decode(errors='replace').strip()}"
+            )
+        return r
+
+    def _manifest_docs(self) -> list[tuple[Path, dict]]:
+        docs: list[tuple[Path, dict]] = []
+        for d in self.manifest_dirs:
+            if not d.is_dir():
+                continue
+            files = sorted(p for ext in ("*.yaml", "*.yml") for p in d.rglob(ext))
+            for f in files:
+                if f.name in ("kustomization.yaml", "kustomization.yml"):
+                    continue
+                try:
+                    loaded = list(yaml.safe_load_all(f.read_text()))
+                except yaml.YAMLError as e:
+                    raise ClusterError(f"cannot parse {f}: {e}") from e
+                for doc in loaded:
+                    if not isinstance(doc, dict) or "apiVersion" not in doc or "kind" not in doc:
+                        continue
+                    if doc["kind"].endswith("List") and "items" in doc:
+                        docs.extend((f, item) for item in doc["items"])
+                    else:
+                        docs.append((f, doc))
+        return docs
+
+    def apply_docs(self, docs: Iterable[dict], what: str = "objects") -> None:
+        docs = list(docs)
+        if not docs:
+            return
+        stream = yaml.safe_dump_all(docs, sort_keys=False)
+        try:
+            self.run_kubectl(
+                "apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}", "-f", "-",
+                input=stream,
+            )
+        except ClusterError as e:
+            raise ClusterError(f"applying {what} failed: {e}") from e
+
+    def _bootstrap(self) -> None:
+        docs = self._manifest_docs()
+        namespaces = {CONTROLLER_NAMESPACE}
+        namespaces.update(d["metadata"]["namespace"] for _, d in docs if d.get("metadata", {}).get("namespace"))
+        ns_docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in sorted(namespaces)]
+        ns_docs += [d for _, d in docs if d["kind"] == "Namespace" and d["apiVersion"] == "v1"]
+        crds = [d for _, d in docs if d["kind"] == "CustomResourceDefinition"]
+        rest = [d for _, d in docs if d["kind"] not in ("CustomResourceDefinition", "Namespace")]
+        self.apply_docs(ns_docs, "namespaces")
+        self.apply_docs(crds, "CRDs")
+        if crds:
+            names = [f"crd/{d['metadata']['name']}" for d in crds]
+            self.run_kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+        self.apply_docs(rest, "manifests")
+
+    # ------------------------------------------------------------------ clients
+
+    def api_client(self, user: str = "admin", host: str | None = None):
+        """A kubernetes.client.ApiClient for ``admin`` or ``controller`` (optionally via ``host``)."""
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = host or self.server
+        cfg.ssl_ca_cert = str(self.ca_file)
+        cfg.verify_ssl = True
+        token = self.admin_token if user == "admin" else self.controller_token
+        cfg.api_key = {"authorization": token}
+        cfg.api_key_prefix = {"authorization": "Bearer"}
+        return client.ApiClient(cfg)
+
+    def env(self) -> dict[str, str]:
+        return {
+            "PNC_CLUSTER_DIR": str(self.workdir),
+            "PNC_SERVER": self.server,
+            "PNC_CA_FILE": str(self.ca_file),
+            "PNC_ADMIN_TOKEN": self.admin_token,
+            "PNC_CONTROLLER_TOKEN": self.controller_token,
+            "PNC_ADMIN_KUBECONFIG": str(self.admin_kubeconfig),
+            "PNC_CONTROLLER_KUBECONFIG": str(self.controller_kubeconfig),
+            "PNC_AUDIT_LOG": str(self.audit_log),
+            "PNC_ETCD_URL": self.etcd_url,
+            "PNC_KUBECTL": str(self.kubectl),
+            "PNC_NB_UNIX": self.nb_unix or "",
+            "PNC_NB_TCP": self.nb_tcp or "",
+            "KUBECONFIG": str(self.admin_kubeconfig),
+        }
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cmd_stop(workdir: Path) -> int:
+    c = LocalCluster(workdir, with_nb=False)
+    pids = c._read_pids()
+    if not pids:
+        print(f"nothing running in {c.workdir}", file=sys.stderr)
+        return 0
+    c.stop()
+    (c.workdir / "state.json").unlink(missing_ok=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("start", help="start a bed in DIR and leave it running")
+    s.add_argument("--dir", required=True, type=Path)
+    s.add_argument("--no-watch-cache", action="store_true")
+    s.add_argument("--no-nb", action="store_true")
+    for name in ("stop", "env"):
+        p = sub.add_parser(name)
+        p.add_argument("--dir", required=True, type=Path)
+    args = ap.parse_args(argv)
+
+    if args.cmd == "start":
+        c = LocalCluster(args.dir, watch_cache=not args.no_watch_cache, with_nb=not args.no_nb, detach=True)
+        try:
+            c.start()
+        except ClusterError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"started in {c.start_seconds:.1f}s: {c.server} (state in {c.workdir / 'state.json'})", file=sys.stderr)
+        for k, v in c.env().items():
+            print(f"export {k}={v}")
+        return 0
+    if args.cmd == "stop":
+        return _cmd_stop(args.dir)
+    if args.cmd == "env":
+        try:
+            c = LocalCluster.attach(args.dir)
+        except ClusterError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        for k, v in c.env().items():
+            print(f"export {k}={v}")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

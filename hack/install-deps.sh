@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Install what the local test bed needs on a fresh Debian machine (product-decisions.md §5).
+# Idempotent: every step checks first. Quiet on success, loud on failure.
+#
+#   * Debian's OVN / Open vSwitch tools (ovsdb-server, ovsdb-tool, ovn-nbctl, the NB schema),
+#     without leaving Debian's own ovsdb-server / ovn-northd running;
+#   * the project in editable mode with its test extra;
+#   * kube-apiserver, kubectl and etcd (hack/build-control-plane.sh, cached).
+#
+# Prints the control-plane bin directory on stdout (like build-control-plane.sh).
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+log() { echo "[install-deps] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || die "not root and no sudo: cannot install Debian packages"
+  SUDO="sudo"
+fi
+
+# Run a command quietly; on failure show its output and stop.
+quiet() {
+  local out
+  out="$(mktemp)"
+  if ! "$@" >"$out" 2>&1; then
+    log "command failed: $*"
+    tail -n 40 "$out" >&2
+    rm -f "$out"
+    exit 1
+  fi
+  rm -f "$out"
+}
+
+stop_debian_ovn() {
+  # The packages may have started their own databases and northd (when an init system runs
+  # them). Stop exactly those, through the packages' own control scripts / pid files.
+  local ctl=/usr/share/ovn/scripts/ovn-ctl
+  if [[ -x $ctl ]]; then
+    $SUDO "$ctl" stop_northd >/dev/null 2>&1 || true
+    $SUDO "$ctl" stop_ovsdb >/dev/null 2>&1 || true
+  fi
+  local pidfile pid
+  for pidfile in /var/run/ovn/ovnnb_db.pid /var/run/ovn/ovnsb_db.pid /var/run/ovn/ovn-northd.pid \
+                 /var/run/openvswitch/ovsdb-server.pid; do
+    [[ -f $pidfile ]] || continue
+    pid="$(cat "$pidfile" 2>/dev/null || true)"
+    if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+      log "stopping Debian's $(basename "$pidfile" .pid) (pid $pid)"
+      $SUDO kill "$pid" 2>/dev/null || true
+    fi
+  done
+}
+
+install_ovn() {
+  if command -v ovsdb-server >/dev/null && command -v ovsdb-tool >/dev/null \
+     && command -v ovn-nbctl >/dev/null && [[ -f /usr/share/ovn/ovn-nb.ovsschema ]]; then
+    return 0
+  fi
+  log "installing ovn-central and openvswitch-common from Debian"
+  # Keep Debian's services from starting: policy-rc.d exit 101 = "action forbidden".
+  local made_policy=""
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod 755 /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  quiet $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  quiet $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    ovn-central openvswitch-common
+  [[ -n $made_policy ]] && $SUDO rm -f /usr/sbin/policy-rc.d
+  stop_debian_ovn
+  command -v ovsdb-server >/dev/null || die "ovsdb-server still missing after apt-get install"
+  command -v ovn-nbctl >/dev/null || die "ovn-nbctl still missing after apt-get install"
+  [[ -f /usr/share/ovn/ovn-nb.ovsschema ]] || die "/usr/share/ovn/ovn-nb.ovsschema missing"
+}
+
+install_python() {
+  cd "$ROOT"
+  log "pip install -e '.[test]'"
+  quiet python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+  # The test bed makes its CA and serving certificates with `cryptography`.
+  if ! python3 -c 'import cryptography' 2>/dev/null; then
+    quiet python3 -m pip install -q --disable-pip-version-check cryptography
+  fi
+}
+
+install_ovn
+stop_debian_ovn
+install_python
+bin="$("$HERE/build-control-plane.sh")" || die "hack/build-control-plane.sh failed"
+for b in kube-apiserver kubectl etcd; do
+  [[ -x "$bin/$b" ]] || die "$bin/$b missing after build"
+done
+echo "$bin"
