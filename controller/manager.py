@@ -187,6 +187,10 @@ class Manager:
         self.factory.stop()
         for t in self._threads:
             t.join(timeout=5)
+            if t.is_alive():
+                import sys, traceback
+                frame = sys._current_frames().get(t.ident)
+                log.error("thread did not stop", thread=t.name, stack="".join(traceback.format_stack(frame)) if frame else "")
 
     def wait(self) -> None:
         self._stop.wait()

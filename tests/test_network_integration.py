@@ -302,3 +302,51 @@ def test_steady_state_resync_writes_nothing(admin, cluster, ctl, provider, uniqu
     marker2 = write_marker(cluster)
     later = writes_before(cluster, cluster.controller_user, marker2, since_marker=marker)
     assert {(w.verb, w.resource) for w in later} >= {("create", "vlans"), ("patch", "proxmoxnetworks")}
+
+
+def test_zone_status_provider_network_and_stranded_vlans(admin, ctl, unique_namespace):
+    ns = unique_namespace
+    provider = unique("pn")[:12]
+    zname = unique("zone")
+    admin.create_zone(zname, provider, ["900-903"], reservedVLANs=[903])
+
+    def zone_reason(expected):
+        def check():
+            z = admin.zone(zname)
+            r = reason(z, "Ready")
+            return z if r and r[1] == expected else None
+        return wait_for(check, what=f"zone {expected}")
+
+    z = zone_reason("ProviderNetworkNotFound")
+    assert reason(z, "Ready") == ("False", "ProviderNetworkNotFound", f'Kube-OVN ProviderNetwork "{provider}" does not exist')
+    assert (z["status"]["totalVLANs"], z["status"]["allocatedVLANs"], z["status"]["freeVLANs"], z["status"]["networks"]) == (3, 0, 3, 0)
+
+    admin.create_provider_network(provider, ready=False)
+    z = zone_reason("ProviderNetworkNotReady")
+    assert reason(z, "Ready")[2] == f'Kube-OVN ProviderNetwork "{provider}" is not ready on every node it should be'
+
+    pn = admin.co.get_cluster_custom_object("kubeovn.io", "v1", "provider-networks", provider)
+    pn["status"] = {"ready": True, "readyNodes": ["a", "b", "c"]}
+    admin.co.replace_cluster_custom_object_status("kubeovn.io", "v1", "provider-networks", provider, pn)
+    admin.create_network(ns, "x", zname, unique("sx"))
+    admin.create_network(ns, "y", zname, unique("sy"))
+    wait_reason(admin, ns, "x", "Allocated")
+    wait_reason(admin, ns, "y", "Allocated")
+    vx = admin.network(ns, "x")["status"]
+    vy = admin.network(ns, "y")["status"]
+    assert {vx["vlan"], vy["vlan"]} == {900, 901}
+    z = wait_for(lambda: (admin.zone(zname).get("status") or {}).get("allocatedVLANs") == 2 and admin.zone(zname))
+    assert reason(z, "Ready") == ("True", "Ready", "1 of 3 VLANs free; trunk ready on 3 node(s)")
+
+    # Shrink the range under both: nothing moves, the zone names the stranded ones.
+    admin.patch_zone(zname, {"spec": {"vlanRanges": ["902-903"], "reservedVLANs": []}})
+    def stranded():
+        z = admin.zone(zname)
+        return z if "outside" in (reason(z, "Ready") or ("", "", ""))[2] else None
+    z = wait_for(stranded, what="stranded VLANs in the zone message")
+    expected = sorted([f"{vx['vlan']} ({vx['vlanName']})", f"{vy['vlan']} ({vy['vlanName']})"])
+    assert reason(z, "Ready") == (
+        "True", "Ready",
+        "2 of 2 VLANs free; trunk ready on 3 node(s); allocated outside the current ranges: " + ", ".join(expected),
+    )
+    assert admin.network(ns, "x")["status"]["vlan"] == vx["vlan"]  # held VLANs keep their IDs

@@ -1,0 +1,190 @@
+"""HTTP access for the reflector: one LIST page, or one streaming WATCH.
+
+Built on the official client's ``ApiClient`` (auth headers, TLS, proxy, host
+from its ``Configuration``) but not on its generated API methods or
+``kubernetes.watch.Watch``: objects stay plain JSON dicts (CRDs need no model
+classes), and the watch body is read by our own line reader, so that 410s,
+bookmarks and client read timeouts are handled our way (field reports
+B11/B12).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from urllib.parse import urlencode
+from typing import Iterator, Protocol, Sequence
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+Query = Sequence[tuple[str, str]]
+
+# How much one read of the watch body may return. read1() returns as soon as
+# any bytes are there, so this bounds memory, not latency.
+_READ_SIZE = 64 * 1024
+
+
+class WatchStream(Protocol):
+    """An open watch response."""
+
+    def chunks(self) -> Iterator[bytes]:
+        """Body bytes as they arrive; ends on a clean end of the response.
+        Raises urllib3/socket errors on read timeouts and dropped connections."""
+
+    def abort(self) -> None:
+        """Unblock a reader in another thread and drop the connection (idempotent)."""
+
+    def close(self) -> None:
+        """Release the connection (idempotent)."""
+
+
+class Transport(Protocol):
+    """What the reflector needs from the API server (a fake in unit tests)."""
+
+    def list(self, path: str, query: Query, timeout: tuple[float, float]) -> dict:
+        """GET a collection page; the decoded JSON body. Raises ``ApiException``
+        for a non-2xx status, urllib3/socket errors for transport failures."""
+
+    def watch(self, path: str, query: Query, timeout: tuple[float, float]) -> WatchStream:
+        """Start a watch; raises ``ApiException`` for a non-2xx status."""
+
+
+def status_code_of(exc: ApiException) -> int | None:
+    """The ``code`` of the ``Status`` in an error body, else the HTTP status."""
+    try:
+        body = json.loads(exc.body) if exc.body else None
+        if isinstance(body, dict) and isinstance(body.get("code"), int):
+            return body["code"]
+    except (ValueError, TypeError):
+        pass
+    return exc.status
+
+
+def retry_after_seconds(exc: ApiException) -> float:
+    """Seconds the server asked us to wait (``Retry-After`` header or the
+    Status ``details.retryAfterSeconds``), 0 if none."""
+    try:
+        header = (exc.headers or {}).get("Retry-After")
+        if header:
+            return max(0.0, float(header))
+    except (TypeError, ValueError, AttributeError):
+        pass
+    try:
+        body = json.loads(exc.body) if exc.body else None
+        value = ((body or {}).get("details") or {}).get("retryAfterSeconds")
+        return max(0.0, float(value)) if value is not None else 0.0
+    except (ValueError, TypeError, AttributeError):
+        return 0.0
+
+
+class _UrllibWatchStream:
+    def __init__(self, resp: urllib3.BaseHTTPResponse) -> None:
+        self._resp = resp
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def chunks(self) -> Iterator[bytes]:
+        while True:
+            data = self._resp.read1(_READ_SIZE)
+            if not data:
+                return
+            yield data
+
+    def abort(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            # close() alone does not wake a thread blocked in recv() on Linux;
+            # shutdown(SHUT_RD) does (urllib3 >= 2.3 exposes it).
+            try:
+                self._resp.shutdown()
+            except Exception:
+                pass
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            # Never return a half-read watch connection to the pool.
+            self._resp.close()
+        except Exception:
+            pass
+        try:
+            self._resp.release_conn()
+        except Exception:
+            pass
+
+
+class ApiClientTransport:
+    """:class:`Transport` over a ``kubernetes.client.ApiClient``.
+
+    Requests take host, default headers and the bearer token (incl. its
+    refresh hook) from the client's ``Configuration`` and go straight to the
+    ``rest_client``'s urllib3 pool (TLS, client certificates, proxy as
+    configured) with ``preload_content=False`` and
+    ``retries=False``: the reflector owns retrying and backoff, and urllib3's
+    default retry would silently repeat a timed-out watch (hiding the read
+    timeout we count) and wrap errors in ``MaxRetryError``.
+
+    ``timeout`` is ``(connect, read)`` seconds; the read timeout applies to
+    every socket read, so a silent half-open connection raises
+    ``urllib3.exceptions.ReadTimeoutError`` instead of hanging (B11).
+    """
+
+    def __init__(self, api_client) -> None:
+        self._api_client = api_client
+
+    def _open(self, path: str, query: Query, timeout: tuple[float, float]) -> urllib3.BaseHTTPResponse:
+        # Built from the Configuration only (host, auth_settings()), which has
+        # the same shape in the old (<= v34) and new (pydantic) generated
+        # clients; auth_settings() also runs the token refresh hook.
+        cfg = self._api_client.configuration
+        headers = dict(self._api_client.default_headers)
+        headers["Accept"] = "application/json"
+        if getattr(self._api_client, "cookie", None):
+            headers["Cookie"] = self._api_client.cookie
+        for setting in cfg.auth_settings().values():
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"]] = setting["value"]
+        url = cfg.host.rstrip("/") + path
+        if query:
+            url += "?" + urlencode(list(query))
+        pool = self._api_client.rest_client.pool_manager
+        return pool.request(
+            "GET",
+            url,
+            headers=headers,
+            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+            preload_content=False,
+            retries=False,
+        )
+
+    @staticmethod
+    def _raise_for_status(resp: urllib3.BaseHTTPResponse) -> None:
+        if 200 <= resp.status <= 299:
+            return
+        try:
+            body = resp.read().decode("utf-8", "replace")
+        finally:
+            resp.release_conn()
+        exc = ApiException(status=resp.status, reason=resp.reason, body=body)
+        exc.headers = resp.headers
+        raise exc
+
+    def list(self, path: str, query: Query, timeout: tuple[float, float]) -> dict:
+        resp = self._open(path, query, timeout)
+        self._raise_for_status(resp)
+        try:
+            data = resp.read()
+        finally:
+            resp.release_conn()
+        return json.loads(data)
+
+    def watch(self, path: str, query: Query, timeout: tuple[float, float]) -> WatchStream:
+        resp = self._open(path, query, timeout)
+        self._raise_for_status(resp)
+        return _UrllibWatchStream(resp)
