@@ -104,14 +104,23 @@ def configure_logging(level: str, fmt: str) -> None:
     )
 
 
+# Every informer holds one watch connection and workers write in parallel: urllib3's
+# default pool (5 x CPUs) would discard connections under load.
+CONNECTION_POOL_SIZE = 64
+
+
 def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
+    """An ApiClient from ``kubeconfig``, else the in-cluster config, else ``~/.kube/config``."""
+    cfg = k8s.Configuration()
     if kubeconfig:
-        return k8s_config.new_client_from_config(config_file=kubeconfig)
-    try:
-        k8s_config.load_incluster_config()
-        return k8s.ApiClient()
-    except k8s_config.ConfigException:
-        return k8s_config.new_client_from_config()
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        try:
+            k8s_config.load_incluster_config(client_configuration=cfg)
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config(client_configuration=cfg)
+    cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    return k8s.ApiClient(cfg)
 
 
 def split_address(addr: str) -> tuple[str, int] | None:
@@ -153,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         manage_gateway=args.manage_gateway_chassis,
         workers=args.workers,
         resync_period=args.resync_period,
+        subnet_prune_timeout=args.subnet_prune_timeout,
     )
     ready = threading.Event()
     probes = split_address(args.health_probe_bind_address)

@@ -18,12 +18,22 @@ import structlog
 from kubernetes import client as k8s
 
 from controller import names
+from controller.consumers import machine_pool_refs
+from controller.events import EventRecorder
 from controller.kube import ApiError, KubeWriter
-from controller.network import Listers, NetworkReconciler, network_index_subnet, network_index_zone
+from controller.network import (
+    DEFAULT_PRUNE_TIMEOUT,
+    Listers,
+    NetworkReconciler,
+    index_namespace,
+    network_index_pool,
+    network_index_subnet,
+    network_index_zone,
+)
 from controller.vlans import VlanManager, vlan_index_provider, vlan_index_zone, vlan_owner
 from controller.workqueue import RateLimitingQueue
 from controller.zone import ZoneReconciler
-from informers import SharedInformerFactory, meta_namespace_key
+from informers import Resource, SharedInformerFactory, meta_namespace_key
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +55,37 @@ class Options:
     workers: int = 4
     resync_period: float = 600.0
     cache_sync_timeout: float = 120.0
+    subnet_prune_timeout: float = DEFAULT_PRUNE_TIMEOUT
+    events: bool = True
+
+
+def subnet_index_vlan(subnet: Mapping[str, Any]) -> list[str]:
+    """Indexer ``vlan``: a Subnet's ``spec.vlan``."""
+    v = (subnet.get("spec") or {}).get("vlan")
+    return [v] if isinstance(v, str) and v else []
+
+
+# Consumers and pools, newest served version first (product-decisions.md §4.2).
+MACHINE_VERSIONS = ("v1alpha2", "v1alpha1")
+ADDRESS_VERSIONS = ("v1beta2", "v1beta1", "v1alpha1")
+POOL_VERSIONS = ("v1alpha2", "v1alpha1")
+
+
+def discover(writer: KubeWriter, group: str, plural: str, versions: tuple[str, ...]) -> str | None:
+    """The first of ``versions`` in which the API server serves ``group``/``plural``, or None.
+
+    :raises ApiError: for discovery failures other than 404 (the group is not served).
+    """
+    for version in versions:
+        try:
+            doc = writer.request("GET", f"/apis/{group}/{version}")
+        except ApiError as err:
+            if err.not_found:
+                continue
+            raise
+        if any(r.get("name") == plural for r in doc.get("resources") or []):
+            return version
+    return None
 
 
 class Manager:
@@ -57,28 +98,69 @@ class Manager:
         self.queue = RateLimitingQueue(name="proxmox-network-controller")
         f = self.factory
         self.networks = f.informer(
-            names.PROXMOX_NETWORKS, indexers={"zone": network_index_zone, "subnet": network_index_subnet}
+            names.PROXMOX_NETWORKS,
+            indexers={
+                "zone": network_index_zone,
+                "subnet": network_index_subnet,
+                "ippool": network_index_pool,
+                "namespace": index_namespace,
+            },
         )
         self.zones = f.informer(names.PROXMOX_NETWORK_ZONES, indexers={"provider": zone_index_provider})
         self.vlan_informer = f.informer(names.VLANS, indexers={"provider": vlan_index_provider, "zone": vlan_index_zone})
         self.namespaces = f.informer(names.NAMESPACES)
         self.provider_networks = f.informer(names.PROVIDER_NETWORKS)
+        self.subnets = f.informer(names.SUBNETS, indexers={"vlan": subnet_index_vlan})
+        self.optional = self._optional_informers()
         self.listers = Listers(
             networks=self.networks.store,
             zones=self.zones.store,
             vlans=self.vlan_informer.store,
             namespaces=self.namespaces.store,
             provider_networks=self.provider_networks.store,
+            subnets=self.subnets.store,
+            pools=self.optional["pools"].store if "pools" in self.optional else None,
+            machines=self.optional["machines"].store if "machines" in self.optional else None,
+            addresses=self.optional["addresses"].store if "addresses" in self.optional else None,
+            claims=self.optional["claims"].store if "claims" in self.optional else None,
         )
+        self.events = EventRecorder(self.writer) if options.events else None
         self.vlans = VlanManager(self.listers.vlans, self.listers.zones, self.writer)
-        self.network_reconciler = NetworkReconciler(self.listers, self.writer, self.vlans, options.manage_gateway)
-        self.zone_reconciler = ZoneReconciler(self.listers, self.writer, self.vlans)
+        self.network_reconciler = NetworkReconciler(
+            self.listers, self.writer, self.vlans, options.manage_gateway,
+            events=self.events, prune_timeout=options.subnet_prune_timeout,
+        )
+        self.zone_reconciler = ZoneReconciler(
+            self.listers, self.writer, self.vlans, events=self.events,
+            networks=self.network_reconciler, prune_timeout=options.subnet_prune_timeout,
+        )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._resync_lock = threading.Lock()
         self._resync_pending: set[str] = set()
         self.resyncs_completed = 0
         self._wire_handlers()
+
+    def _optional_informers(self) -> dict[str, Any]:
+        """Informers for kinds another project serves (CAPI IPAM, capmox): the newest
+        served version, or none when the group is not installed (then nothing uses it)."""
+        wanted = {
+            "pools": ("ipam.cluster.x-k8s.io", "inclusterippools", POOL_VERSIONS, "InClusterIPPool"),
+            "addresses": ("ipam.cluster.x-k8s.io", "ipaddresses", ADDRESS_VERSIONS, "IPAddress"),
+            "claims": ("ipam.cluster.x-k8s.io", "ipaddressclaims", ADDRESS_VERSIONS, "IPAddressClaim"),
+            "machines": ("infrastructure.cluster.x-k8s.io", "proxmoxmachines", MACHINE_VERSIONS, "ProxmoxMachine"),
+        }
+        out: dict[str, Any] = {}
+        for key, (group, plural, versions, kind) in wanted.items():
+            version = discover(self.writer, group, plural, versions)
+            if version is None:
+                log.info("kind not served; treated as having no objects", group=group, resource=plural)
+                continue
+            log.info("watching", group=group, version=version, resource=plural)
+            out[key] = self.factory.informer(
+                Resource(group, version, plural, namespaced=True, kind=kind), indexers={"namespace": index_namespace}
+            )
+        return out
 
     # -- event -> key mapping -------------------------------------------------------
     def _wire_handlers(self) -> None:
@@ -165,10 +247,53 @@ class Manager:
             on_delete=on_provider_network,
         )
 
+        def on_subnet(obj: Mapping[str, Any]) -> None:
+            for net in self.listers.networks.by_index("subnet", obj["metadata"]["name"]):
+                q.add(NETWORK + meta_namespace_key(net))
+            # A Subnet bound to an orphaned Vlan holds it: its zone re-checks.
+            v = (obj.get("spec") or {}).get("vlan")
+            vlan = self.listers.vlans.get(v) if v else None
+            zl = ((vlan or {}).get("metadata", {}).get("labels") or {}).get(names.LABEL_ZONE)
+            if zl:
+                q.add(ZONE + zl)
+
+        self.subnets.add_event_handler(
+            on_add=on_subnet, on_update=lambda old, new: (on_subnet(old), on_subnet(new)), on_delete=on_subnet
+        )
+
+        def networks_of_pool(ns: str, pool: str) -> None:
+            for net in self.listers.networks.by_index("ippool", f"{ns}/{pool}"):
+                q.add(NETWORK + meta_namespace_key(net))
+
+        def on_pool(obj: Mapping[str, Any]) -> None:
+            networks_of_pool(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+        def on_pool_ref(obj: Mapping[str, Any]) -> None:
+            ref = (obj.get("spec") or {}).get("poolRef") or {}
+            if isinstance(ref, Mapping) and ref.get("name"):
+                networks_of_pool(obj["metadata"].get("namespace", ""), str(ref["name"]))
+
+        def on_machine(obj: Mapping[str, Any]) -> None:
+            for ref in machine_pool_refs(obj):
+                if ref.get("name"):
+                    networks_of_pool(obj["metadata"].get("namespace", ""), str(ref["name"]))
+
+        for key, handler in (("pools", on_pool), ("addresses", on_pool_ref), ("claims", on_pool_ref),
+                             ("machines", on_machine)):
+            inf = self.optional.get(key)
+            if inf is not None:
+                inf.add_event_handler(
+                    on_add=handler,
+                    on_update=lambda old, new, h=handler: (h(old), h(new)),
+                    on_delete=handler,
+                )
+
     # -- running ------------------------------------------------------------------
     def start(self) -> None:
         """Start the informers, wait for every cache (no allocation before that:
         product-decisions.md §4.4, field report B01), then start workers and resync."""
+        if self.events is not None:
+            self.events.start()
         self.factory.start()
         if not self.factory.wait_for_cache_sync(self.options.cache_sync_timeout):
             raise RuntimeError("informer caches did not sync in time")
@@ -182,15 +307,21 @@ class Manager:
         self._threads.append(t)
 
     def stop(self) -> None:
+        """Stop workers first (a pass in flight finishes), then the informers and Events."""
         self._stop.set()
         self.queue.shutdown()
-        self.factory.stop()
         for t in self._threads:
             t.join(timeout=5)
             if t.is_alive():
-                import sys, traceback
-                frame = sys._current_frames().get(t.ident)
-                log.error("thread did not stop", thread=t.name, stack="".join(traceback.format_stack(frame)) if frame else "")
+                import sys
+                import traceback
+
+                frame = sys._current_frames().get(t.ident or 0)
+                stack = "".join(traceback.format_stack(frame)) if frame else ""
+                log.error("thread did not stop", thread=t.name, stack=stack)
+        self.factory.stop()
+        if self.events is not None:
+            self.events.stop()
 
     def wait(self) -> None:
         self._stop.wait()

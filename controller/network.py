@@ -1,14 +1,16 @@
-"""ProxmoxNetwork reconcile (reference-behaviour.md §5, first part: finalizer, zone,
-namespace, VLAN).
+"""ProxmoxNetwork reconcile (reference-behaviour.md §5 and §6).
 
-One pass reads the network and its zone from the caches, adopts or creates the Vlan, and
-derives the whole status again; the status is written only when it differs from the
-stored one, so a converged network costs no write (``product-decisions.md`` §6).
+One pass reads the network and everything it depends on from the caches, adopts or
+creates the Vlan, and derives the whole status again; the status is written only when it
+differs from the stored one, so a converged network costs no write
+(``product-decisions.md`` §6). A deleting network walks the release order of §6 and never
+lets the VLAN go while a consumer, the Subnet, or a Kube-OVN reference may still use it.
 """
 
 from __future__ import annotations
 
 import copy
+import datetime as _dt
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,12 +18,27 @@ import attrs
 import structlog
 
 from controller import allocator, names
-from controller.conditions import FALSE, TRUE, UNKNOWN, Clock, compute_ready, find, remove_condition, set_condition, utc_now
+from controller.addresses import check_pool_split, prefix_bits
+from controller.conditions import (
+    FALSE,
+    TRUE,
+    UNKNOWN,
+    Clock,
+    compute_ready,
+    find,
+    remove_condition,
+    rfc3339,
+    set_condition,
+    utc_now,
+)
+from controller.consumers import count_consumers
+from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
+from controller.prune import go_list, track_deleted_subnets
 from controller.recent import RecentWrites
 from controller.selectors import InvalidSelector, matches
-from controller.vlans import VlanManager
-from informers import ThreadSafeStore
+from controller.vlans import VlanManager, vlan_owner
+from informers import ThreadSafeStore, meta_namespace_key
 
 log = structlog.get_logger(__name__)
 
@@ -29,6 +46,20 @@ GATEWAY_DISABLED_MESSAGE = (
     "the controller does not manage the router port's HA chassis group (--manage-gateway-chassis=false)"
 )
 WAITING_FOR_VLAN = "waits for a VLAN to be allocated"
+RESYNC_PERIOD = 600.0  # §5.10 with management off
+IN_USE_RETRY = 30.0
+SUBNET_EXISTS_RETRY = 30.0
+SUBNET_DELETING_RETRY = 10.0
+GATEWAY_RELEASE_RETRY = 30.0
+VLAN_REFERENCED_RETRY = 10.0
+SWITCH_DELETING_RETRY = 10.0
+DEFAULT_PRUNE_TIMEOUT = 600.0
+
+# Ready reasons an operator only needs to know about, not act on: their Events are Normal.
+NORMAL_REASONS = frozenset(
+    {"Ready", "Pending", "InUse", "SubnetStillExists", "SubnetDeleting", "VLANStillReferenced", "SwitchDeleting",
+     "SubnetNotReady"}
+)
 
 
 @attrs.frozen
@@ -40,13 +71,33 @@ class Result:
 
 @attrs.define
 class Listers:
-    """The shared caches one pass reads (all synced before any worker starts)."""
+    """The shared caches one pass reads (all synced before any worker starts).
+
+    ``machines``, ``addresses`` and ``claims`` are None when the API server does not
+    serve those kinds (capmox or CAPI IPAM not installed): they then hold nothing.
+    """
 
     networks: ThreadSafeStore
     zones: ThreadSafeStore
     vlans: ThreadSafeStore
     namespaces: ThreadSafeStore
     provider_networks: ThreadSafeStore
+    subnets: ThreadSafeStore | None = None
+    pools: ThreadSafeStore | None = None
+    machines: ThreadSafeStore | None = None
+    addresses: ThreadSafeStore | None = None
+    claims: ThreadSafeStore | None = None
+
+
+def in_namespace(store: ThreadSafeStore | None, ns: str) -> list[dict[str, Any]]:
+    """Objects of a namespaced store in ``ns`` (index ``namespace``)."""
+    return [] if store is None else store.by_index("namespace", ns)
+
+
+def index_namespace(obj: Mapping[str, Any]) -> list[str]:
+    """Indexer ``namespace``."""
+    ns = (obj.get("metadata") or {}).get("namespace")
+    return [ns] if ns else []
 
 
 def network_index_zone(net: Mapping[str, Any]) -> list[str]:
@@ -59,6 +110,13 @@ def network_index_subnet(net: Mapping[str, Any]) -> list[str]:
     """Indexer ``subnet``: ``spec.subnet`` of a ProxmoxNetwork."""
     s = (net.get("spec") or {}).get("subnet")
     return [s] if isinstance(s, str) and s else []
+
+
+def network_index_pool(net: Mapping[str, Any]) -> list[str]:
+    """Indexer ``ippool``: ``<namespace>/<spec.ipPool>``."""
+    p = (net.get("spec") or {}).get("ipPool")
+    ns = (net.get("metadata") or {}).get("namespace")
+    return [f"{ns}/{p}"] if isinstance(p, str) and p and ns else []
 
 
 def set_not_ready(
@@ -88,8 +146,62 @@ def duplicate_holders(vlan: Mapping[str, Any], on_provider: list[dict[str, Any]]
     )
 
 
+def namespace_triple(net: Mapping[str, Any]) -> str | None:
+    """``<bridge>/<vlan>/<ipPool>`` of a network with a VLAN and a bridge (§5.9)."""
+    st = net.get("status") or {}
+    vlan, bridge = st.get("vlan"), st.get("bridge")
+    if not vlan or not bridge:
+        return None
+    return f"{bridge}/{vlan}/{(net.get('spec') or {}).get('ipPool', '')}"
+
+
+def subnet_conditions(subnet: Mapping[str, Any]) -> tuple[str, str, str]:
+    """SubnetReady (status, reason, message) from Kube-OVN's conditions (§5.5)."""
+    conds = (subnet.get("status") or {}).get("conditions") or []
+    ready = find(conds, "Ready")
+    if ready is not None and ready.get("status") == TRUE:
+        return TRUE, "Ready", "Kube-OVN reports the subnet Ready"
+    reason = "SubnetNotReady"
+    message = (ready or {}).get("message") or "Kube-OVN has not reported the subnet Ready yet"
+    validated = find(conds, "Validated")
+    if validated is not None and validated.get("status") == FALSE:
+        reason, message = "SubnetInvalid", validated.get("message") or ""
+    return FALSE, reason, message
+
+
+def parse_time(value: Any) -> _dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return _dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(_dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+def annotation_patch(obj: Mapping[str, Any], key: str, value: str | None) -> list[dict[str, Any]]:
+    """JSON patch setting (or removing, for None) one annotation, guarded by resourceVersion."""
+    meta = obj.get("metadata") or {}
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion", "")}
+    ]
+    path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+    annotations = meta.get("annotations")
+    if value is None:
+        ops.append({"op": "remove", "path": path})
+    elif not annotations:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {key: value}})
+    else:
+        ops.append({"op": "add", "path": path, "value": value})
+    return ops
+
+
 class NetworkReconciler:
-    """Reconciles one ProxmoxNetwork key ``<namespace>/<name>`` per call."""
+    """Reconciles one ProxmoxNetwork key ``<namespace>/<name>`` per call.
+
+    :param gateway_release: called during deletion (§6 step 3) with the network; returns
+        None when the network's HA chassis group is gone, else the error text. The OVN
+        work plugs in here; without it nothing is held.
+    """
 
     def __init__(
         self,
@@ -98,6 +210,9 @@ class NetworkReconciler:
         vlans: VlanManager,
         manage_gateway: bool,
         now: Clock = utc_now,
+        events: EventRecorder | None = None,
+        prune_timeout: float = DEFAULT_PRUNE_TIMEOUT,
+        gateway_release: Callable[[Mapping[str, Any]], str | None] | None = None,
         on_status: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.l = listers
@@ -105,10 +220,19 @@ class NetworkReconciler:
         self.vlans = vlans
         self.manage_gateway = manage_gateway
         self.now = now
+        self.events = events
+        self.prune_timeout = prune_timeout if prune_timeout > 0 else DEFAULT_PRUNE_TIMEOUT
+        self.gateway_release = gateway_release or (lambda net: None)
         self.on_status = on_status or (lambda net: None)
-        # Read-your-writes for our own finalizer and status writes (see controller.recent).
+        # Read-your-writes for our own writes (see controller.recent).
         self.recent = RecentWrites(listers.networks)
+        self.recent_namespaces = RecentWrites(listers.namespaces)
 
+    def _event(self, obj: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
+        if self.events is not None:
+            self.events.event(obj, etype, reason, message)
+
+    # -- entry -----------------------------------------------------------------------
     def reconcile(self, key: str) -> Result:
         """One pass over network ``key``.
 
@@ -117,12 +241,12 @@ class NetworkReconciler:
         """
         net = self.recent.get(key)
         if net is None:
+            ns = key.partition("/")[0]
+            self._sync_namespace(ns)
             return Result()
         meta = net["metadata"]
         if meta.get("deletionTimestamp"):
-            # Deletion (consumers, subnet, prune timers, release) comes with the lifecycle
-            # work; until then a deleting network keeps everything it holds.
-            return Result()
+            return self._finalize(key, net)
         if names.FINALIZER not in (meta.get("finalizers") or []):
             net = self._write(key, lambda: self.writer.add_finalizer(names.PROXMOX_NETWORKS, net, names.FINALIZER))
             meta = net["metadata"]
@@ -133,15 +257,14 @@ class NetworkReconciler:
         status["observedGeneration"] = gen
         conds: list[dict[str, Any]] = status.setdefault("conditions", [])
         self._fill(net, status, conds, gen)
-        if not conds:
-            status.pop("conditions")
 
-        if status != old_status:
-            body = copy.deepcopy(net)
-            body["status"] = status
-            net = self._write(key, lambda: self.writer.update_status(names.PROXMOX_NETWORKS, body))
+        triple = namespace_triple({"spec": net.get("spec"), "status": status})
+        if triple:
+            self._add_to_namespace(meta["namespace"], triple)
+        net = self._write_status(key, net, old_status, status)
         self.on_status(net)
-        return Result()
+        self._sync_namespace(meta["namespace"])
+        return Result(RESYNC_PERIOD if not self.manage_gateway else None)
 
     def _write(self, key: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         try:
@@ -153,7 +276,22 @@ class NetworkReconciler:
         self.recent.wrote(obj)
         return obj
 
-    # -- the functional part ---------------------------------------------------------
+    def _write_status(self, key: str, net: dict[str, Any], old: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+        if status == old:
+            return net
+        body = copy.deepcopy(net)
+        body["status"] = status
+        written = self._write(key, lambda: self.writer.update_status(names.PROXMOX_NETWORKS, body))
+        before = find(old.get("conditions"), names.READY)
+        after = find(status.get("conditions"), names.READY)
+        if after is not None and (
+            before is None or (before.get("status"), before.get("reason")) != (after.get("status"), after.get("reason"))
+        ):
+            etype = NORMAL if after.get("reason") in NORMAL_REASONS else WARNING
+            self._event(written, etype, after.get("reason", ""), after.get("message", ""))
+        return written
+
+    # -- the non-deleting pass (§5.2-§5.8) ---------------------------------------------
     def _fill(self, net: dict[str, Any], status: dict[str, Any], conds: list[dict[str, Any]], gen: int) -> None:
         meta, spec = net["metadata"], net.get("spec") or {}
         ns, name = meta["namespace"], meta["name"]
@@ -188,6 +326,9 @@ class NetworkReconciler:
         vlan = out.vlan
         vid = allocator.vlan_id(vlan)
         bridge = str(zspec.get("bridge") or "")
+        provider = str(zspec.get("providerNetwork") or "")
+        if out.allocated:
+            self._event(net, NORMAL, "VLANAllocated", f'allocated VLAN {vid} on provider "{provider}" (Vlan "{vlan["metadata"]["name"]}")')
         status["vlan"] = vid if vid is not None else 0
         status["vlanName"] = vlan["metadata"]["name"]
         status["bridge"] = bridge
@@ -196,7 +337,6 @@ class NetworkReconciler:
             status["mtu"] = mtu
         else:
             status.pop("mtu", None)
-        provider = str(zspec.get("providerNetwork") or "")
         if (vlan.get("status") or {}).get("conflict") is True:
             not_ready(
                 "VLANConflict",
@@ -213,13 +353,91 @@ class NetworkReconciler:
         if static is not None and static != vid:
             msg += f"; the static assignment asks for VLAN {static}, which applies only when the network is recreated"
         set_condition(conds, names.VLAN_ALLOCATED, TRUE, "Allocated", msg, gen, now)
-        # Subnet, pool and gateway steps arrive with the lifecycle and OVN work; a
-        # dependent still Unknown/WaitingForVLAN from an earlier pass no longer applies.
-        for dep in (names.SUBNET_READY, names.IPPOOL_READY, names.GATEWAY_READY):
-            c = find(conds, dep)
-            if c is not None and c.get("reason") == "WaitingForVLAN":
-                remove_condition(conds, dep)
+
+        subnet = self._subnet_step(net, status, conds, gen, status["vlanName"])
+        self._pool_step(net, status, conds, gen, subnet)
+        if self.manage_gateway:
+            # The OVN NB step plugs in here; until it lands only the unbound case is decided.
+            if subnet is None:
+                set_condition(conds, names.GATEWAY_READY, UNKNOWN, "SubnetUnavailable",
+                              "the router port is looked up once the subnet is bound", gen, now)
+            else:
+                c = find(conds, names.GATEWAY_READY)
+                if c is not None and c.get("reason") in ("SubnetUnavailable", "WaitingForVLAN"):
+                    remove_condition(conds, names.GATEWAY_READY)
         compute_ready(conds, gen, now)
+
+    def _subnet_step(
+        self, net: dict[str, Any], status: dict[str, Any], conds: list[dict[str, Any]], gen: int, vlan_name: str
+    ) -> dict[str, Any] | None:
+        """§5.5; returns the Subnet when it is bound to our Vlan, else None."""
+        sname = str((net.get("spec") or {}).get("subnet") or "")
+        sub = self.l.subnets.get(sname) if self.l.subnets is not None else None
+        if sub is None:
+            set_condition(conds, names.SUBNET_READY, FALSE, "SubnetNotFound",
+                          f'Kube-OVN Subnet "{sname}" does not exist', gen, self.now)
+            return None
+        sspec = sub.get("spec") or {}
+        actual = sspec.get("vlan") or ""
+        if actual != vlan_name:
+            set_condition(conds, names.SUBNET_READY, FALSE, "SubnetNotBound",
+                          f'Subnet "{sname}" has spec.vlan "{actual}", expected "{vlan_name}"', gen, self.now)
+            return None
+        smeta = sub.get("metadata") or {}
+        if not smeta.get("deletionTimestamp") and names.FINALIZER not in (smeta.get("finalizers") or []):
+            sub = self.writer.add_finalizer(names.SUBNETS, sub, names.FINALIZER)
+        cidr = str(sspec.get("cidrBlock") or "")
+        status["cidr"] = cidr
+        gateway = sspec.get("gateway")
+        if gateway:
+            status["gateway"] = gateway
+        else:
+            status.pop("gateway", None)
+        bits = prefix_bits(cidr)
+        if bits is not None:
+            status["prefix"] = bits
+        st, reason, message = subnet_conditions(sub)
+        set_condition(conds, names.SUBNET_READY, st, reason, message, gen, self.now)
+        return sub
+
+    def _pool_step(
+        self, net: dict[str, Any], status: dict[str, Any], conds: list[dict[str, Any]], gen: int,
+        subnet: dict[str, Any] | None,
+    ) -> None:
+        """§5.6."""
+        ns = net["metadata"]["namespace"]
+        pname = str((net.get("spec") or {}).get("ipPool") or "")
+        pool = self.l.pools.get(f"{ns}/{pname}") if self.l.pools is not None else None
+        now = self.now
+        if pool is None:
+            status.pop("ipPool", None)
+            set_condition(conds, names.IPPOOL_READY, FALSE, "PoolNotFound",
+                          f'InClusterIPPool "{pname}" does not exist in this namespace', gen, now)
+            return
+        ip = (pool.get("status") or {}).get("ipAddresses")
+        if isinstance(ip, Mapping):
+            status["ipPool"] = {k: ip.get(k) if isinstance(ip.get(k), int) else 0 for k in ("total", "used", "free")}
+        if subnet is None:
+            set_condition(conds, names.IPPOOL_READY, UNKNOWN, "SubnetUnavailable",
+                          "the pool is checked against the subnet once the subnet is bound", gen, now)
+            return
+        sspec = subnet.get("spec") or {}
+        excludes = sspec.get("excludeIps") or []
+        failure = check_pool_split(
+            str(sspec.get("cidrBlock") or ""),
+            str(sspec.get("gateway") or ""),
+            [str(e) for e in excludes] if isinstance(excludes, list) else [],
+            pool.get("spec") or {},
+        )
+        if failure is not None:
+            set_condition(conds, names.IPPOOL_READY, FALSE, failure[0], failure[1], gen, now)
+            return
+        usage = status.get("ipPool")
+        if usage and usage.get("total", 0) > 0 and usage.get("free", 0) == 0:
+            set_condition(conds, names.IPPOOL_READY, TRUE, "PoolExhausted",
+                          f"all {usage['total']} addresses of the pool are allocated; new machines will wait", gen, now)
+            return
+        set_condition(conds, names.IPPOOL_READY, TRUE, "Ready", "pool lies inside the subnet's excludeIps", gen, now)
 
     def _namespace_allowed(self, ns: str, selector: Any) -> bool:
         if selector is None:
@@ -232,3 +450,205 @@ class NetworkReconciler:
             return matches(selector, labels)
         except InvalidSelector:
             return False
+
+    # -- namespace annotation (§5.9) ----------------------------------------------------------
+    def _namespace_value(self, ns: str) -> tuple[dict[str, Any] | None, str]:
+        obj = self.recent_namespaces.get(ns)
+        if obj is None:
+            return None, ""
+        return obj, ((obj.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_NAMESPACE_NETWORKS, "")
+
+    def _patch_namespace(self, ns: str, value: str | None) -> None:
+        patch = {"metadata": {"annotations": {names.ANNOTATION_NAMESPACE_NETWORKS: value}}}
+        try:
+            written = self.writer.merge_patch(names.NAMESPACES, ns, patch)
+        except ApiError as err:
+            if err.not_found:
+                return
+            raise
+        self.recent_namespaces.wrote(written)
+
+    def _add_to_namespace(self, ns: str, triple: str) -> None:
+        obj, value = self._namespace_value(ns)
+        if obj is None:
+            return
+        items = value.split(",") if value else []
+        if triple in items:
+            return
+        self._patch_namespace(ns, ",".join(sorted(items + [triple])))
+
+    def _sync_namespace(self, ns: str) -> None:
+        obj, value = self._namespace_value(ns)
+        if obj is None:
+            return
+        triples = []
+        for n in self.l.networks.by_index("namespace", ns):
+            n = self.recent.get(meta_namespace_key(n)) or n
+            m = n.get("metadata") or {}
+            if m.get("deletionTimestamp") and names.FINALIZER not in (m.get("finalizers") or []):
+                continue
+            t = namespace_triple(n)
+            if t:
+                triples.append(t)
+        desired = ",".join(sorted(triples))
+        if desired == value:
+            return
+        self._patch_namespace(ns, desired or None)
+
+    # -- deletion (§6) -------------------------------------------------------------------
+    def _finalize(self, key: str, net: dict[str, Any]) -> Result:
+        meta, spec = net["metadata"], net.get("spec") or {}
+        if names.FINALIZER not in (meta.get("finalizers") or []):
+            return Result()
+        ns, name = meta["namespace"], meta["name"]
+        gen = int(meta.get("generation") or 0)
+        old = net.get("status") or {}
+        status = copy.deepcopy(old)
+        conds: list[dict[str, Any]] = status.setdefault("conditions", [])
+        prev_switch = find(old.get("conditions"), names.SWITCH_DELETED)
+        remove_condition(conds, names.SWITCH_DELETED)
+        vid = int(status.get("vlan") or 0)
+        pname = str(spec.get("ipPool") or "")
+        sname = str(spec.get("subnet") or "")
+
+        def wait(reason: str, message: str, after: float) -> Result:
+            set_condition(conds, names.READY, FALSE, reason, message, gen, self.now)
+            self._write_status(key, net, old, status)
+            return Result(after)
+
+        # 1. Consumers.
+        pool = self.l.pools.get(f"{ns}/{pname}") if self.l.pools is not None else None
+        consumers = count_consumers(
+            pool, pname,
+            in_namespace(self.l.machines, ns), in_namespace(self.l.addresses, ns), in_namespace(self.l.claims, ns),
+        )
+        if consumers.busy:
+            return wait("InUse", consumers.message(pname, vid, sname), IN_USE_RETRY)
+
+        # 2. The Subnet (read from the API: a release is never decided on a lagging cache).
+        try:
+            sub = self.writer.get(names.SUBNETS, sname)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            sub = None
+        if sub is not None:
+            if not (sub.get("metadata") or {}).get("deletionTimestamp"):
+                return wait("SubnetStillExists",
+                            f'Subnet "{sname}" still exists; VLAN {vid} is released after it is deleted', SUBNET_EXISTS_RETRY)
+            try:
+                self.writer.remove_finalizer(names.SUBNETS, sub, names.FINALIZER)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+            return wait("SubnetDeleting",
+                        f'waiting for Kube-OVN to delete Subnet "{sname}" before VLAN {vid} is released',
+                        SUBNET_DELETING_RETRY)
+
+        # 3. Gateway release (holds the VLAN while the NB still points at it).
+        if self.manage_gateway and vid:
+            err_text = self.gateway_release(net)
+            if err_text:
+                return wait("GatewayReleasePending",
+                            f"could not delete the network's HA chassis group from OVN NB: {err_text}",
+                            GATEWAY_RELEASE_RETRY)
+
+        # 4. The Vlan.
+        try:
+            vlan = self.writer.get(names.VLANS, sname)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            vlan = None
+        if vlan is not None and vlan_owner(vlan) == (ns, name):
+            live, gone = self._split_listed_subnets(vlan)
+            now = self.now()
+            not_before = parse_time(meta.get("deletionTimestamp"))
+            vlan, newest = self._track_timers(vlan, gone, now, not_before)
+            if gone:
+                ltt = prev_switch.get("lastTransitionTime") if prev_switch and prev_switch.get("status") == FALSE else rfc3339(now)
+                conds.append({
+                    "type": names.SWITCH_DELETED, "status": FALSE, "reason": "ListedOnVlan",
+                    "message": f"Kube-OVN still lists deleted subnets {go_list(gone)} on the Vlan",
+                    "observedGeneration": gen, "lastTransitionTime": ltt,
+                })
+            vname = vlan["metadata"]["name"]
+            if live:
+                return wait("VLANStillReferenced",
+                            f'Kube-OVN still lists subnets {go_list(live)} on Vlan "{vname}"', VLAN_REFERENCED_RETRY)
+            timed_out = False
+            if gone and newest is not None:
+                deadline = newest + _dt.timedelta(seconds=self.prune_timeout)
+                remaining = (deadline - now).total_seconds()
+                if remaining > 0:
+                    return wait(
+                        "SwitchDeleting",
+                        f'Kube-OVN still lists deleted subnets {go_list(gone)} on Vlan "{vname}" until it has deleted '
+                        f"their logical switches; VLAN {allocator.vlan_id(vlan)} is released then, or at "
+                        f"{rfc3339(deadline)} at the latest",
+                        min(remaining, SWITCH_DELETING_RETRY),
+                    )
+                timed_out = True
+                log.info("Kube-OVN did not prune deleted subnets from the Vlan in time; releasing the VLAN anyway",
+                         vlan=allocator.vlan_id(vlan), subnets=gone, timeout=self.prune_timeout)
+            self._release_vlan(vlan)
+            zone = (vlan["metadata"].get("labels") or {}).get(names.LABEL_ZONE, "")
+            log.info("released VLAN", zone=zone, vlan=allocator.vlan_id(vlan), subnet=sname, network=key)
+            if timed_out:
+                self._event(net, WARNING, "VLANReleasedAfterPruneTimeout",
+                            f"released VLAN {allocator.vlan_id(vlan)}: Kube-OVN still listed deleted subnets "
+                            f"{go_list(gone)} after the prune timeout of {int(self.prune_timeout)}s")
+            else:
+                self._event(net, NORMAL, "VLANReleased", f'released VLAN {allocator.vlan_id(vlan)} (Vlan "{vname}")')
+
+        # 5. Our finalizer.
+        try:
+            self._write(key, lambda: self.writer.remove_finalizer(names.PROXMOX_NETWORKS, net, names.FINALIZER) or net)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+        return Result()
+
+    def _split_listed_subnets(self, vlan: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        """``status.subnets`` of a Vlan split into live (Get succeeds, Terminating
+        included) and gone (NotFound) names, from the API."""
+        live, gone = [], []
+        for s in (vlan.get("status") or {}).get("subnets") or []:
+            if not isinstance(s, str) or not s:
+                continue
+            try:
+                self.writer.get(names.SUBNETS, s)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+                gone.append(s)
+                continue
+            live.append(s)
+        return live, gone
+
+    def _track_timers(
+        self, vlan: dict[str, Any], gone: list[str], now: _dt.datetime, not_before: _dt.datetime | None
+    ) -> tuple[dict[str, Any], _dt.datetime | None]:
+        """Update the ``deleted-subnets`` prune timers on the Vlan (§7.1); returns the
+        (possibly patched) Vlan and the newest timer start."""
+        stored = ((vlan.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_DELETED_SUBNETS)
+        res = track_deleted_subnets(stored, gone, now, not_before)
+        if res.changed:
+            vlan = self.writer.json_patch(
+                names.VLANS, vlan["metadata"]["name"],
+                annotation_patch(vlan, names.ANNOTATION_DELETED_SUBNETS, res.desired),
+            )
+        return vlan, res.newest
+
+    def _release_vlan(self, vlan: dict[str, Any]) -> None:
+        """Remove our finalizer from the Vlan and delete it (NotFound ignored)."""
+        try:
+            self.writer.remove_finalizer(names.VLANS, vlan, names.FINALIZER)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+        try:
+            self.writer.delete(names.VLANS, vlan["metadata"]["name"])
+        except ApiError as err:
+            if not err.not_found:
+                raise

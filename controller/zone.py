@@ -8,17 +8,23 @@ the lifecycle work.
 from __future__ import annotations
 
 import copy
+import datetime as _dt
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
 from controller import allocator, names
 from controller.conditions import FALSE, TRUE, Clock, set_condition, utc_now
+from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
 from controller.recent import RecentWrites
-from controller.network import Listers, Result
-from controller.vlans import VlanManager
+from controller.network import DEFAULT_PRUNE_TIMEOUT, Listers, NetworkReconciler, Result
+from controller.prune import go_list
+from controller.vlans import VlanManager, vlan_owner
+
+ZONE_RESYNC = 600.0  # §8 step 11
 
 log = structlog.get_logger(__name__)
 
@@ -36,11 +42,24 @@ def duplicates_on(vlans: list[dict[str, Any]]) -> dict[int, list[str]]:
 class ZoneReconciler:
     """Reconciles one ProxmoxNetworkZone key (its name) per call."""
 
-    def __init__(self, listers: Listers, writer: KubeWriter, vlans: VlanManager, now: Clock = utc_now) -> None:
+    def __init__(
+        self,
+        listers: Listers,
+        writer: KubeWriter,
+        vlans: VlanManager,
+        now: Clock = utc_now,
+        events: EventRecorder | None = None,
+        networks: NetworkReconciler | None = None,
+        prune_timeout: float = DEFAULT_PRUNE_TIMEOUT,
+    ) -> None:
         self.l = listers
         self.writer = writer
         self.vlans = vlans
         self.now = now
+        self.events = events
+        # The network reconciler owns the Vlan release helpers (prune timers, finalizer).
+        self.networks = networks
+        self.prune_timeout = prune_timeout if prune_timeout > 0 else DEFAULT_PRUNE_TIMEOUT
         self.recent = RecentWrites(listers.zones)
 
     def reconcile(self, key: str) -> Result:
@@ -52,7 +71,7 @@ class ZoneReconciler:
         status = copy.deepcopy(old)
         status["observedGeneration"] = gen
         conds: list[dict[str, Any]] = status.setdefault("conditions", [])
-        self._fill(zone, status, conds, gen)
+        requeue = self._fill(zone, status, conds, gen)
         if status != old:
             body = copy.deepcopy(zone)
             body["status"] = status
@@ -62,9 +81,17 @@ class ZoneReconciler:
                 if err.conflict:
                     self.recent.forget(key)
                 raise
-        return Result()
+            before = next((c for c in old.get("conditions") or [] if c.get("type") == names.READY), None)
+            after = next((c for c in conds if c.get("type") == names.READY), None)
+            if self.events is not None and after is not None and (
+                before is None or (before.get("status"), before.get("reason")) != (after.get("status"), after.get("reason"))
+            ):
+                self.events.event(zone, NORMAL if after.get("status") == TRUE else WARNING,
+                                  after.get("reason", ""), after.get("message", ""))
+        return Result(requeue)
 
-    def _fill(self, zone: dict[str, Any], status: dict[str, Any], conds: list[dict[str, Any]], gen: int) -> None:
+    def _fill(self, zone: dict[str, Any], status: dict[str, Any], conds: list[dict[str, Any]], gen: int) -> float | None:
+        """Fill the zone status; returns the requeue delay (10 min, or an orphan's recheck)."""
         spec = zone.get("spec") or {}
         name = zone["metadata"]["name"]
         now = self.now
@@ -72,7 +99,7 @@ class ZoneReconciler:
             cands = allocator.candidates(spec)
         except allocator.VLANRangeError as err:
             set_condition(conds, names.READY, FALSE, "ZoneInvalid", str(err), gen, now)
-            return
+            return None
         provider = str(spec.get("providerNetwork") or "")
         on_provider = self.vlans.vlans_on(provider)
         in_range = set(cands)
@@ -81,14 +108,28 @@ class ZoneReconciler:
         }
         labelled = self.l.vlans.by_index("zone", name)
         stranded = []
+        allocated = 0
+        orphans = 0
+        requeue = ZONE_RESYNC
         for v in labelled:
+            allocated += 1
             vid = allocator.vlan_id(v)
             if vid not in in_range and vid not in static:
                 stranded.append(f"{vid} ({v['metadata']['name']})")
+            if not self._is_orphan(v):
+                continue
+            collected, recheck = self._collect_orphan(zone, v)
+            if collected:
+                allocated -= 1
+                continue
+            if recheck is not None:
+                requeue = min(requeue, recheck)
+            if self._is_orphan(v):
+                orphans += 1
         used = allocator.used_vlans(on_provider, provider) | allocator.pinned_vlans(self.l.zones.list(), provider)
         free = sum(1 for c in cands if c not in used)
         status["totalVLANs"] = len(cands)
-        status["allocatedVLANs"] = len(labelled)
+        status["allocatedVLANs"] = allocated
         status["freeVLANs"] = free
         status["networks"] = len(self.l.networks.by_index("zone", name))
 
@@ -104,6 +145,8 @@ class ZoneReconciler:
             msg = f"{free} of {len(cands)} VLANs free; trunk ready on {len(nodes)} node(s)"
             if stranded:
                 msg += "; allocated outside the current ranges: " + ", ".join(sorted(stranded))
+            if orphans:
+                msg += f"; {orphans} orphaned Vlan(s) still referenced by a subnet"
         # product-decisions.md §7: every duplicate ID on the provider is named, whatever Ready says.
         dups = duplicates_on(on_provider)
         if dups:
@@ -111,3 +154,57 @@ class ZoneReconciler:
                 f"{vid} ({', '.join(ns)})" for vid, ns in dups.items()
             )
         set_condition(conds, names.READY, ready, reason, msg, gen, now)
+        return requeue
+
+    # -- orphaned Vlans (§8.1) ---------------------------------------------------------
+    def _is_orphan(self, vlan: Mapping[str, Any]) -> bool:
+        """Labelled with an empty owner, or the owning network is NotFound in the cache
+        and then on the API server (never decided on the cache alone)."""
+        ns, nname = vlan_owner(vlan)
+        if not ns or not nname:
+            return True
+        if self.l.networks.get(f"{ns}/{nname}") is not None:
+            return False
+        try:
+            self.writer.get(names.PROXMOX_NETWORKS, nname, ns)
+        except ApiError as err:
+            return err.not_found
+        return False
+
+    def _collect_orphan(self, zone: Mapping[str, Any], vlan: dict[str, Any]) -> tuple[bool, float | None]:
+        """Delete an orphaned Vlan once nothing references it.
+
+        :returns: (collected, seconds until a prune timer runs out or None).
+        """
+        if self.networks is None:
+            return False, None
+        try:
+            vlan = self.writer.get(names.VLANS, vlan["metadata"]["name"])
+        except ApiError as err:
+            if err.not_found:
+                return True, None
+            raise
+        live, gone = self.networks._split_listed_subnets(vlan)
+        now = self.now()
+        vlan, newest = self.networks._track_timers(vlan, gone, now, None)
+        if live:
+            return False, None
+        vname = vlan["metadata"]["name"]
+        if self.l.subnets is not None and self.l.subnets.by_index("vlan", vname):
+            return False, None
+        timed_out = False
+        if gone and newest is not None:
+            left = (newest + _dt.timedelta(seconds=self.prune_timeout) - now).total_seconds()
+            if left > 0:
+                return False, left
+            timed_out = True
+            log.info("Kube-OVN did not prune deleted subnets from the orphaned Vlan in time; collecting it anyway",
+                     vlan=allocator.vlan_id(vlan), name=vname, subnets=gone, timeout=self.prune_timeout)
+        self.networks._release_vlan(vlan)
+        log.info("collected orphaned VLAN", vlan=allocator.vlan_id(vlan), name=vname)
+        if self.events is not None:
+            msg = f'collected orphaned Vlan "{vname}" (VLAN {allocator.vlan_id(vlan)})'
+            if timed_out:
+                msg += f"; Kube-OVN still listed deleted subnets {go_list(gone)} after the prune timeout"
+            self.events.event(zone, NORMAL, "OrphanedVLANCollected", msg)
+        return True, None

@@ -59,7 +59,8 @@ def wait_reason(admin, ns, name, expected_reason):
 def test_allocates_lowest_free_and_creates_the_vlan(admin, ctl, provider, unique_namespace):
     zname = unique("zone")
     admin.create_zone(zname, provider, ["100-103"], reservedVLANs=[100], mtu=1450)
-    admin.create_network(unique_namespace, "net-a", zname, unique("sub-a"))
+    sub = unique("sub-a")
+    admin.create_network(unique_namespace, "net-a", zname, sub)
     net = wait_reason(admin, unique_namespace, "net-a", "Allocated")
 
     st = net["status"]
@@ -70,7 +71,9 @@ def test_allocates_lowest_free_and_creates_the_vlan(admin, ctl, provider, unique
     assert FINALIZER in net["metadata"]["finalizers"]
     # Gateway management off: Disabled, ignored by Ready; the next unmet condition decides.
     assert reason(net, "GatewayReady")[:2] == ("Unknown", "Disabled")
-    assert reason(net, "Ready") == ("False", "Pending", "SubnetReady has not been evaluated")
+    # No Subnet yet: the first unmet condition decides Ready (§5.8).
+    assert reason(net, "SubnetReady") == ("False", "SubnetNotFound", f'Kube-OVN Subnet "{sub}" does not exist')
+    assert reason(net, "Ready") == ("False", "SubnetNotFound", f'Kube-OVN Subnet "{sub}" does not exist')
 
     vlan = admin.vlan(st["vlanName"])
     assert vlan["spec"] == {"id": 101, "provider": provider}

@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from kubernetes import config as k8s_config
-
-from controller.main import configure_logging
+from controller.main import configure_logging, load_api_client
 from controller.manager import Manager, Options
 
 
@@ -21,7 +19,7 @@ def running_controller(cluster, **options) -> Iterator[Manager]:
     configure_logging("info", "console")
     opts = {"manage_gateway": False, "workers": 4, "resync_period": 3600.0, "cache_sync_timeout": 60.0}
     opts.update(options)
-    api = k8s_config.new_client_from_config(config_file=str(cluster.controller_kubeconfig))
+    api = load_api_client(str(cluster.controller_kubeconfig))
     mgr = Manager(api, Options(**opts))
     mgr.start()
     try:

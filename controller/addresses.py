@@ -1,0 +1,487 @@
+"""Address ranges of Kube-OVN ``excludeIps`` and in-cluster IPAM pools; the pool/subnet split check.
+
+Pure functions of their arguments. Rules: ``reference-behaviour.md`` §5.5 (prefix bits of the
+subnet's ``cidrBlock``), §5.6 (address-range syntax, coverage) and §5.6.1 (``checkPoolSplit``).
+
+**Parser.** The reference parses with Go's ``net/netip`` (``ParseAddr``, ``ParsePrefix``), not with
+``net.ParseIP``/``ParseCIDR``. This module carries its own port of the ``netip`` grammar, because
+Python's :mod:`ipaddress` accepts and refuses different strings. Where they differ, Go wins:
+
+* prefix lengths: ``10.0.0.0/024``, ``/00``, ``/+8`` and netmask forms (``/255.255.255.0``) are
+  not CIDRs; a CIDR needs a ``/`` (``ipaddress`` reads ``10.0.0.1`` as ``/32``);
+* IPv6 zones: ``fe80::1%eth0`` is a valid *address* (not a valid CIDR). Any non-empty zone is
+  taken as written, so ``fe80::1%a%b`` is an address with zone ``a%b``, and ``fe80::%eth0/64``
+  (no CIDR, since prefixes carry no zone) is the single address ``fe80::`` with zone ``eth0/64``.
+  ``ipaddress`` refuses both; we build the scoped :class:`ipaddress.IPv6Address` ourselves.
+  Order follows ``netip.Addr.Compare``: family, then address, then zone as a string, so
+  ``fd00::ff%eth0`` sorts after ``fd00::ff``;
+* IPv4 with leading zeros (``010.0.0.1``), zones on IPv4 (``1.2.3.4%eth0``) and non-ASCII digits
+  are refused (as by ``ipaddress`` since 3.9.5, but with Go's error text);
+* trimming uses Go's ``strings.TrimSpace`` set (``\\x1c``-``\\x1f`` are *not* trimmed, unlike
+  :meth:`str.strip`);
+* an IPv4-mapped IPv6 address (``::ffff:10.0.0.1``) is IPv6, never IPv4: it neither mixes with
+  an IPv4 bound nor lies inside an IPv4 subnet; it is printed ``::ffff:10.0.0.1`` as Go does.
+
+Quoted values in messages follow Go's ``%q`` (:func:`go_quote`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Union
+
+IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+AddressRange = tuple[IPAddress, IPAddress]
+
+# Go's unicode.IsSpace, used by strings.TrimSpace.
+_GO_SPACE = "\t\n\v\f\r \x85\xa0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000"
+_DIGITS = "0123456789"
+_HEX = "0123456789abcdefABCDEF"
+_INT64_MAX = (1 << 63) - 1
+
+# Condition reasons of §5.6.1 (IPPoolReady=False).
+SUBNET_CIDR_INVALID = "SubnetCIDRInvalid"
+POOL_PREFIX_MISMATCH = "PoolPrefixMismatch"
+POOL_GATEWAY_MISMATCH = "PoolGatewayMismatch"
+SUBNET_EXCLUDE_IPS_INVALID = "SubnetExcludeIPsInvalid"
+POOL_ADDRESS_INVALID = "PoolAddressInvalid"
+POOL_OUTSIDE_SUBNET = "PoolOutsideSubnet"
+POOL_OVERLAPS_SUBNET = "PoolOverlapsSubnet"
+
+
+class AddressError(ValueError):
+    """An address, range or CIDR that cannot be used; ``str(err)`` is the message of the spec."""
+
+
+class _NetipError(ValueError):
+    """A ``netip`` parse failure; ``str(err)`` is Go's error text."""
+
+
+# -- Go formatting helpers -----------------------------------------------------------
+
+
+def go_quote(s: str) -> str:
+    """Quote ``s`` like Go's ``strconv.Quote`` (what ``fmt``'s ``%q`` prints for a string).
+
+    Double quotes around; ``"`` and ``\\`` escaped; printable characters (letters, marks,
+    numbers, punctuation, symbols and the ASCII space) kept as they are; ``\\a \\b \\f \\n
+    \\r \\t \\v`` by name; other characters below U+0020 and U+007F as ``\\xNN``; any other
+    non-printable character as ``\\uNNNN`` or ``\\UNNNNNNNN``. Python's
+    :meth:`str.isprintable` uses the same categories as Go's ``unicode.IsPrint`` (only the
+    Unicode versions may differ).
+    """
+    out = ['"']
+    for ch in s:
+        cp = ord(ch)
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        elif ch in _NAMED_ESCAPES:
+            out.append(_NAMED_ESCAPES[ch])
+        elif cp < 0x20 or cp == 0x7F:
+            out.append(f"\\x{cp:02x}")
+        elif cp < 0x10000:
+            out.append(f"\\u{cp:04x}")
+        else:
+            out.append(f"\\U{cp:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+_NAMED_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v"}
+
+
+def _go_trim(s: str) -> str:
+    return s.strip(_GO_SPACE)
+
+
+# -- netip port ----------------------------------------------------------------------
+
+
+def _addr_error(text: str, msg: str, at: str = "") -> _NetipError:
+    if at:
+        return _NetipError(f"ParseAddr({go_quote(text)}): {msg} (at {go_quote(at)})")
+    return _NetipError(f"ParseAddr({go_quote(text)}): {msg}")
+
+
+def _ipv4_fields(text: str, start: int, end: int) -> list[int]:
+    """The four octets of ``text[start:end]``, Go's ``parseIPv4Fields``; errors quote ``text``."""
+    s = text[start:end]
+    fields: list[int] = []
+    val = 0
+    digits = 0
+    for i, ch in enumerate(s):
+        if "0" <= ch <= "9":
+            if digits == 1 and val == 0:
+                raise _addr_error(text, "IPv4 field has octet with leading zero")
+            val = val * 10 + ord(ch) - 48
+            digits += 1
+            if val > 255:
+                raise _addr_error(text, "IPv4 field has value >255")
+        elif ch == ".":
+            if i == 0 or i == len(s) - 1 or s[i - 1] == ".":
+                raise _addr_error(text, "IPv4 field must have at least one digit", s[i:])
+            if len(fields) == 3:
+                raise _addr_error(text, "IPv4 address too long")
+            fields.append(val)
+            val = 0
+            digits = 0
+        else:
+            raise _addr_error(text, "unexpected character", s[i:])
+    if len(fields) < 3:
+        raise _addr_error(text, "IPv4 address too short")
+    fields.append(val)
+    return fields
+
+
+def _parse_ipv6(text: str) -> tuple[int, str]:
+    """``(value, zone)`` of an IPv6 address, Go's ``parseIPv6``."""
+    s = text
+    zone = ""
+    pct = s.find("%")
+    if pct != -1:
+        s, zone = s[:pct], s[pct + 1 :]
+        if not zone:
+            raise _addr_error(text, "zone must be a non-empty string")
+    ip = [0] * 16
+    ellipsis = -1
+    if len(s) >= 2 and s[0] == ":" and s[1] == ":":
+        ellipsis = 0
+        s = s[2:]
+        if not s:
+            return 0, zone
+    i = 0
+    while i < 16:
+        off = 0
+        acc = 0
+        while off < len(s) and s[off] in _HEX:
+            acc = (acc << 4) + int(s[off], 16)
+            if off > 3:
+                raise _addr_error(text, "each group must have 4 or less digits", s)
+            off += 1
+        if off == 0:
+            raise _addr_error(text, "each colon-separated field must have at least one digit", s)
+        if off < len(s) and s[off] == ".":
+            if ellipsis < 0 and i != 12:
+                raise _addr_error(text, "embedded IPv4 address must replace the final 2 fields of the address", s)
+            if i + 4 > 16:
+                raise _addr_error(text, "too many hex fields to fit an embedded IPv4 at the end of the address", s)
+            end = len(text) - (len(zone) + 1 if zone else 0)
+            ip[i : i + 4] = _ipv4_fields(text, end - len(s), end)
+            s = ""
+            i += 4
+            break
+        ip[i] = acc >> 8
+        ip[i + 1] = acc & 0xFF
+        i += 2
+        s = s[off:]
+        if not s:
+            break
+        if s[0] != ":":
+            raise _addr_error(text, "unexpected character, want colon", s)
+        if len(s) == 1:
+            raise _addr_error(text, "colon must be followed by more characters", s)
+        s = s[1:]
+        if s[0] == ":":
+            if ellipsis >= 0:
+                raise _addr_error(text, "multiple :: in address", s)
+            ellipsis = i
+            s = s[1:]
+            if not s:
+                break
+    if s:
+        raise _addr_error(text, "trailing garbage after address", s)
+    if i < 16:
+        if ellipsis < 0:
+            raise _addr_error(text, "address string too short")
+        n = 16 - i
+        ip[ellipsis + n : 16] = ip[ellipsis:i]
+        ip[ellipsis : ellipsis + n] = [0] * n
+    elif ellipsis >= 0:
+        raise _addr_error(text, "the :: must expand to at least one field of zeros")
+    return int.from_bytes(bytes(ip), "big"), zone
+
+
+def _parse_addr(text: str) -> IPAddress:
+    """Go's ``netip.ParseAddr``: the first ``.``, ``:`` or ``%`` decides the family."""
+    for ch in text:
+        if ch == ".":
+            return ipaddress.IPv4Address(bytes(_ipv4_fields(text, 0, len(text))))
+        if ch == ":":
+            value, zone = _parse_ipv6(text)
+            return _ipv6(value, zone)
+        if ch == "%":
+            raise _addr_error(text, "missing IPv6 address")
+    raise _addr_error(text, "unable to parse IP")
+
+
+def _ipv6(value: int, zone: str) -> ipaddress.IPv6Address:
+    addr = ipaddress.IPv6Address(value)
+    if zone:
+        # ipaddress builds scoped addresses only from text and refuses zones that netip
+        # accepts ("a%b", "eth0/64"); set the scope it stores directly.
+        addr._scope_id = zone  # noqa: SLF001
+    return addr
+
+
+def _parse_prefix(text: str) -> tuple[IPAddress, int]:
+    """Go's ``netip.ParsePrefix``: ``(address as written, prefix bits)``; not masked."""
+
+    def fail(msg: str) -> _NetipError:
+        return _NetipError(f"netip.ParsePrefix({go_quote(text)}): {msg}")
+
+    slash = text.rfind("/")
+    if slash < 0:
+        raise fail("no '/'")
+    try:
+        addr = _parse_addr(text[:slash])
+    except _NetipError as err:
+        raise fail(str(err)) from None
+    if _zone(addr):
+        raise fail("IPv6 zones cannot be present in a prefix")
+    bits_text = text[slash + 1 :]
+    bad_bits = fail("bad bits after slash: " + go_quote(bits_text))
+    if len(bits_text) > 1 and not ("1" <= bits_text[0] <= "9"):
+        raise bad_bits
+    # strconv.Atoi: an optional sign (only reachable for one-character strings, which a
+    # sign alone fails) and ASCII digits, within int64.
+    if not bits_text or any(c not in _DIGITS for c in bits_text):
+        raise bad_bits
+    bits = int(bits_text)
+    if bits > _INT64_MAX:
+        raise bad_bits
+    if bits > addr.max_prefixlen:
+        raise fail("prefix length out of range")
+    return addr, bits
+
+
+def _zone(addr: IPAddress) -> str:
+    return getattr(addr, "scope_id", None) or ""
+
+
+def _key(addr: IPAddress) -> tuple[int, int, str]:
+    """Sort key of ``netip.Addr.Compare``: family (bit length), address, zone."""
+    return addr.max_prefixlen, int(addr), _zone(addr)
+
+
+def _masked(addr: IPAddress, bits: int) -> tuple[int, int]:
+    """First and last address (as integers) of the prefix ``addr/bits``."""
+    host = (1 << (addr.max_prefixlen - bits)) - 1
+    first = int(addr) & ~host
+    return first, first | host
+
+
+def _go_addr_string(addr: IPAddress) -> str:
+    """``netip.Addr.String``: IPv4-mapped IPv6 in dotted form (``::ffff:10.0.0.1``)."""
+    if addr.version == 6 and int(addr) >> 32 == 0xFFFF:
+        text = "::ffff:" + str(ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF))
+    else:
+        text = str(_same_family(int(addr), addr))  # RFC 5952 for IPv6, as Go prints it
+    zone = _zone(addr)
+    return f"{text}%{zone}" if zone else text
+
+
+def _same_family(value: int, like: IPAddress) -> IPAddress:
+    return ipaddress.IPv4Address(value) if like.version == 4 else ipaddress.IPv6Address(value)
+
+
+# -- public API ----------------------------------------------------------------------
+
+
+def parse_address_range(s: str) -> AddressRange:
+    """Parse one ``excludeIps`` or pool ``addresses`` entry into an inclusive range (§5.6).
+
+    Syntax, in this order, after trimming ``s`` (Go ``strings.TrimSpace``):
+
+    1. a CIDR (``netip.ParsePrefix``), masked: ``10.0.0.7/30`` -> 10.0.0.4 .. 10.0.0.7;
+    2. if it contains ``..``: split at the first ``..`` (``10.0.0.10..10.0.0.20``);
+    3. if it contains exactly one ``-``: split there (``fd00::1-fd00::ff``);
+    4. otherwise a single address (``10.0.0.5`` -> 10.0.0.5 .. 10.0.0.5).
+
+    Each side of a range is trimmed again and parsed as one address (``netip.ParseAddr``; an
+    IPv6 side may carry a zone, see the module docstring).
+
+    :param s: the entry as stored in the object.
+    :returns: ``(first, last)`` :mod:`ipaddress` addresses of one family, ``first <= last``.
+    :raises AddressError: ``str(err)`` is one of (``<s>`` is the **trimmed** entry in Go
+        ``%q`` quoting, as the reference trims before it formats):
+        ``"<s>" is not an address, range or CIDR`` (empty, garbage, a bad single address),
+        ``"<s>": bad start address``, ``"<s>": bad end address``,
+        ``"<s>" is not an ascending range of one family`` (end before start, IPv4 with IPv6).
+    """
+    s = _go_trim(s)
+    try:
+        addr, bits = _parse_prefix(s)
+    except _NetipError:
+        pass
+    else:
+        first, last = _masked(addr, bits)
+        return _same_family(first, addr), _same_family(last, addr)
+
+    if ".." in s:
+        lo_text, _, hi_text = s.partition("..")
+    elif s.count("-") == 1:
+        lo_text, _, hi_text = s.partition("-")
+    else:
+        try:
+            one = _parse_addr(s)
+        except _NetipError:
+            raise AddressError(f"{go_quote(s)} is not an address, range or CIDR") from None
+        return one, one
+    try:
+        lo = _parse_addr(_go_trim(lo_text))
+    except _NetipError:
+        raise AddressError(f"{go_quote(s)}: bad start address") from None
+    try:
+        hi = _parse_addr(_go_trim(hi_text))
+    except _NetipError:
+        raise AddressError(f"{go_quote(s)}: bad end address") from None
+    if lo.version != hi.version or _key(hi) < _key(lo):
+        raise AddressError(f"{go_quote(s)} is not an ascending range of one family")
+    return lo, hi
+
+
+def covered(start: IPAddress, end: IPAddress, ranges: Iterable[AddressRange]) -> bool:
+    """Whether every address of ``start .. end`` (inclusive) lies in the union of ``ranges`` (§5.6).
+
+    The reference's walk: a cursor starts at ``start``; each sweep over ``ranges`` (in the
+    given order) takes any range containing the cursor and either finishes (its last address
+    is at or past ``end``) or moves the cursor one past its last address. A sweep that moves
+    nothing ends the walk as *not covered*; so does a range ending at the family's last
+    address (``255.255.255.255``, ``ffff:...:ffff``) when ``end`` is still ahead, since
+    there is no address after it. Ranges may come in any order and chain when adjacent; a
+    range of the other family never contains the cursor. Comparisons follow
+    ``netip.Addr.Compare`` (zone as the last tie-break).
+
+    :param start: first address of the range to check.
+    :param end: last address, same family, ``end >= start``.
+    :param ranges: ``(first, last)`` pairs as returned by :func:`parse_address_range`.
+    :returns: ``True`` if covered.
+    """
+    keyed = [(_key(lo), _key(hi)) for lo, hi in ranges]
+    cursor = _key(start)
+    last = _key(end)
+    while True:
+        advanced = False
+        for lo, hi in keyed:
+            if lo <= cursor <= hi:
+                if last <= hi:
+                    return True
+                bits, value, zone = hi
+                if (value + 1) >> bits:  # past the family's last address
+                    return False
+                cursor = (bits, value + 1, zone)
+                advanced = True
+        if not advanced:
+            return False
+
+
+def prefix_bits(cidr: str) -> int | None:
+    """Prefix length of a Subnet ``cidrBlock`` for ``status.prefix`` (§5.5).
+
+    :param cidr: the CIDR as stored (not trimmed), parsed like ``netip.ParsePrefix``.
+    :returns: the bits after the slash (``"10.0.0.7/24"`` -> 24), or ``None`` when it does not
+        parse; the caller then leaves ``status.prefix`` unchanged. A dual-stack value
+        ``"10.0.0.0/24,fd00::/64"`` does not parse (the reference reads one CIDR).
+    """
+    try:
+        return _parse_prefix(cidr)[1]
+    except _NetipError:
+        return None
+
+
+def check_pool_split(
+    subnet_cidr: str,
+    subnet_gateway: str,
+    exclude_ips: Sequence[str] | None,
+    pool_spec: Mapping[str, Any],
+) -> tuple[str, str] | None:
+    """Check that the InClusterIPPool lies inside the Subnet's ``excludeIps`` (§5.6.1).
+
+    Steps, first failure wins:
+
+    1. ``subnet_cidr`` must parse as one CIDR (``netip.ParsePrefix``, not trimmed). A
+       Kube-OVN dual-stack ``cidrBlock`` (``"v4cidr,v6cidr"``) does not, as in the reference.
+       -> ``SubnetCIDRInvalid``, ``subnet cidrBlock "<cidr>": <error>`` where ``<error>`` is
+       Go's text, e.g. ``netip.ParsePrefix("10.0.0.0/33"): prefix length out of range`` or
+       ``netip.ParsePrefix("garbage"): no '/'``. The CIDR is masked; the subnet range is its
+       network address .. last address.
+    2. ``pool_spec["prefix"]`` must equal the prefix bits -> ``PoolPrefixMismatch``,
+       ``pool prefix /<p> differs from subnet <masked prefix>`` (``/25 differs from subnet
+       10.208.64.0/24``). A missing or non-integer prefix counts as 0 (Go's zero value).
+    3. If ``subnet_gateway`` is non-empty, ``pool_spec["gateway"]`` must equal it as a string
+       (no parsing, no trimming) -> ``PoolGatewayMismatch``,
+       ``pool gateway "<pg>" differs from subnet gateway "<g>"``.
+    4. Every ``exclude_ips`` entry must parse (:func:`parse_address_range`), all of them
+       before any pool address -> ``SubnetExcludeIPsInvalid`` with the parse error text.
+    5. For each ``pool_spec["addresses"]`` entry in order: parse failure ->
+       ``PoolAddressInvalid`` (parse error text); first or last address outside the subnet
+       range -> ``PoolOutsideSubnet``, ``pool address "<a>" is outside <masked prefix>``; not
+       covered by the union of ``excludeIps`` (:func:`covered`) -> ``PoolOverlapsSubnet``,
+       ``pool address "<a>" is not in the subnet's excludeIps, so Kube-OVN may hand it to a
+       pod``. ``<a>`` is the entry as written (untrimmed), Go-quoted.
+
+    Not checked (as in the reference): gateway, network or broadcast address inside the pool;
+    the pool's ``excludedAddresses``.
+
+    :param subnet_cidr: Subnet ``spec.cidrBlock``.
+    :param subnet_gateway: Subnet ``spec.gateway`` (``""``/``None`` skips step 3).
+    :param exclude_ips: Subnet ``spec.excludeIps`` (``None`` = none).
+    :param pool_spec: InClusterIPPool ``spec``: ``addresses`` (list of str), ``prefix`` (int),
+        ``gateway`` (str).
+    :returns: ``None`` when the split is sound, else ``(reason, message)``.
+    """
+    try:
+        addr, bits = _parse_prefix(subnet_cidr)
+    except _NetipError as err:
+        return SUBNET_CIDR_INVALID, f"subnet cidrBlock {go_quote(subnet_cidr)}: {err}"
+    first, last = _masked(addr, bits)
+    network = _same_family(first, addr)
+    prefix_text = f"{_go_addr_string(network)}/{bits}"
+    subnet_lo, subnet_hi = _key(network), _key(_same_family(last, addr))
+
+    pool_prefix = pool_spec.get("prefix")
+    if not isinstance(pool_prefix, int) or isinstance(pool_prefix, bool):
+        pool_prefix = 0
+    if pool_prefix != bits:
+        return POOL_PREFIX_MISMATCH, f"pool prefix /{pool_prefix} differs from subnet {prefix_text}"
+
+    pool_gateway = _text(pool_spec.get("gateway"))
+    gateway = _text(subnet_gateway)
+    if gateway and pool_gateway != gateway:
+        return (
+            POOL_GATEWAY_MISMATCH,
+            f"pool gateway {go_quote(pool_gateway)} differs from subnet gateway {go_quote(gateway)}",
+        )
+
+    excluded: list[AddressRange] = []
+    for entry in exclude_ips or []:
+        try:
+            excluded.append(parse_address_range(_text(entry)))
+        except AddressError as err:
+            return SUBNET_EXCLUDE_IPS_INVALID, str(err)
+
+    for entry in pool_spec.get("addresses") or []:
+        entry = _text(entry)
+        try:
+            lo, hi = parse_address_range(entry)
+        except AddressError as err:
+            return POOL_ADDRESS_INVALID, str(err)
+        if not (subnet_lo <= _key(lo) <= subnet_hi and subnet_lo <= _key(hi) <= subnet_hi):
+            return POOL_OUTSIDE_SUBNET, f"pool address {go_quote(entry)} is outside {prefix_text}"
+        if not covered(lo, hi, excluded):
+            return (
+                POOL_OVERLAPS_SUBNET,
+                f"pool address {go_quote(entry)} is not in the subnet's excludeIps, "
+                "so Kube-OVN may hand it to a pod",
+            )
+    return None
+
+
+def _text(value: Any) -> str:
+    """A string field read from an unstructured object: ``None`` is ``""``, others ``str()``."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)

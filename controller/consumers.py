@@ -1,0 +1,115 @@
+"""Who still uses an InClusterIPPool: the pool's own count, ProxmoxMachines (capmox
+v1alpha1 and v1alpha2 shapes), IPAddresses and IPAddressClaims.
+
+Rules: reference-behaviour.md §6 step 1, ``capmox-and-ipam.md`` "Recognising the
+consumers", ``product-decisions.md`` §4.2 and §4.3. Pure functions over plain dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+POOL_KIND = "InClusterIPPool"
+PROTECT_POOL = "ipam.cluster.x-k8s.io/ProtectPool"
+
+
+def _is_pool_ref(ref: Any, pool: str) -> bool:
+    # apiGroup is not checked, as in the reference (§6 step 1).
+    return isinstance(ref, Mapping) and ref.get("kind") == POOL_KIND and ref.get("name") == pool
+
+
+def machine_pool_refs(machine: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Every pool reference of a ProxmoxMachine's ``spec.network`` in either capmox shape.
+
+    v1alpha1: ``default.ipv4PoolRef``/``ipv6PoolRef`` and the same on each
+    ``additionalDevices[]``; v1alpha2: ``networkDevices[].ipPoolRef[]``. A v1alpha2 object
+    read through v1alpha1 (or the reverse) is understood either way.
+    """
+    network = (machine.get("spec") or {}).get("network")
+    if not isinstance(network, Mapping):
+        return []
+    refs: list[Mapping[str, Any]] = []
+    devices: list[Any] = []
+    default = network.get("default")
+    if isinstance(default, Mapping):
+        devices.append(default)
+    for key in ("additionalDevices", "networkDevices"):
+        value = network.get(key)
+        if isinstance(value, list):
+            devices.extend(value)
+    for dev in devices:
+        if not isinstance(dev, Mapping):
+            continue
+        for key in ("ipv4PoolRef", "ipv6PoolRef"):
+            ref = dev.get(key)
+            if isinstance(ref, Mapping):
+                refs.append(ref)
+        lst = dev.get("ipPoolRef")
+        if isinstance(lst, list):
+            refs.extend(r for r in lst if isinstance(r, Mapping))
+        elif isinstance(lst, Mapping):  # tolerate a single object where a list belongs
+            refs.append(lst)
+    return refs
+
+
+def machine_uses_pool(machine: Mapping[str, Any], pool: str) -> bool:
+    return any(_is_pool_ref(r, pool) for r in machine_pool_refs(machine))
+
+
+def pool_ref_names_pool(obj: Mapping[str, Any], pool: str) -> bool:
+    """IPAddress / IPAddressClaim whose ``spec.poolRef`` names InClusterIPPool ``pool``."""
+    return _is_pool_ref((obj.get("spec") or {}).get("poolRef"), pool)
+
+
+@attrs.frozen
+class Consumers:
+    """What holds a pool: ``used`` (pool status), ``protected`` (Terminating pool still
+    carrying ProtectPool), counts of machines, addresses and claims naming it."""
+
+    used: int = 0
+    protected: bool = False
+    machines: int = 0
+    addresses: int = 0
+    claims: int = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.used > 0 or self.protected or self.machines > 0 or self.addresses > 0 or self.claims > 0
+
+    def message(self, pool: str, vlan: int, subnet: str) -> str:
+        """The ``InUse`` message; the reference's text, with our extra consumers named
+        only when there are any."""
+        msg = f'{self.used} address(es) of pool "{pool}" are allocated and {self.machines} ProxmoxMachine(s) reference it'
+        if self.addresses or self.claims:
+            msg += f"; {self.addresses} IPAddress(es) and {self.claims} IPAddressClaim(s) name the pool"
+        return msg + f'; VLAN {vlan} and subnet "{subnet}" are kept until they are gone'
+
+
+def count_consumers(
+    pool_obj: Mapping[str, Any] | None,
+    pool: str,
+    machines: Iterable[Mapping[str, Any]],
+    addresses: Iterable[Mapping[str, Any]],
+    claims: Iterable[Mapping[str, Any]],
+) -> Consumers:
+    """Count a pool's consumers among objects of the network's namespace.
+
+    Terminating machines count (they still hold their VM); see §6 step 1.
+    """
+    used, protected = 0, False
+    if pool_obj is not None:
+        ip = (pool_obj.get("status") or {}).get("ipAddresses") or {}
+        u = ip.get("used") if isinstance(ip, Mapping) else None
+        used = u if isinstance(u, int) and not isinstance(u, bool) else 0
+        meta = pool_obj.get("metadata") or {}
+        protected = bool(meta.get("deletionTimestamp")) and PROTECT_POOL in (meta.get("finalizers") or [])
+    return Consumers(
+        used=used,
+        protected=protected,
+        machines=sum(1 for m in machines if machine_uses_pool(m, pool)),
+        addresses=sum(1 for a in addresses if pool_ref_names_pool(a, pool)),
+        claims=sum(1 for c in claims if pool_ref_names_pool(c, pool)),
+    )
