@@ -14,6 +14,12 @@ import attrs
 
 POOL_KIND = "InClusterIPPool"
 PROTECT_POOL = "ipam.cluster.x-k8s.io/ProtectPool"
+# CAPI's pause annotation: a clusterctl move is in progress, nothing may be released (B15).
+PAUSED = "cluster.x-k8s.io/paused"
+
+
+def _paused(obj: Mapping[str, Any] | None) -> bool:
+    return obj is not None and PAUSED in ((obj.get("metadata") or {}).get("annotations") or {})
 
 
 def _is_pool_ref(ref: Any, pool: str) -> bool:
@@ -74,10 +80,14 @@ class Consumers:
     machines: int = 0
     addresses: int = 0
     claims: int = 0
+    paused: bool = False
 
     @property
     def busy(self) -> bool:
-        return self.used > 0 or self.protected or self.machines > 0 or self.addresses > 0 or self.claims > 0
+        return (
+            self.used > 0 or self.protected or self.paused
+            or self.machines > 0 or self.addresses > 0 or self.claims > 0
+        )
 
     def message(self, pool: str, vlan: int, subnet: str) -> str:
         """The ``InUse`` message; the reference's text, with our extra consumers named
@@ -85,6 +95,8 @@ class Consumers:
         msg = f'{self.used} address(es) of pool "{pool}" are allocated and {self.machines} ProxmoxMachine(s) reference it'
         if self.addresses or self.claims:
             msg += f"; {self.addresses} IPAddress(es) and {self.claims} IPAddressClaim(s) name the pool"
+        if self.paused:
+            msg += f"; the pool or one of its addresses carries {PAUSED} (a move is in progress)"
         return msg + f'; VLAN {vlan} and subnet "{subnet}" are kept until they are gone'
 
 
@@ -99,6 +111,7 @@ def count_consumers(
 
     Terminating machines count (they still hold their VM); see §6 step 1.
     """
+    addresses = [a for a in addresses if pool_ref_names_pool(a, pool)]
     used, protected = 0, False
     if pool_obj is not None:
         ip = (pool_obj.get("status") or {}).get("ipAddresses") or {}
@@ -110,6 +123,7 @@ def count_consumers(
         used=used,
         protected=protected,
         machines=sum(1 for m in machines if machine_uses_pool(m, pool)),
-        addresses=sum(1 for a in addresses if pool_ref_names_pool(a, pool)),
+        addresses=len(addresses),
         claims=sum(1 for c in claims if pool_ref_names_pool(c, pool)),
+        paused=_paused(pool_obj) or any(_paused(a) for a in addresses),
     )

@@ -129,6 +129,7 @@ class Manager:
         self.network_reconciler = NetworkReconciler(
             self.listers, self.writer, self.vlans, options.manage_gateway,
             events=self.events, prune_timeout=options.subnet_prune_timeout,
+            consumer_resources={k: inf.resource for k, inf in self.optional.items()},
         )
         self.zone_reconciler = ZoneReconciler(
             self.listers, self.writer, self.vlans, events=self.events,

@@ -31,14 +31,14 @@ from controller.conditions import (
     set_condition,
     utc_now,
 )
-from controller.consumers import count_consumers
+from controller.consumers import Consumers, count_consumers
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
 from controller.prune import go_list, track_deleted_subnets
 from controller.recent import RecentWrites
 from controller.selectors import InvalidSelector, matches
 from controller.vlans import VlanManager, vlan_owner
-from informers import ThreadSafeStore, meta_namespace_key
+from informers import Resource, ThreadSafeStore, meta_namespace_key
 
 log = structlog.get_logger(__name__)
 
@@ -214,6 +214,7 @@ class NetworkReconciler:
         prune_timeout: float = DEFAULT_PRUNE_TIMEOUT,
         gateway_release: Callable[[Mapping[str, Any]], str | None] | None = None,
         on_status: Callable[[dict[str, Any]], None] | None = None,
+        consumer_resources: Mapping[str, Resource] | None = None,
     ) -> None:
         self.l = listers
         self.writer = writer
@@ -224,6 +225,9 @@ class NetworkReconciler:
         self.prune_timeout = prune_timeout if prune_timeout > 0 else DEFAULT_PRUNE_TIMEOUT
         self.gateway_release = gateway_release or (lambda net: None)
         self.on_status = on_status or (lambda net: None)
+        # Served versions of pools, machines, addresses and claims, for the fresh LIST that
+        # confirms "no consumer" before a release (field report B15).
+        self.consumer_resources = dict(consumer_resources or {})
         # Read-your-writes for our own writes (see controller.recent).
         self.recent = RecentWrites(listers.networks)
         self.recent_namespaces = RecentWrites(listers.namespaces)
@@ -522,6 +526,9 @@ class NetworkReconciler:
             pool, pname,
             in_namespace(self.l.machines, ns), in_namespace(self.l.addresses, ns), in_namespace(self.l.claims, ns),
         )
+        if not consumers.busy:
+            # The cache says free: confirm with a fresh read before anything is released (B15).
+            consumers = self._fresh_consumers(ns, pname)
         if consumers.busy:
             return wait("InUse", consumers.message(pname, vid, sname), IN_USE_RETRY)
 
@@ -608,6 +615,29 @@ class NetworkReconciler:
             if not err.not_found:
                 raise
         return Result()
+
+    def _fresh_consumers(self, ns: str, pname: str) -> Consumers:
+        """:func:`count_consumers` over objects read from the API server, not the cache."""
+        def items(key: str) -> list[dict[str, Any]]:
+            res = self.consumer_resources.get(key)
+            if res is None:
+                return []
+            try:
+                return self.writer.request("GET", res.path(ns)).get("items") or []
+            except ApiError as err:
+                if err.not_found:
+                    return []
+                raise
+
+        pool = None
+        res = self.consumer_resources.get("pools")
+        if res is not None:
+            try:
+                pool = self.writer.get(res, pname, ns)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+        return count_consumers(pool, pname, items("machines"), items("addresses"), items("claims"))
 
     def _split_listed_subnets(self, vlan: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         """``status.subnets`` of a Vlan split into live (Get succeeds, Terminating

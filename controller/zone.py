@@ -184,12 +184,21 @@ class ZoneReconciler:
             if err.not_found:
                 return True, None
             raise
+        vname = vlan["metadata"]["name"]
+        # No network holds this Vlan any more: our finalizer must not keep a deleting Subnet.
+        for sub in self.l.subnets.by_index("vlan", vname) if self.l.subnets is not None else []:
+            smeta = sub.get("metadata") or {}
+            if smeta.get("deletionTimestamp") and names.FINALIZER in (smeta.get("finalizers") or []):
+                try:
+                    self.writer.remove_finalizer(names.SUBNETS, sub, names.FINALIZER)
+                except ApiError as err:
+                    if not err.not_found:
+                        raise
         live, gone = self.networks._split_listed_subnets(vlan)
         now = self.now()
         vlan, newest = self.networks._track_timers(vlan, gone, now, None)
         if live:
             return False, None
-        vname = vlan["metadata"]["name"]
         if self.l.subnets is not None and self.l.subnets.by_index("vlan", vname):
             return False, None
         timed_out = False

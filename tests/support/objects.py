@@ -74,9 +74,17 @@ class Admin:
         return self.co.list_cluster_custom_object(*KUBEOVN, "vlans")["items"]
 
     def set_vlan_status(self, name: str, status: dict) -> dict:
-        obj = self.vlan(name)
-        obj["status"] = status
-        return self.co.replace_cluster_custom_object_status(*KUBEOVN, "vlans", name, obj)
+        # A merge patch: a read-modify-write would race the controller's own Vlan patches.
+        return self.co.patch_cluster_custom_object_status(*KUBEOVN, "vlans", name, {"status": status})
+
+    def strip_finalizers(self, group: str, version: str, plural: str, name: str, ns: str | None = None) -> None:
+        """Remove every finalizer by hand, as an impatient admin would (JSON patch: the
+        client drops None values, so a merge patch with ``finalizers: null`` would be a no-op)."""
+        from controller.kube import KubeWriter
+        from informers import Resource
+
+        ops = [{"op": "remove", "path": "/metadata/finalizers"}]
+        KubeWriter(self.api_client).json_patch(Resource(group, version, plural, namespaced=ns is not None), name, ops, ns)
 
     def label_namespace(self, ns: str, labels: dict) -> None:
         self.core.patch_namespace(ns, {"metadata": {"labels": labels}})
