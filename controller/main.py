@@ -157,6 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if not args.manage_gateway_chassis:
         log.info("not managing gateway chassis groups; VMs on Proxmox networks get no ARP answer from their VPC gateway")
+    else:
+        # The OVN NB step is not in this build yet: say so instead of starting silently.
+        log.warning(
+            "gateway chassis management is not available in this build; GatewayReady is not evaluated and "
+            "networks stay Ready=False/Pending after the subnet and pool checks; run with --manage-gateway-chassis=false"
+        )
     api = load_api_client(args.kubeconfig)
     options = Options(
         manage_gateway=args.manage_gateway_chassis,

@@ -78,12 +78,30 @@ install_ovn() {
 
 install_python() {
   cd "$ROOT"
-  log "pip install -e '.[test]'"
-  quiet python3 -m pip install -q --disable-pip-version-check -e '.[test]'
-  # The test bed makes its CA and serving certificates with `cryptography`.
-  if ! python3 -c 'import cryptography' 2>/dev/null; then
-    quiet python3 -m pip install -q --disable-pip-version-check cryptography
+  # The tests and the demo import this tree directly (tests/conftest.py, PYTHONPATH), so
+  # only the dependencies need installing. Installing the package itself (pip install -e)
+  # would silently re-point a machine-wide install at whichever clone ran last.
+  if python3 - <<'PY' 2>/dev/null
+import importlib, sys
+for m in ("kubernetes", "ovs", "attrs", "structlog", "prometheus_client", "yaml", "durationpy",
+          "pytest", "pytest_asyncio", "pytest_timeout", "hypothesis", "cryptography"):
+    importlib.import_module(m)
+import kubernetes
+sys.exit(0 if int(kubernetes.__version__.split(".")[0]) >= 37 else 1)
+PY
+  then
+    return 0
   fi
+  log "installing the Python dependencies (pyproject.toml, with the test extra)"
+  local deps
+  deps="$(python3 - <<'PY'
+import tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))
+PY
+)"
+  # shellcheck disable=SC2086
+  quiet python3 -m pip install -q --disable-pip-version-check $(printf '%s\n' "$deps" | sed "s/.*/'&'/" | xargs)
 }
 
 install_ovn
