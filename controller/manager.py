@@ -225,6 +225,7 @@ class Manager:
         )
 
         def on_namespace(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
+            self.network_reconciler.recent_namespaces.observe(new)
             if old is not None and (old.get("metadata") or {}).get("labels") == (new.get("metadata") or {}).get(
                 "labels"
             ):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -231,6 +232,9 @@ class NetworkReconciler:
         # Read-your-writes for our own writes (see controller.recent).
         self.recent = RecentWrites(listers.networks)
         self.recent_namespaces = RecentWrites(listers.namespaces)
+        # Read-modify-write of one namespace's annotation by two workers would lose a triple.
+        self._ns_locks: dict[str, threading.Lock] = {}
+        self._ns_locks_guard = threading.Lock()
 
     def _event(self, obj: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
         if self.events is not None:
@@ -246,7 +250,7 @@ class NetworkReconciler:
         net = self.recent.get(key)
         if net is None:
             ns = key.partition("/")[0]
-            self._sync_namespace(ns)
+            self._sync_namespace(ns, fresh=True)
             return Result()
         meta = net["metadata"]
         if meta.get("deletionTimestamp"):
@@ -456,8 +460,20 @@ class NetworkReconciler:
             return False
 
     # -- namespace annotation (§5.9) ----------------------------------------------------------
-    def _namespace_value(self, ns: str) -> tuple[dict[str, Any] | None, str]:
-        obj = self.recent_namespaces.get(ns)
+    def _ns_lock(self, ns: str) -> threading.Lock:
+        with self._ns_locks_guard:
+            return self._ns_locks.setdefault(ns, threading.Lock())
+
+    def _namespace_value(self, ns: str, fresh: bool = False) -> tuple[dict[str, Any] | None, str]:
+        if fresh:
+            try:
+                obj: dict[str, Any] | None = self.writer.get(names.NAMESPACES, ns)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+                obj = None
+        else:
+            obj = self.recent_namespaces.get(ns)
         if obj is None:
             return None, ""
         return obj, ((obj.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_NAMESPACE_NETWORKS, "")
@@ -473,31 +489,39 @@ class NetworkReconciler:
         self.recent_namespaces.wrote(written)
 
     def _add_to_namespace(self, ns: str, triple: str) -> None:
-        obj, value = self._namespace_value(ns)
-        if obj is None:
-            return
-        items = value.split(",") if value else []
-        if triple in items:
-            return
-        self._patch_namespace(ns, ",".join(sorted(items + [triple])))
+        """§5.9 "add": put this network's triple in the annotation before its status is written."""
+        with self._ns_lock(ns):
+            obj, value = self._namespace_value(ns)
+            if obj is None:
+                return
+            items = value.split(",") if value else []
+            if triple in items:
+                return
+            self._patch_namespace(ns, ",".join(sorted(items + [triple])))
 
-    def _sync_namespace(self, ns: str) -> None:
-        obj, value = self._namespace_value(ns)
-        if obj is None:
-            return
-        triples = []
-        for n in self.l.networks.by_index("namespace", ns):
-            n = self.recent.get(meta_namespace_key(n)) or n
-            m = n.get("metadata") or {}
-            if m.get("deletionTimestamp") and names.FINALIZER not in (m.get("finalizers") or []):
-                continue
-            t = namespace_triple(n)
-            if t:
-                triples.append(t)
-        desired = ",".join(sorted(triples))
-        if desired == value:
-            return
-        self._patch_namespace(ns, desired or None)
+    def _sync_namespace(self, ns: str, fresh: bool = False) -> None:
+        """§5.9 full sync: the annotation lists exactly the namespace's networks with a VLAN.
+
+        ``fresh`` reads the Namespace from the API server (the pass after a network is gone,
+        so a removal is never skipped on a stale copy).
+        """
+        with self._ns_lock(ns):
+            obj, value = self._namespace_value(ns, fresh)
+            if obj is None:
+                return
+            triples = []
+            for n in self.l.networks.by_index("namespace", ns):
+                n = self.recent.get(meta_namespace_key(n)) or n
+                m = n.get("metadata") or {}
+                if m.get("deletionTimestamp") and names.FINALIZER not in (m.get("finalizers") or []):
+                    continue
+                t = namespace_triple(n)
+                if t:
+                    triples.append(t)
+            desired = ",".join(sorted(triples))
+            if desired == value:
+                return
+            self._patch_namespace(ns, desired or None)
 
     # -- deletion (§6) -------------------------------------------------------------------
     def _finalize(self, key: str, net: dict[str, Any]) -> Result:
@@ -568,6 +592,11 @@ class NetworkReconciler:
                 raise
             vlan = None
         if vlan is not None and vlan_owner(vlan) == (ns, name):
+            # The release cannot be undone: act only for the very object the API server
+            # still has, deleting and holding our finalizer (not a stale cache entry).
+            if not self._still_ours(net):
+                self.recent.forget(key)
+                return Result()
             live, gone = self._split_listed_subnets(vlan)
             now = self.now()
             not_before = parse_time(meta.get("deletionTimestamp"))
@@ -610,11 +639,32 @@ class NetworkReconciler:
 
         # 5. Our finalizer.
         try:
-            self._write(key, lambda: self.writer.remove_finalizer(names.PROXMOX_NETWORKS, net, names.FINALIZER) or net)
+            removed = self.writer.remove_finalizer(names.PROXMOX_NETWORKS, net, names.FINALIZER)
         except ApiError as err:
+            if err.conflict or err.invalid:
+                self.recent.forget(key)
             if not err.not_found:
                 raise
+            removed = None
+        if removed is not None:
+            self.recent.wrote(removed)
         return Result()
+
+    def _still_ours(self, net: Mapping[str, Any]) -> bool:
+        """The API server's copy of ``net`` has the same UID, is deleting and carries our finalizer."""
+        meta = net["metadata"]
+        try:
+            cur = self.writer.get(names.PROXMOX_NETWORKS, meta["name"], meta["namespace"])
+        except ApiError as err:
+            if err.not_found:
+                return False
+            raise
+        cm = cur.get("metadata") or {}
+        return (
+            cm.get("uid") == meta.get("uid")
+            and bool(cm.get("deletionTimestamp"))
+            and names.FINALIZER in (cm.get("finalizers") or [])
+        )
 
     def _fresh_consumers(self, ns: str, pname: str) -> Consumers:
         """:func:`count_consumers` over objects read from the API server, not the cache."""

@@ -38,6 +38,10 @@ class RecentWrites:
         cached = self.store.get(key)
         if entry is None or cached is None:
             return cached
+        # A different object under the same key (deleted and created again): ours is stale.
+        if (cached.get("metadata") or {}).get("uid") != (entry[0].get("metadata") or {}).get("uid"):
+            self.forget(key)
+            return cached
         return entry[0]
 
     def wrote(self, obj: Mapping[str, Any]) -> None:
