@@ -95,6 +95,8 @@ class Consumers:
         msg = f'{self.used} address(es) of pool "{pool}" are allocated and {self.machines} ProxmoxMachine(s) reference it'
         if self.addresses or self.claims:
             msg += f"; {self.addresses} IPAddress(es) and {self.claims} IPAddressClaim(s) name the pool"
+        if self.protected:
+            msg += f"; the pool is being deleted and still carries {PROTECT_POOL}"
         if self.paused:
             msg += f"; the pool or one of its addresses carries {PAUSED} (a move is in progress)"
         return msg + f'; VLAN {vlan} and subnet "{subnet}" are kept until they are gone'

@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="proxmox-network-controller",
         description="Allocates Kube-OVN VLANs for ProxmoxNetworks and keeps them until no VM uses them.",
     )
-    p.add_argument("--kubeconfig", default=None, help="kubeconfig file; in-cluster config when unset")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file; when unset: in-cluster config, else $KUBECONFIG or ~/.kube/config")
     p.add_argument("--metrics-bind-address", default=":8080", help='metrics endpoint; "0" disables')
     p.add_argument("--health-probe-bind-address", default=":8081", help='health probes; "0" disables')
     p.add_argument(
@@ -180,7 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         start_http_server(metrics[1], addr=metrics[0])
 
-    manager = Manager(api, options)
+    try:
+        manager = Manager(api, options)
+    except Exception as err:  # e.g. the API server is unreachable during discovery
+        log.error("unable to start manager", error=repr(err))
+        return 1
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:

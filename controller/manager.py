@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 import structlog
+import urllib3
 from kubernetes import client as k8s
 
 from controller import names
@@ -139,20 +140,39 @@ class Manager:
         self._threads: list[threading.Thread] = []
         self._resync_lock = threading.Lock()
         self._resync_pending: set[str] = set()
+        self._writes_at_resync = 0
         self.resyncs_completed = 0
         self._wire_handlers()
 
-    def _optional_informers(self) -> dict[str, Any]:
+    OPTIONAL_KINDS = {
+        "pools": ("ipam.cluster.x-k8s.io", "inclusterippools", POOL_VERSIONS, "InClusterIPPool"),
+        "addresses": ("ipam.cluster.x-k8s.io", "ipaddresses", ADDRESS_VERSIONS, "IPAddress"),
+        "claims": ("ipam.cluster.x-k8s.io", "ipaddressclaims", ADDRESS_VERSIONS, "IPAddressClaim"),
+        "machines": ("infrastructure.cluster.x-k8s.io", "proxmoxmachines", MACHINE_VERSIONS, "ProxmoxMachine"),
+    }
+
+    def discover_late_kinds(self) -> list[str]:
+        """Start informers for optional kinds installed after start (checked every resync).
+
+        Until such an informer has synced its cache reads count nothing; a release still
+        waits for the fresh API read of §6 step 1, which includes the new kind at once.
+        """
+        missing = {k: v for k, v in self.OPTIONAL_KINDS.items() if k not in self.optional}
+        if not missing:
+            return []
+        added = self._optional_informers(missing)
+        for key, inf in added.items():
+            self.optional[key] = inf
+            self.network_reconciler.consumer_resources[key] = inf.resource
+            setattr(self.listers, key, inf.store)
+            self._wire_optional(key, inf)
+        return list(added)
+
+    def _optional_informers(self, wanted: dict[str, tuple[str, str, tuple[str, ...], str]] | None = None) -> dict[str, Any]:
         """Informers for kinds another project serves (CAPI IPAM, capmox): the newest
         served version, or none when the group is not installed (then nothing uses it)."""
-        wanted = {
-            "pools": ("ipam.cluster.x-k8s.io", "inclusterippools", POOL_VERSIONS, "InClusterIPPool"),
-            "addresses": ("ipam.cluster.x-k8s.io", "ipaddresses", ADDRESS_VERSIONS, "IPAddress"),
-            "claims": ("ipam.cluster.x-k8s.io", "ipaddressclaims", ADDRESS_VERSIONS, "IPAddressClaim"),
-            "machines": ("infrastructure.cluster.x-k8s.io", "proxmoxmachines", MACHINE_VERSIONS, "ProxmoxMachine"),
-        }
         out: dict[str, Any] = {}
-        for key, (group, plural, versions, kind) in wanted.items():
+        for key, (group, plural, versions, kind) in (wanted or self.OPTIONAL_KINDS).items():
             version = discover(self.writer, group, plural, versions)
             if version is None:
                 log.info("kind not served; treated as having no objects", group=group, resource=plural)
@@ -211,6 +231,9 @@ class Manager:
 
         def on_vlan_delete(obj: Mapping[str, Any]) -> None:
             on_vlan(obj)
+            # A network refused with VLANNameTaken/VLANProviderMismatch waits for this name.
+            for net in self.listers.networks.by_index("subnet", obj["metadata"]["name"]):
+                q.add(NETWORK + meta_namespace_key(net))
             # A duplicate may have gone: its twins must re-check their VLANConflict.
             p = (obj.get("spec") or {}).get("provider")
             vid = (obj.get("spec") or {}).get("id")
@@ -280,15 +303,18 @@ class Manager:
                 if ref.get("name"):
                     networks_of_pool(obj["metadata"].get("namespace", ""), str(ref["name"]))
 
-        for key, handler in (("pools", on_pool), ("addresses", on_pool_ref), ("claims", on_pool_ref),
-                             ("machines", on_machine)):
-            inf = self.optional.get(key)
-            if inf is not None:
-                inf.add_event_handler(
-                    on_add=handler,
-                    on_update=lambda old, new, h=handler: (h(old), h(new)),
-                    on_delete=handler,
-                )
+        self._optional_handlers = {"pools": on_pool, "addresses": on_pool_ref, "claims": on_pool_ref,
+                                   "machines": on_machine}
+        for key, inf in self.optional.items():
+            self._wire_optional(key, inf)
+
+    def _wire_optional(self, key: str, inf: Any) -> None:
+        handler = self._optional_handlers[key]
+        inf.add_event_handler(
+            on_add=handler,
+            on_update=lambda old, new, h=handler: (h(old), h(new)),
+            on_delete=handler,
+        )
 
     # -- running ------------------------------------------------------------------
     def start(self) -> None:
@@ -354,6 +380,11 @@ class Manager:
             log.info("reconcile failed, retrying with backoff", key=key, status=err.status, reason=err.reason, error=err.message)
             self.queue.add_rate_limited(key)
             return
+        except (OSError, urllib3.exceptions.HTTPError) as err:
+            # The API server is unreachable or the connection dropped: retry, it is not a bug.
+            log.info("reconcile failed, retrying with backoff", key=key, error=repr(err))
+            self.queue.add_rate_limited(key)
+            return
         except Exception:  # never let a malformed object kill a worker
             log.exception("reconcile crashed, retrying with backoff", key=key)
             self.queue.add_rate_limited(key)
@@ -388,9 +419,15 @@ class Manager:
 
     def _resync_finished(self) -> None:
         self.resyncs_completed += 1
-        log.info("resync complete", resyncs=self.resyncs_completed, writes=self.writer.writes)
+        with self._resync_lock:
+            writes, self._writes_at_resync = self.writer.writes - self._writes_at_resync, self.writer.writes
+        log.info("resync complete", resyncs=self.resyncs_completed, writes=writes)
 
     def _resync_loop(self) -> None:
         while not self._stop.wait(self.options.resync_period):
+            try:
+                self.discover_late_kinds()
+            except Exception as err:  # discovery is retried at the next resync
+                log.info("discovery failed", error=repr(err))
             n = self.enqueue_all()
             log.info("resync started", keys=n)
