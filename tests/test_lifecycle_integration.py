@@ -270,9 +270,9 @@ def test_vm_holds_the_network_until_the_last_consumer_is_gone(admin, ctl, unique
     env.vlan_subnets(sub, [])
     env.gone(net)
     assert not env.vlan_exists(sub)
-    # The namespace annotation no longer lists it.
-    ann = (admin.core.read_namespace(ns).metadata.annotations or {})
-    assert "proxmox.cozystack.io/networks" not in ann
+    # The pass after the network is gone drops it from the namespace annotation.
+    wait_for(lambda: "proxmox.cozystack.io/networks" not in (admin.core.read_namespace(ns).metadata.annotations or {}),
+             what="namespace annotation removed")
 
 
 def test_subnet_deleting_and_vlan_still_referenced(admin, ctl, unique_namespace):
