@@ -20,6 +20,7 @@ from kubernetes import client as k8s
 
 from controller import names
 from controller.consumers import machine_pool_refs
+from controller.egress import LABEL_GATEWAY, PODS, EgressGatewayPodReconciler
 from controller.events import EventRecorder
 from controller.kube import ApiError, KubeWriter
 from controller.network import (
@@ -40,6 +41,7 @@ log = structlog.get_logger(__name__)
 
 NETWORK = "network:"
 ZONE = "zone:"
+POD = "pod:"
 
 
 def zone_index_provider(zone: Mapping[str, Any]) -> list[str]:
@@ -112,6 +114,8 @@ class Manager:
         self.namespaces = f.informer(names.NAMESPACES)
         self.provider_networks = f.informer(names.PROVIDER_NETWORKS)
         self.subnets = f.informer(names.SUBNETS, indexers={"vlan": subnet_index_vlan})
+        # Only egress-gateway pods are cached (§12).
+        self.pods = f.informer(PODS, label_selector=LABEL_GATEWAY)
         self.optional = self._optional_informers()
         self.listers = Listers(
             networks=self.networks.store,
@@ -132,6 +136,7 @@ class Manager:
             events=self.events, prune_timeout=options.subnet_prune_timeout,
             consumer_resources={k: inf.resource for k, inf in self.optional.items()},
         )
+        self.pod_reconciler = EgressGatewayPodReconciler(self.pods.store, self.writer, self.events)
         self.zone_reconciler = ZoneReconciler(
             self.listers, self.writer, self.vlans, events=self.events,
             networks=self.network_reconciler, prune_timeout=options.subnet_prune_timeout,
@@ -303,6 +308,12 @@ class Manager:
                 if ref.get("name"):
                     networks_of_pool(obj["metadata"].get("namespace", ""), str(ref["name"]))
 
+        self.pods.add_event_handler(
+            on_add=lambda o: q.add(POD + meta_namespace_key(o)),
+            on_update=lambda old, new: q.add(POD + meta_namespace_key(new)),
+            on_delete=lambda o: None,
+        )
+
         self._optional_handlers = {"pools": on_pool, "addresses": on_pool_ref, "claims": on_pool_ref,
                                    "machines": on_machine}
         for key, inf in self.optional.items():
@@ -373,6 +384,8 @@ class Manager:
                 result = self.network_reconciler.reconcile(obj)
             elif kind == "zone":
                 result = self.zone_reconciler.reconcile(obj)
+            elif kind == "pod":
+                result = self.pod_reconciler.reconcile(obj)
             else:
                 log.error("unknown queue key", key=key)
                 return
@@ -400,6 +413,7 @@ class Manager:
         once all of them have been processed (tests wait for it)."""
         keys = [NETWORK + meta_namespace_key(n) for n in self.listers.networks.list()]
         keys += [ZONE + z["metadata"]["name"] for z in self.listers.zones.list()]
+        keys += [POD + meta_namespace_key(p) for p in self.pods.store.list()]
         with self._resync_lock:
             self._resync_pending = set(keys)
         for k in keys:
