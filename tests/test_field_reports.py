@@ -245,3 +245,23 @@ def test_b15_pool_deleted_while_addresses_are_in_use(admin, cluster, unique_name
         t.wait("tenant-n", "Ready", "SubnetStillExists")
         admin.co.delete_cluster_custom_object(*KUBEOVN, "subnets", sub)
         t.gone("tenant-n")
+
+
+def test_b05_vpc_router_gone_before_its_subnets(admin, cluster, unique_namespace):
+    """The VPC's router (and its ports) vanish before the Subnet: the lifecycle is not held
+    by the missing router, and the controller never creates routers or router ports itself.
+    (The GatewayReady/RouterPortMissing half of B05 belongs to the OVN gateway work.)"""
+    t = Tenant(admin, unique_namespace)
+    vpc = "vpc-" + t.ns[-6:]
+    with KubeOvnEmulator(cluster) as kovn, IpamEmulator(cluster), running_controller(cluster, subnet_prune_timeout=5):
+        sub = t.network("tenant-f", 71)
+        t.wait("tenant-f", "Ready", "Ready")
+        assert cluster.nbctl("--bare", "--columns=name", "find", "Logical_Router_Port", f"name={vpc}-{sub}").strip()
+        kovn.drop_router(vpc)
+        assert not cluster.nbctl("--bare", "--columns=name", "find", "Logical_Router", f"name={vpc}").strip()
+        t.delete("tenant-f")
+        admin.co.delete_cluster_custom_object(*KUBEOVN, "subnets", sub)
+        t.gone("tenant-f")
+        # Nothing brought the router or its port back.
+        assert not cluster.nbctl("--bare", "--columns=name", "find", "Logical_Router", f"name={vpc}").strip()
+        assert not cluster.nbctl("--bare", "--columns=name", "find", "Logical_Router_Port", f"name={vpc}-{sub}").strip()

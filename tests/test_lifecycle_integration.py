@@ -398,3 +398,71 @@ def test_orphaned_vlan_is_collected_after_the_finalizer_is_stripped(admin, ctl, 
     env.vlan_subnets(sub, [])
     wait_for(lambda: not env.vlan_exists(sub), timeout=30, what="orphan collected")
     wait_for(lambda: "orphaned" not in zone_msg())
+
+
+def test_gateway_management_on_conditions_and_release_pending(admin, cluster, unique_namespace):
+    """With --manage-gateway-chassis=true: GatewayReady waits for the VLAN and the bound
+    Subnet, and a failing gateway release holds the VLAN (GatewayReleasePending, §6 step 3)."""
+    env = Env(admin, unique_namespace)
+    ns, sub, pool = unique_namespace, unique("sub"), "p"
+    with running_controller(cluster, manage_gateway=True, subnet_prune_timeout=PRUNE) as mgr:
+        # A network refused its VLAN: every dependent condition, the gateway's included, waits.
+        admin.create_network(ns, "nozone", "no-such-zone", unique("s"))
+        obj = env.wait("nozone", "VLANAllocated", "ZoneNotFound")
+        assert reason(obj, "GatewayReady") == ("Unknown", "WaitingForVLAN", "waits for a VLAN to be allocated")
+
+        admin.create_network(ns, "gw", env.zone, sub, pool)
+        obj = env.wait("gw", "VLANAllocated", "Allocated")
+        vid = obj["status"]["vlan"]
+        assert reason(obj, "GatewayReady") == ("Unknown", "SubnetUnavailable",
+                                               "the router port is looked up once the subnet is bound")
+        env.subnet(sub, sub)
+        env.subnet_conditions(sub, ("Validated", "True", ""), ("Ready", "True", ""))
+        env.pool(pool)
+        obj = env.wait("gw", "Ready", "Pending")
+        assert reason(obj, "Ready") == ("False", "Pending", "GatewayReady has not been evaluated")
+
+        calls = []
+
+        def failing_release(net):
+            calls.append(net["metadata"]["name"])
+            return "connection refused"
+
+        mgr.network_reconciler.gateway_release = failing_release
+        admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", "gw")
+        env.wait("gw", "Ready", "SubnetStillExists")
+        env.delete_subnet(sub)
+        obj = env.wait("gw", "Ready", "GatewayReleasePending")
+        assert reason(obj, "Ready")[2] == (
+            "could not delete the network's HA chassis group from OVN NB: connection refused")
+        assert env.vlan_exists(sub) and calls
+        mgr.network_reconciler.gateway_release = lambda net: None
+        env.vlan_subnets(sub, [])
+        env.gone("gw")
+        assert not env.vlan_exists(sub)
+
+
+def test_identical_events_are_aggregated(admin, cluster, ctl, unique_namespace):
+    """product-decisions.md §4.1: one Event per distinct transition, identical ones counted."""
+    env = Env(admin, unique_namespace)
+    ns, sub = unique_namespace, unique("sub")
+    admin.create_network(ns, "ev", env.zone, sub, "p")
+    obj = env.wait("ev", "VLANAllocated", "Allocated")
+    vid = obj["status"]["vlan"]
+    for _ in range(3):
+        admin.set_vlan_status(sub, {"conflict": True})
+        env.wait("ev", "VLANAllocated", "VLANConflict")
+        admin.set_vlan_status(sub, {"conflict": False})
+        env.wait("ev", "VLANAllocated", "Allocated")
+    ctl.events.flush()
+
+    def conflict_events():
+        evs = [e for e in admin.core.list_namespaced_event(ns).items
+               if e.involved_object.name == "ev" and e.reason == "VLANConflict"]
+        return evs if evs and evs[0].count == 3 else None
+
+    evs = wait_for(conflict_events, what="one aggregated VLANConflict event")
+    assert len(evs) == 1 and evs[0].type == "Warning"
+    assert evs[0].message == f'Kube-OVN reports VLAN {vid} on provider "{env.provider}" as conflicting with another Vlan'
+    allocated = [e for e in admin.core.list_namespaced_event(ns).items if e.reason == "VLANAllocated"]
+    assert len(allocated) == 1 and allocated[0].count == 1
