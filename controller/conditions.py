@@ -100,3 +100,15 @@ def compute_ready(conditions: list[dict[str, Any]], generation: int, now: Clock 
             )
             return
     set_condition(conditions, names.READY, TRUE, "Ready", "the subnet is usable from Proxmox", generation, now)
+
+
+def transition(old: Sequence[dict[str, Any]] | None, new: Sequence[dict[str, Any]] | None, ctype: str) -> dict[str, Any] | None:
+    """Condition ``ctype`` of ``new`` when its (status, reason) differs from ``old``'s, else
+    None: the changes worth an Event (product-decisions.md §4.1)."""
+    after = find(new, ctype)
+    if after is None:
+        return None
+    before = find(old, ctype)
+    if before is not None and (before.get("status"), before.get("reason")) == (after.get("status"), after.get("reason")):
+        return None
+    return after

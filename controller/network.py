@@ -30,6 +30,7 @@ from controller.conditions import (
     remove_condition,
     rfc3339,
     set_condition,
+    transition,
     utc_now,
 )
 from controller.consumers import Consumers, count_consumers
@@ -290,11 +291,8 @@ class NetworkReconciler:
         body = copy.deepcopy(net)
         body["status"] = status
         written = self._write(key, lambda: self.writer.update_status(names.PROXMOX_NETWORKS, body))
-        before = find(old.get("conditions"), names.READY)
-        after = find(status.get("conditions"), names.READY)
-        if after is not None and (
-            before is None or (before.get("status"), before.get("reason")) != (after.get("status"), after.get("reason"))
-        ):
+        after = transition(old.get("conditions"), status.get("conditions"), names.READY)
+        if after is not None:
             etype = NORMAL if after.get("reason") in NORMAL_REASONS else WARNING
             self._event(written, etype, after.get("reason", ""), after.get("message", ""))
         return written

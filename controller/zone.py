@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from controller import allocator, names
-from controller.conditions import FALSE, TRUE, Clock, set_condition, utc_now
+from controller.conditions import FALSE, TRUE, Clock, set_condition, transition, utc_now
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
 from controller.recent import RecentWrites
@@ -81,11 +81,8 @@ class ZoneReconciler:
                 if err.conflict:
                     self.recent.forget(key)
                 raise
-            before = next((c for c in old.get("conditions") or [] if c.get("type") == names.READY), None)
-            after = next((c for c in conds if c.get("type") == names.READY), None)
-            if self.events is not None and after is not None and (
-                before is None or (before.get("status"), before.get("reason")) != (after.get("status"), after.get("reason"))
-            ):
+            after = transition(old.get("conditions"), conds, names.READY)
+            if self.events is not None and after is not None:
                 self.events.event(zone, NORMAL if after.get("status") == TRUE else WARNING,
                                   after.get("reason", ""), after.get("message", ""))
         return Result(requeue)

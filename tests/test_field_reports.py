@@ -18,7 +18,7 @@ from informers import Resource
 from tests.emulators.ipam import IpamEmulator
 from tests.emulators.kubeovn import KubeOvnEmulator
 from tests.support.controller import running_controller
-from tests.support.objects import Admin, reason, unique
+from tests.support.objects import Admin, reason, unique, wait_condition
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
@@ -63,11 +63,7 @@ class Tenant:
         return sub
 
     def wait(self, net: str, ctype: str, expected: str, timeout: float = 40) -> dict:
-        def check():
-            obj = self.a.network(self.ns, net)
-            r = reason(obj, ctype)
-            return obj if r and r[1] == expected else None
-        return wait_for(check, timeout=timeout, what=f"{ctype}={expected} on {net}")
+        return wait_condition(self.a, self.ns, net, ctype, expected, timeout)
 
     def delete(self, net: str) -> None:
         self.a.co.delete_namespaced_custom_object(*PX, self.ns, "proxmoxnetworks", net)

@@ -13,7 +13,7 @@ import datetime as dt
 import pytest
 
 from tests.support.controller import running_controller
-from tests.support.objects import Admin, reason, unique
+from tests.support.objects import Admin, reason, unique, wait_condition
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
@@ -91,12 +91,8 @@ class Env:
         return self.a.co.patch_namespaced_custom_object(*IPAM, self.ns, "inclusterippools", name, {"spec": spec})
 
     # waiting -----------------------------------------------------------------------------
-    def wait(self, net: str, ctype: str, expected_reason: str, timeout: float = 30) -> dict:
-        def check():
-            obj = self.a.network(self.ns, net)
-            r = reason(obj, ctype)
-            return obj if r and r[1] == expected_reason else None
-        return wait_for(check, timeout=timeout, what=f"{ctype}={expected_reason} on {net}")
+    def wait(self, net: str, ctype: str, expected: str, timeout: float = 40) -> dict:
+        return wait_condition(self.a, self.ns, net, ctype, expected, timeout)
 
     def gone(self, net: str, timeout: float = 30) -> None:
         def check():

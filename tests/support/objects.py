@@ -101,3 +101,15 @@ def reason(obj: dict, ctype: str) -> tuple[str, str, str] | None:
     """(status, reason, message) of condition ``ctype`` or None."""
     c = condition(obj, ctype)
     return (c["status"], c["reason"], c["message"]) if c else None
+
+
+def wait_condition(admin: "Admin", ns: str, name: str, ctype: str, expected_reason: str, timeout: float = 40) -> dict:
+    """Wait until network ``ns/name`` has condition ``ctype`` with ``expected_reason``; returns it."""
+    from tests.support.wait import wait_for
+
+    def check():
+        obj = admin.network(ns, name)
+        r = reason(obj, ctype)
+        return obj if r and r[1] == expected_reason else None
+
+    return wait_for(check, timeout=timeout, what=f"{ctype}={expected_reason} on {ns}/{name}")
