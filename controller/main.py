@@ -54,7 +54,8 @@ def parse_tls_secret(value: str) -> tuple[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="proxmox-network-controller",
-        description="Allocates Kube-OVN VLANs for ProxmoxNetworks and keeps them until no VM uses them.",
+        description="Allocates Kube-OVN VLANs for ProxmoxNetworks and keeps them until no VM uses them. "
+        "`proxmox-network-controller doctor --help` explains what each network waits on.",
     )
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file; when unset: in-cluster config, else $KUBECONFIG or ~/.kube/config")
     p.add_argument("--metrics-bind-address", default=":8080", help='metrics endpoint; "0" disables')
@@ -93,6 +94,8 @@ def configure_logging(level: str, fmt: str) -> None:
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     structlog.configure(
         processors=[
+            # The queue key and pass id bound by the worker (controller.manager) on every line.
+            structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
@@ -150,6 +153,11 @@ def serve_probes(addr: tuple[str, int], ready: threading.Event) -> ThreadingHTTP
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["doctor"]:
+        from controller import doctor
+
+        return doctor.main(argv[1:])
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     if args.leader_elect:

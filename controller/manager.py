@@ -8,6 +8,7 @@ event (or a full resync) leads to the same result.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Mapping
@@ -146,6 +147,7 @@ class Manager:
         self._resync_lock = threading.Lock()
         self._resync_pending: set[str] = set()
         self._writes_at_resync = 0
+        self._pass_ids = itertools.count(1)  # next() on a count is atomic under the GIL
         self.resyncs_completed = 0
         self._wire_handlers()
 
@@ -379,6 +381,8 @@ class Manager:
     def _process(self, key: str) -> None:
         kind, _, obj = key.partition(":")
         started = time.monotonic()
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(key=key, pass_id=f"{next(self._pass_ids):x}")
         try:
             if kind == "network":
                 result = self.network_reconciler.reconcile(obj)

@@ -1,0 +1,142 @@
+"""``proxmox-network-controller doctor``: explain, per network, which step it waits on and
+until when, from what the cluster holds now (read-only; any user that can read the objects).
+
+It re-derives the controller's view from the API server: the network's conditions, the
+zone, the Vlan (its ``status.subnets`` and the ``deleted-subnets`` prune timers), the Subnet,
+the pool and, for a deleting network, the consumers that hold it (reference-behaviour.md §5,
+§6, §7). It never writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from controller import names
+from controller.conditions import find
+from controller.consumers import count_consumers
+from controller.kube import ApiError, KubeWriter
+from controller.manager import ADDRESS_VERSIONS, MACHINE_VERSIONS, POOL_VERSIONS, discover
+from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
+from informers import Resource
+
+RUNBOOK = "docs/operations.md"
+
+
+def _get(w: KubeWriter, res: Resource, name: str, ns: str | None = None) -> dict[str, Any] | None:
+    try:
+        return w.get(res, name, ns)
+    except ApiError as err:
+        if err.not_found:
+            return None
+        raise
+
+
+def _list(w: KubeWriter, res: Resource | None, ns: str | None = None) -> list[dict[str, Any]]:
+    if res is None:
+        return []
+    try:
+        return w.request("GET", res.path(ns)).get("items") or []
+    except ApiError as err:
+        if err.not_found:
+            return []
+        raise
+
+
+def _timers(vlan: dict[str, Any] | None) -> dict[str, str]:
+    raw = ((vlan or {}).get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_DELETED_SUBNETS)
+    try:
+        value = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dict[str, Resource | None]) -> list[str]:
+    """Lines describing one network: its state, the step it waits on, and until when."""
+    meta, spec, st = net["metadata"], net.get("spec") or {}, net.get("status") or {}
+    ns, name = meta["namespace"], meta["name"]
+    conds = st.get("conditions") or []
+    ready = find(conds, names.READY) or {}
+    head = f"{ns}/{name}: Ready={ready.get('status', '?')} ({ready.get('reason', 'not evaluated yet')})"
+    lines = [head, f"  zone {spec.get('zone')}, subnet {spec.get('subnet')}, pool {spec.get('ipPool')}, "
+                   f"VLAN {st.get('vlan') or '-'} on {st.get('bridge') or '-'}"]
+    if st.get("observedGeneration") != meta.get("generation") and not meta.get("deletionTimestamp"):
+        lines.append("  the controller has not processed the latest spec yet (observedGeneration behind)")
+    vlan = _get(w, names.VLANS, str(spec.get("subnet") or ""))
+    if meta.get("deletionTimestamp"):
+        lines.append(f"  deleting since {meta['deletionTimestamp']}; release order: consumers, Subnet, gateway, Vlan")
+        pool = _get(w, kinds["pools"], str(spec.get("ipPool")), ns) if kinds.get("pools") else None
+        c = count_consumers(pool, str(spec.get("ipPool")), _list(w, kinds.get("machines"), ns),
+                            _list(w, kinds.get("addresses"), ns), _list(w, kinds.get("claims"), ns))
+        if c.busy:
+            lines.append("  waits on: consumers — " + c.message(str(spec.get("ipPool")), int(st.get("vlan") or 0),
+                                                             str(spec.get("subnet"))))
+        sub = _get(w, names.SUBNETS, str(spec.get("subnet") or ""))
+        if sub is not None:
+            fins = sub["metadata"].get("finalizers") or []
+            state = "deleting" if sub["metadata"].get("deletionTimestamp") else "present"
+            lines.append(f"  waits on: Subnet {sub['metadata']['name']} ({state}, finalizers {fins})")
+        timers = _timers(vlan)
+        listed = ((vlan or {}).get("status") or {}).get("subnets") or []
+        if listed:
+            lines.append(f"  Kube-OVN lists {listed} on the Vlan")
+        for s, start in sorted(timers.items()):
+            try:
+                t0 = _dt.datetime.fromisoformat(start.replace("Z", "+00:00"))
+                until = (t0 + _dt.timedelta(seconds=prune_timeout)).strftime("%Y-%m-%dT%H:%M:%SZ")
+                lines.append(f"  prune timer for {s}: started {start}, VLAN released at {until} at the latest")
+            except ValueError:
+                lines.append(f"  prune timer for {s}: unreadable start {start!r} (restarts at the next pass)")
+    for c in conds:
+        if c.get("type") == names.READY or c.get("status") == "True":
+            continue
+        lines.append(f"  {c.get('type')}={c.get('status')} {c.get('reason')}: {c.get('message')}")
+    if ready.get("reason") and ready.get("status") != "True":
+        lines.append(f"  runbook: {RUNBOOK}, section {ready['reason']}")
+    return lines
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="proxmox-network-controller doctor",
+                                description="Explain which step each ProxmoxNetwork waits on, and until when.")
+    p.add_argument("--kubeconfig", default=None)
+    p.add_argument("-n", "--namespace", default=None, help="only this namespace")
+    p.add_argument("name", nargs="?", help="only this network (needs --namespace)")
+    p.add_argument("--subnet-prune-timeout", default="10m", help="the controller's --subnet-prune-timeout")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    from controller.main import load_api_client, parse_duration
+
+    args = build_parser().parse_args(argv)
+    w = KubeWriter(load_api_client(args.kubeconfig))
+    prune = parse_duration(args.subnet_prune_timeout) or DEFAULT_SUBNET_PRUNE_TIMEOUT.total_seconds()
+    kinds: dict[str, Resource | None] = {}
+    for key, (group, plural, versions) in {
+        "pools": ("ipam.cluster.x-k8s.io", "inclusterippools", POOL_VERSIONS),
+        "addresses": ("ipam.cluster.x-k8s.io", "ipaddresses", ADDRESS_VERSIONS),
+        "claims": ("ipam.cluster.x-k8s.io", "ipaddressclaims", ADDRESS_VERSIONS),
+        "machines": ("infrastructure.cluster.x-k8s.io", "proxmoxmachines", MACHINE_VERSIONS),
+    }.items():
+        v = discover(w, group, plural, versions)
+        kinds[key] = Resource(group, v, plural, namespaced=True) if v else None
+    if args.name:
+        if not args.namespace:
+            print("doctor: a network name needs --namespace", file=sys.stderr)
+            return 2
+        net = _get(w, names.PROXMOX_NETWORKS, args.name, args.namespace)
+        nets = [net] if net else []
+    else:
+        nets = _list(w, names.PROXMOX_NETWORKS, args.namespace)
+    if not nets:
+        print("no ProxmoxNetworks found")
+        return 0
+    for net in sorted(nets, key=lambda n: (n["metadata"]["namespace"], n["metadata"]["name"])):
+        print("\n".join(explain(w, net, prune, kinds)))
+    return 0
