@@ -89,6 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Stderr:
+    """sys.stderr looked up at each write (test runners swap it), for structlog's PrintLogger."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure_logging(level: str, fmt: str) -> None:
     lvl = logging.DEBUG if level.lower() == "debug" else logging.INFO
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
@@ -102,7 +112,7 @@ def configure_logging(level: str, fmt: str) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(_Stderr()),
         cache_logger_on_first_use=True,
     )
 

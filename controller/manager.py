@@ -24,6 +24,7 @@ from controller.consumers import machine_pool_refs
 from controller.egress import LABEL_GATEWAY, PODS, EgressGatewayPodReconciler
 from controller.events import EventRecorder
 from controller.kube import ApiError, KubeWriter
+from controller.metrics import Metrics
 from controller.network import (
     DEFAULT_PRUNE_TIMEOUT,
     Listers,
@@ -95,11 +96,12 @@ def discover(writer: KubeWriter, group: str, plural: str, versions: tuple[str, .
 class Manager:
     """Builds the informers, the queue and the reconcilers; :meth:`run` blocks until stop."""
 
-    def __init__(self, api_client: k8s.ApiClient, options: Options) -> None:
+    def __init__(self, api_client: k8s.ApiClient, options: Options, metrics: Metrics | None = None) -> None:
         self.options = options
+        self.metrics = metrics or Metrics()
         self.writer = KubeWriter(api_client)
         self.factory = SharedInformerFactory(api_client)
-        self.queue = RateLimitingQueue(name="proxmox-network-controller")
+        self.queue = RateLimitingQueue(name="proxmox-network-controller", metrics_hook=self.metrics.workqueue_hook)
         f = self.factory
         self.networks = f.informer(
             names.PROXMOX_NETWORKS,
@@ -131,15 +133,16 @@ class Manager:
             claims=self.optional["claims"].store if "claims" in self.optional else None,
         )
         self.events = EventRecorder(self.writer) if options.events else None
-        self.vlans = VlanManager(self.listers.vlans, self.listers.zones, self.writer)
+        self.vlans = VlanManager(self.listers.vlans, self.listers.zones, self.writer,
+                                 on_allocation=self.metrics.vlan_allocation)
         self.network_reconciler = NetworkReconciler(
             self.listers, self.writer, self.vlans, options.manage_gateway,
-            events=self.events, prune_timeout=options.subnet_prune_timeout,
+            events=self.events, prune_timeout=options.subnet_prune_timeout, metrics=self.metrics,
             consumer_resources={k: inf.resource for k, inf in self.optional.items()},
         )
         self.pod_reconciler = EgressGatewayPodReconciler(self.pods.store, self.writer, self.events)
         self.zone_reconciler = ZoneReconciler(
-            self.listers, self.writer, self.vlans, events=self.events,
+            self.listers, self.writer, self.vlans, events=self.events, metrics=self.metrics,
             networks=self.network_reconciler, prune_timeout=options.subnet_prune_timeout,
         )
         self._stop = threading.Event()
@@ -150,6 +153,7 @@ class Manager:
         self._pass_ids = itertools.count(1)  # next() on a count is atomic under the GIL
         self.resyncs_completed = 0
         self._wire_handlers()
+        self.metrics.register_informers({str(inf.resource): inf for inf in self.factory.informers()})
 
     OPTIONAL_KINDS = {
         "pools": ("ipam.cluster.x-k8s.io", "inclusterippools", POOL_VERSIONS, "InClusterIPPool"),
@@ -173,6 +177,8 @@ class Manager:
             self.network_reconciler.consumer_resources[key] = inf.resource
             setattr(self.listers, key, inf.store)
             self._wire_optional(key, inf)
+        if added:
+            self.metrics.register_informers({str(inf.resource): inf for inf in self.factory.informers()})
         return list(added)
 
     def _optional_informers(self, wanted: dict[str, tuple[str, str, tuple[str, ...], str]] | None = None) -> dict[str, Any]:
@@ -385,7 +391,10 @@ class Manager:
         structlog.contextvars.bind_contextvars(key=key, pass_id=f"{next(self._pass_ids):x}")
         try:
             if kind == "network":
-                result = self.network_reconciler.reconcile(obj)
+                try:
+                    result = self.network_reconciler.reconcile(obj)
+                finally:
+                    self.metrics.observe_reconcile(time.monotonic() - started)
             elif kind == "zone":
                 result = self.zone_reconciler.reconcile(obj)
             elif kind == "pod":

@@ -36,6 +36,7 @@ from controller.conditions import (
 from controller.consumers import Consumers, count_consumers
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
+from controller.metrics import Metrics
 from controller.prune import go_list, track_deleted_subnets
 from controller.recent import RecentWrites
 from controller.selectors import InvalidSelector, matches
@@ -217,6 +218,7 @@ class NetworkReconciler:
         gateway_release: Callable[[Mapping[str, Any]], str | None] | None = None,
         on_status: Callable[[dict[str, Any]], None] | None = None,
         consumer_resources: Mapping[str, Resource] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.l = listers
         self.writer = writer
@@ -230,6 +232,7 @@ class NetworkReconciler:
         # Served versions of pools, machines, addresses and claims, for the fresh LIST that
         # confirms "no consumer" before a release (field report B15).
         self.consumer_resources = dict(consumer_resources or {})
+        self.metrics = metrics or Metrics()
         # Read-your-writes for our own writes (see controller.recent).
         self.recent = RecentWrites(listers.networks)
         self.recent_namespaces = RecentWrites(listers.namespaces)
@@ -250,7 +253,8 @@ class NetworkReconciler:
         """
         net = self.recent.get(key)
         if net is None:
-            ns = key.partition("/")[0]
+            ns, _, name = key.partition("/")
+            self.metrics.forget_network(ns, name)
             self._sync_namespace(ns, fresh=True)
             return Result()
         meta = net["metadata"]
@@ -265,15 +269,38 @@ class NetworkReconciler:
         status = copy.deepcopy(old_status)
         status["observedGeneration"] = gen
         conds: list[dict[str, Any]] = status.setdefault("conditions", [])
-        self._fill(net, status, conds, gen)
+        try:
+            self._fill(net, status, conds, gen)
+        except Exception:
+            self.metrics.reconcile_error("error")
+            raise
+        ready = find(conds, names.READY)
+        if ready is not None and ready.get("status") != TRUE:
+            self.metrics.reconcile_error(ready.get("reason", ""))
 
         triple = namespace_triple({"spec": net.get("spec"), "status": status})
         if triple:
             self._add_to_namespace(meta["namespace"], triple)
         net = self._write_status(key, net, old_status, status)
+        self._record_metrics(net, status)
         self.on_status(net)
         self._sync_namespace(meta["namespace"])
         return Result(RESYNC_PERIOD if not self.manage_gateway else None)
+
+    def _record_metrics(self, net: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        """Network series of reference-behaviour.md §13 from the status just computed."""
+        meta, spec = net["metadata"], net.get("spec") or {}
+        ns, name = meta["namespace"], meta["name"]
+        ready = find(status.get("conditions"), names.READY)
+        self.metrics.set_network(
+            ns, name, str(spec.get("zone") or ""), status.get("vlan") or 0,
+            ready is not None and ready.get("status") == TRUE, status.get("ipPool"), False,
+        )
+        gw = find(status.get("conditions"), names.GATEWAY_READY)
+        if gw is None or gw.get("reason") == "Disabled":
+            self.metrics.forget_gateway(ns, name)
+        else:
+            self.metrics.set_gateway_ready(ns, name, gw.get("status") == TRUE)
 
     def _write(self, key: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         try:
@@ -540,6 +567,7 @@ class NetworkReconciler:
         def wait(reason: str, message: str, after: float) -> Result:
             set_condition(conds, names.READY, FALSE, reason, message, gen, self.now)
             self._write_status(key, net, old, status)
+            self.metrics.set_deleting(ns, name, True)
             return Result(after)
 
         # 1. Consumers.
@@ -646,6 +674,7 @@ class NetworkReconciler:
             removed = None
         if removed is not None:
             self.recent.wrote(removed)
+        self.metrics.forget_network(ns, name)
         return Result()
 
     def _still_ours(self, net: Mapping[str, Any]) -> bool:

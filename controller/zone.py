@@ -19,6 +19,7 @@ from controller import allocator, names
 from controller.conditions import FALSE, TRUE, Clock, set_condition, transition, utc_now
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
+from controller.metrics import Metrics
 from controller.recent import RecentWrites
 from controller.network import DEFAULT_PRUNE_TIMEOUT, Listers, NetworkReconciler, Result
 from controller.prune import go_list
@@ -51,6 +52,7 @@ class ZoneReconciler:
         events: EventRecorder | None = None,
         networks: NetworkReconciler | None = None,
         prune_timeout: float = DEFAULT_PRUNE_TIMEOUT,
+        metrics: Metrics | None = None,
     ) -> None:
         self.l = listers
         self.writer = writer
@@ -61,10 +63,12 @@ class ZoneReconciler:
         self.networks = networks
         self.prune_timeout = prune_timeout if prune_timeout > 0 else DEFAULT_PRUNE_TIMEOUT
         self.recent = RecentWrites(listers.zones)
+        self.metrics = metrics or Metrics()
 
     def reconcile(self, key: str) -> Result:
         zone = self.recent.get(key)
         if zone is None:
+            self.metrics.forget_zone(key)
             return Result()
         gen = int(zone["metadata"].get("generation") or 0)
         old = zone.get("status") or {}
@@ -129,6 +133,7 @@ class ZoneReconciler:
         status["allocatedVLANs"] = allocated
         status["freeVLANs"] = free
         status["networks"] = len(self.l.networks.by_index("zone", name))
+        self.metrics.set_zone(name, len(cands), allocated, free, status["networks"], orphans)
 
         pn = self.l.provider_networks.get(provider)
         if pn is None:

@@ -297,7 +297,7 @@ class LocalCluster:
         self.manifest_dirs = (
             [Path(p) for p in manifest_dirs]
             if manifest_dirs is not None
-            else [REPO_ROOT / "manifests", REPO_ROOT / "tests" / "fixtures" / "crds"]
+            else [REPO_ROOT / "manifests" / "crds", REPO_ROOT / "manifests" / "rbac", REPO_ROOT / "tests" / "fixtures" / "crds"]
         )
         # detach=True: processes outlive this Python process (CLI "start").
         self.detach = detach

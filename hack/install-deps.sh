@@ -55,10 +55,12 @@ stop_debian_ovn() {
 
 install_ovn() {
   if command -v ovsdb-server >/dev/null && command -v ovsdb-tool >/dev/null \
-     && command -v ovn-nbctl >/dev/null && [[ -f /usr/share/ovn/ovn-nb.ovsschema ]]; then
+     && command -v ovn-nbctl >/dev/null && [[ -f /usr/share/ovn/ovn-nb.ovsschema ]] \
+     && command -v promtool >/dev/null; then
     return 0
   fi
-  log "installing ovn-central and openvswitch-common from Debian"
+  # promtool (Debian's prometheus package) checks and unit-tests the alert rules.
+  log "installing ovn-central, openvswitch-common and prometheus (promtool) from Debian"
   # Keep Debian's services from starting: policy-rc.d exit 101 = "action forbidden".
   local made_policy=""
   if [[ ! -e /usr/sbin/policy-rc.d ]]; then
@@ -68,11 +70,12 @@ install_ovn() {
   fi
   quiet $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
   quiet $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    ovn-central openvswitch-common
+    ovn-central openvswitch-common prometheus
   [[ -n $made_policy ]] && $SUDO rm -f /usr/sbin/policy-rc.d
   stop_debian_ovn
   command -v ovsdb-server >/dev/null || die "ovsdb-server still missing after apt-get install"
   command -v ovn-nbctl >/dev/null || die "ovn-nbctl still missing after apt-get install"
+  command -v promtool >/dev/null || die "promtool still missing after apt-get install"
   [[ -f /usr/share/ovn/ovn-nb.ovsschema ]] || die "/usr/share/ovn/ovn-nb.ovsschema missing"
 }
 
