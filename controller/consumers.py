@@ -34,7 +34,8 @@ def machine_pool_refs(machine: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     ``additionalDevices[]``; v1alpha2: ``networkDevices[].ipPoolRef[]``. A v1alpha2 object
     read through v1alpha1 (or the reverse) is understood either way.
     """
-    network = (machine.get("spec") or {}).get("network")
+    spec = machine.get("spec") if isinstance(machine, Mapping) else None
+    network = spec.get("network") if isinstance(spec, Mapping) else None
     if not isinstance(network, Mapping):
         return []
     refs: list[Mapping[str, Any]] = []
@@ -67,7 +68,8 @@ def machine_uses_pool(machine: Mapping[str, Any], pool: str) -> bool:
 
 def pool_ref_names_pool(obj: Mapping[str, Any], pool: str) -> bool:
     """IPAddress / IPAddressClaim whose ``spec.poolRef`` names InClusterIPPool ``pool``."""
-    return _is_pool_ref((obj.get("spec") or {}).get("poolRef"), pool)
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    return isinstance(spec, Mapping) and _is_pool_ref(spec.get("poolRef"), pool)
 
 
 @attrs.frozen

@@ -307,7 +307,8 @@ class Manager:
             networks_of_pool(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
 
         def on_pool_ref(obj: Mapping[str, Any]) -> None:
-            ref = (obj.get("spec") or {}).get("poolRef") or {}
+            spec = obj.get("spec")
+            ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
             if isinstance(ref, Mapping) and ref.get("name"):
                 networks_of_pool(obj["metadata"].get("namespace", ""), str(ref["name"]))
 
@@ -337,14 +338,25 @@ class Manager:
 
     # -- running ------------------------------------------------------------------
     def start(self) -> None:
-        """Start the informers, wait for every cache (no allocation before that:
-        product-decisions.md §4.4, field report B01), then start workers and resync."""
+        """Start the informers, wait for every cache, then the workers (single replica)."""
+        self.start_informers()
+        self.start_workers()
+
+    def start_informers(self) -> None:
+        """Start the informers and wait for every cache. Standby replicas do this too, so a
+        takeover does not wait for a full list. Raises RuntimeError on timeout."""
         if self.events is not None:
             self.events.start()
         self.factory.start()
         if not self.factory.wait_for_cache_sync(self.options.cache_sync_timeout):
             raise RuntimeError("informer caches did not sync in time")
         log.info("caches synced", networks=len(self.listers.networks.keys()), vlans=len(self.listers.vlans.keys()))
+
+    def start_workers(self) -> None:
+        """Start workers and the periodic resync (only while leading). No allocation before
+        every cache has synced: product-decisions.md §4.4, field report B01."""
+        if not self.factory.has_synced():
+            raise RuntimeError("workers must not start before the caches have synced")
         for i in range(max(1, self.options.workers)):
             t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
             t.start()
@@ -352,6 +364,24 @@ class Manager:
         t = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
         t.start()
         self._threads.append(t)
+        self.enqueue_all()
+
+    def workers_started(self) -> bool:
+        return bool(self._threads)
+
+    def healthy(self) -> bool:
+        """The work loop is alive: every worker and the resync thread run (B13: a leader
+        whose work loop died must not keep its lease)."""
+        if self._stop.is_set():
+            return True
+        return all(t.is_alive() for t in self._threads)
+
+    def caches_fresh(self, max_age: float = 1200.0) -> bool:
+        """Every cache synced and heard from within ``max_age`` seconds (2x the longest watch
+        timeout: field report B11)."""
+        if not self.factory.has_synced():
+            return False
+        return all(inf.last_sync_age() <= max_age for inf in self.factory.informers())
 
     def stop(self) -> None:
         """Stop workers first (a pass in flight finishes), then the informers and Events."""

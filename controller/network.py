@@ -590,6 +590,10 @@ class NetworkReconciler:
                 raise
             sub = None
         if sub is not None:
+            # The Subnet is back (or still here): a timer an earlier deletion of the same
+            # name started must not shorten the wait of its next deletion (§7.1: a name no
+            # longer gone is dropped).
+            self._drop_live_timers(sname, ns, name)
             if not (sub.get("metadata") or {}).get("deletionTimestamp"):
                 return wait("SubnetStillExists",
                             f'Subnet "{sname}" still exists; VLAN {vid} is released after it is deleted', SUBNET_EXISTS_RETRY)
@@ -715,6 +719,20 @@ class NetworkReconciler:
                 if not err.not_found:
                     raise
         return count_consumers(pool, pname, items("machines"), items("addresses"), items("claims"))
+
+    def _drop_live_timers(self, vlan_name: str, ns: str, name: str) -> None:
+        try:
+            vlan = self.writer.get(names.VLANS, vlan_name)
+        except ApiError as err:
+            if err.not_found:
+                return
+            raise
+        if vlan_owner(vlan) != (ns, name):
+            return
+        if names.ANNOTATION_DELETED_SUBNETS not in ((vlan.get("metadata") or {}).get("annotations") or {}):
+            return
+        _, gone = self._split_listed_subnets(vlan)
+        self._track_timers(vlan, gone, self.now(), None)
 
     def _split_listed_subnets(self, vlan: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         """``status.subnets`` of a Vlan split into live (Get succeeds, Terminating

@@ -129,3 +129,30 @@ def test_finalizer_patches_never_rewrite_the_list():
         {"op": "remove", "path": "/metadata/finalizers/1"},
     ]
     assert finalizer_remove_patch(bare, "f") is None
+
+
+@pytest.mark.parametrize(
+    "machine",
+    [
+        {"spec": "string-spec"},
+        "not-an-object",
+        {"spec": {"network": ["a", "list"]}},
+        {"spec": {"network": {"networkDevices": [None, 3, "x", {"ipPoolRef": None}]}}},
+        {},
+    ],
+)
+def test_malformed_machines_are_not_consumers_and_never_raise(machine):
+    from controller.consumers import count_consumers
+
+    assert count_consumers(None, "p", [machine], [{"spec": 3}, "x"], [{}]).busy is False
+
+
+def test_both_capmox_shapes_and_an_object_shaped_pool_list_are_consumers():
+    from controller.consumers import machine_uses_pool
+
+    ref = {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"}
+    assert machine_uses_pool({"spec": {"network": {"default": {"ipv6PoolRef": ref}}}}, "p")
+    assert machine_uses_pool({"spec": {"network": {"additionalDevices": [{"name": "net1", "ipv4PoolRef": ref}]}}}, "p")
+    assert machine_uses_pool({"spec": {"network": {"networkDevices": [{"name": "net0", "ipPoolRef": [ref]}]}}}, "p")
+    assert machine_uses_pool({"spec": {"network": {"networkDevices": [{"name": "net0", "ipPoolRef": ref}]}}}, "p")
+    assert not machine_uses_pool({"spec": {"network": {"networkDevices": [{"ipPoolRef": [{**ref, "kind": "GlobalInClusterIPPool"}]}]}}}, "p")

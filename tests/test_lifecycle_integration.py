@@ -9,6 +9,7 @@ Expected texts: reference-behaviour.md §5.5, §5.6, §6, §7, §8.1; product-de
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 
@@ -462,3 +463,31 @@ def test_identical_events_are_aggregated(admin, cluster, ctl, unique_namespace):
     assert evs[0].message == f'Kube-OVN reports VLAN {vid} on provider "{env.provider}" as conflicting with another Vlan'
     allocated = [e for e in admin.core.list_namespaced_event(ns).items if e.reason == "VLANAllocated"]
     assert len(allocated) == 1 and allocated[0].count == 1
+
+
+def test_subnet_recreated_and_deleted_again_gets_its_own_full_wait(admin, cluster, unique_namespace):
+    """A Subnet of the same name that comes back drops the earlier timer; its second
+    deletion waits the whole prune timeout again (§7.1, field report B03)."""
+    timeout = 20.0
+    with running_controller(cluster, subnet_prune_timeout=timeout):
+        env = Env(admin, unique_namespace)
+        ns, sub = unique_namespace, unique("sub")
+        ready_network(env, "twice", sub, "p")
+        admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", "twice")
+        env.wait("twice", "Ready", "SubnetStillExists")
+        env.delete_subnet(sub)
+        env.wait("twice", "Ready", "SwitchDeleting")
+        first = parse(json.loads(admin.vlan(sub)["metadata"]["annotations"]["proxmox.cozystack.io/deleted-subnets"])[sub])
+        env.subnet(sub, sub)  # it comes back
+        env.wait("twice", "Ready", "SubnetStillExists")
+        wait_for(lambda: "proxmox.cozystack.io/deleted-subnets" not in (admin.vlan(sub)["metadata"].get("annotations") or {}),
+                 what="the old timer dropped")
+        wait_for(lambda: dt.datetime.now(dt.timezone.utc) >= first + dt.timedelta(seconds=2), what="clock")
+        env.delete_subnet(sub)
+        obj = env.wait("twice", "Ready", "SwitchDeleting")
+        second = parse(json.loads(admin.vlan(sub)["metadata"]["annotations"]["proxmox.cozystack.io/deleted-subnets"])[sub])
+        assert second > first
+        deadline = (second + dt.timedelta(seconds=timeout)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert reason(obj, "Ready")[2].endswith(f"or at {deadline} at the latest")
+        env.vlan_subnets(sub, [])
+        env.gone("twice")
