@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import durationpy
@@ -19,7 +20,10 @@ import structlog
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from controller.kube import KubeWriter
+from controller.leader import LeaderElector, default_identity
 from controller.manager import Manager, Options
+from controller.metrics import Metrics
 
 log = structlog.get_logger("proxmox-network-controller")
 
@@ -65,10 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_bool,
         nargs="?",
         const=True,
-        default=False,
-        help="leader election on a Lease (single replica until the operability work lands)",
+        default=True,
+        help="elect one active replica through a coordination.k8s.io Lease (15s lease, 10s renew deadline, "
+        "2s retry); the allocator must run in one active instance only",
     )
-    p.add_argument("--leader-election-namespace", default="proxmox-network-system")
+    p.add_argument("--leader-election-namespace", default="",
+                   help="namespace of the Lease (default: $POD_NAMESPACE, else proxmox-network-system)")
     p.add_argument("--metrics-secure", type=parse_bool, nargs="?", const=True, default=False)
     p.add_argument("--enable-http2", type=parse_bool, nargs="?", const=True, default=False)
     p.add_argument(
@@ -144,12 +150,23 @@ def split_address(addr: str) -> tuple[str, int] | None:
     return (host or "0.0.0.0", int(port))
 
 
-def serve_probes(addr: tuple[str, int], ready: threading.Event) -> ThreadingHTTPServer:
+def serve_probes(
+    addr: tuple[str, int],
+    readiness: Callable[[], tuple[bool, str]],
+    liveness: Callable[[], tuple[bool, str]],
+) -> ThreadingHTTPServer:
+    """``/readyz`` (leading, caches synced and fresh) and ``/healthz`` (work loop alive)."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server API)
-            ok = self.path.startswith("/healthz") or (self.path.startswith("/readyz") and ready.is_set())
-            body = b"ok" if ok else b"not ready"
-            self.send_response(200 if ok else 503)
+            if self.path.startswith("/readyz"):
+                ok, why = readiness()
+            elif self.path.startswith("/healthz"):
+                ok, why = liveness()
+            else:
+                ok, why = False, "not found"
+            body = why.encode()
+            self.send_response(200 if ok else (404 if why == "not found" else 503))
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -170,9 +187,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return doctor.main(argv[1:])
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
-    if args.leader_elect:
-        log.error("unable to start: leader election is not available in this build; run with --leader-elect=false")
-        return 1
     if not args.manage_gateway_chassis:
         log.info("not managing gateway chassis groups; VMs on Proxmox networks get no ARP answer from their VPC gateway")
     else:
@@ -181,29 +195,58 @@ def main(argv: Sequence[str] | None = None) -> int:
             "gateway chassis management is not available in this build; GatewayReady is not evaluated and "
             "networks stay Ready=False/Pending after the subnet and pool checks; run with --manage-gateway-chassis=false"
         )
-    api = load_api_client(args.kubeconfig)
+    try:
+        api = load_api_client(args.kubeconfig)
+    except Exception as err:
+        log.error("unable to load a Kubernetes client configuration", error=repr(err))
+        return 1
     options = Options(
         manage_gateway=args.manage_gateway_chassis,
         workers=args.workers,
         resync_period=args.resync_period,
         subnet_prune_timeout=args.subnet_prune_timeout,
     )
-    ready = threading.Event()
-    probes = split_address(args.health_probe_bind_address)
-    if probes:
-        serve_probes(probes, ready)
-    metrics = split_address(args.metrics_bind_address)
-    if metrics:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics[1], addr=metrics[0])
-
+    metrics = Metrics()
     try:
-        manager = Manager(api, options)
+        manager = Manager(api, options, metrics)
     except Exception as err:  # e.g. the API server is unreachable during discovery
         log.error("unable to start manager", error=repr(err))
         return 1
+
     stop = threading.Event()
+    lost = threading.Event()
+    elector: LeaderElector | None = None
+
+    def started_leading() -> None:
+        log.info("started leading; starting workers")
+        metrics.set_leader(True)
+        manager.start_workers()
+
+    def stopped_leading() -> None:
+        metrics.set_leader(False)
+        if not stop.is_set():
+            # product-decisions.md §4.5: a replica that lost its lease exits; it comes back
+            # as a standby with empty state (nothing that matters lives in memory).
+            log.error("leadership lost; exiting")
+            lost.set()
+            stop.set()
+
+    def readiness() -> tuple[bool, str]:
+        if not manager.caches_fresh():
+            return False, "caches not synced or stale"
+        if elector is not None and not elector.is_leader:
+            return False, "not the leader"
+        return True, "ok"
+
+    def liveness() -> tuple[bool, str]:
+        return (True, "ok") if manager.healthy() else (False, "a worker thread died")
+
+    probes = split_address(args.health_probe_bind_address)
+    if probes:
+        serve_probes(probes, readiness, liveness)
+    maddr = split_address(args.metrics_bind_address)
+    if maddr:
+        metrics.serve(*maddr)
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)
@@ -211,18 +254,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log.info("starting manager", workers=options.workers, manage_gateway_chassis=options.manage_gateway)
+    log.info("starting manager", workers=options.workers, manage_gateway_chassis=options.manage_gateway,
+             leader_elect=args.leader_elect)
     try:
-        manager.start()
+        manager.start_informers()
     except RuntimeError as err:
         log.error("unable to start manager", error=str(err))
         manager.stop()
         return 1
-    ready.set()
+    elector_thread = None
+    if args.leader_elect:
+        namespace = args.leader_election_namespace or os.environ.get("POD_NAMESPACE") or "proxmox-network-system"
+        elector = LeaderElector(
+            KubeWriter(api), namespace, identity=default_identity(),
+            on_started_leading=started_leading, on_stopped_leading=stopped_leading, healthy=manager.healthy,
+        )
+        elector_thread = threading.Thread(target=elector.run, name="leader-election", daemon=True)
+        elector_thread.start()
+    else:
+        started_leading()
     stop.wait()
     manager.stop()
-    return 0
-
+    if elector is not None and elector_thread is not None:
+        elector.stop(release=True)  # after the work has stopped: a standby takes over at once
+        elector_thread.join(timeout=10)
+    return 1 if lost.is_set() else 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -80,7 +80,6 @@ def main() -> int:
                 sys.executable, "-m", "controller.main",
                 f"--kubeconfig={cluster.controller_kubeconfig}",
                 "--manage-gateway-chassis=false",
-                "--leader-elect=false",
                 "--metrics-bind-address=0",
                 "--health-probe-bind-address=0",
                 "--log-format=console",

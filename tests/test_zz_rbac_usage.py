@@ -1,0 +1,99 @@
+"""The ClusterRole and the leader-election Role grant exactly what the code uses.
+
+A scenario drives every code path that talks to the API server (allocation, Subnet
+finalizer, deletion through release, Event aggregation, the egress-gateway chain, leader
+election) as the controller user; the API server's audit log then lists every (group,
+resource, verb) that user sent. Each grant of manifests/rbac/ must appear there, and no
+request of the controller user may have been refused (403). Runs last (file name) so the
+whole session's requests count too, but it passes on its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller.kube import KubeWriter
+from controller.leader import LeaderElector
+from tests.support.audit import read_events
+from tests.support.controller import running_controller
+from tests.support.objects import Admin, unique
+from tests.support.wait import wait_for
+from tests.test_egress_integration import annotation, chain
+from tests.test_lifecycle_integration import Env, ready_network
+
+pytestmark = pytest.mark.integration
+
+RBAC = Path(__file__).resolve().parent.parent / "manifests" / "rbac"
+
+
+def granted() -> set[tuple[str, str, str]]:
+    out = set()
+    for f in ("02-clusterrole.yaml", "03-leader-election.yaml"):
+        for doc in yaml.safe_load_all((RBAC / f).read_text()):
+            if doc and doc.get("kind") in ("ClusterRole", "Role") and doc["metadata"]["name"].startswith("proxmox-network-controller"):
+                for rule in doc.get("rules") or []:
+                    for g in rule.get("apiGroups") or []:
+                        for r in rule.get("resources") or []:
+                            for v in rule.get("verbs") or []:
+                                out.add((g, r, v))
+    return out
+
+
+def used_by(cluster, user: str) -> tuple[set[tuple[str, str, str]], list[dict]]:
+    used, refused = set(), []
+    for ev in read_events(cluster):
+        if (ev.get("user") or {}).get("username") != user or ev.get("stage") != "ResponseComplete":
+            continue
+        ref = ev.get("objectRef") or {}
+        if not ref.get("resource"):
+            continue  # discovery and other non-resource URLs
+        resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        status = ev.get("responseStatus") or {}
+        # 403 for content in a namespace being deleted is admission, not RBAC.
+        if status.get("code") == 403 and "being terminated" not in (status.get("message") or ""):
+            refused.append(ev)
+        used.add((ref.get("apiGroup") or "", resource, ev.get("verb")))
+    return used, refused
+
+
+def test_rbac_grants_exactly_what_the_code_uses(admin_client, cluster, unique_namespace):
+    admin = Admin(admin_client)
+    env = Env(admin, unique_namespace)
+    ns, sub = unique_namespace, unique("sub")
+    with running_controller(cluster, subnet_prune_timeout=3.0) as ctl:
+        ready_network(env, "rbac", sub, "p")
+        # Event aggregation (create, then patch of the count).
+        for _ in range(2):
+            admin.set_vlan_status(sub, {"conflict": True, "subnets": [sub]})
+            env.wait("rbac", "VLANAllocated", "VLANConflict")
+            admin.set_vlan_status(sub, {"conflict": False, "subnets": [sub]})
+            env.wait("rbac", "VLANAllocated", "Allocated")
+        # The egress-gateway chain and the pod patch.
+        pod = chain(admin_client, ns, "gw-rbac")
+        wait_for(lambda: annotation(admin_client, ns, pod) == "false", what="pod patched")
+        # Deletion through release: fresh reads, Subnet finalizer off, timers, Vlan delete.
+        admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", "rbac")
+        env.wait("rbac", "Ready", "SubnetStillExists")
+        env.delete_subnet(sub)
+        env.gone("rbac", timeout=40)
+        ctl.events.flush()
+    # Leader election as the controller user: acquire, renew, release.
+    api = cluster.api_client("controller")
+    try:
+        el = LeaderElector(KubeWriter(api), "proxmox-network-system", unique("rbac-lease"), identity="rbac-test",
+                           lease_duration=3, renew_deadline=2, retry_period=0.5,
+                           on_started_leading=lambda: None, on_stopped_leading=lambda: None)
+        el.step()
+        el.step()
+        el.stop(release=True)
+        el.step()
+    finally:
+        api.close()
+
+    used, refused = used_by(cluster, cluster.controller_user)
+    assert not refused, [(e.get("verb"), e.get("requestURI")) for e in refused]
+    unused = sorted(g for g in granted() if g not in used)
+    assert unused == [], f"granted but never used by the controller: {unused}"
