@@ -195,6 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "gateway chassis management is not available in this build; GatewayReady is not evaluated and "
             "networks stay Ready=False/Pending after the subnet and pool checks; run with --manage-gateway-chassis=false"
         )
+    if args.metrics_secure:
+        # The reference serves HTTPS with a TokenReview/SubjectAccessReview filter; this build
+        # serves plain HTTP only. Refuse rather than expose metrics unprotected by surprise.
+        log.error("unable to start: --metrics-secure=true is not supported by this build; "
+                  "serve metrics on a cluster-internal port with --metrics-secure=false")
+        return 1
     try:
         api = load_api_client(args.kubeconfig)
     except Exception as err:

@@ -1,0 +1,48 @@
+"""Command-line flags (reference-behaviour.md §14): names, defaults and refusals."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from controller.main import build_parser, main, parse_duration, parse_tls_secret
+
+
+def test_reference_flags_and_defaults():
+    a = build_parser().parse_args([])
+    assert a.metrics_bind_address == ":8080"
+    assert a.health_probe_bind_address == ":8081"
+    assert a.leader_elect is True  # product-decisions.md §4.5: on by default
+    assert a.metrics_secure is False and a.enable_http2 is False
+    assert a.subnet_prune_timeout == 600.0
+    assert a.manage_gateway_chassis is True
+    assert a.ovn_nb_address == "ssl:ovn-nb.cozy-kubeovn.svc:6641"
+    assert a.ovn_tls_secret == ("cozy-kubeovn", "kube-ovn-tls")
+
+
+@pytest.mark.parametrize("argv, attr, value", [
+    (["--leader-elect=false"], "leader_elect", False),
+    (["--leader-elect"], "leader_elect", True),
+    (["--manage-gateway-chassis=false"], "manage_gateway_chassis", False),
+    (["--subnet-prune-timeout=90s"], "subnet_prune_timeout", 90.0),
+    (["--subnet-prune-timeout=1h30m"], "subnet_prune_timeout", 5400.0),
+])
+def test_go_style_values(argv, attr, value):
+    assert getattr(build_parser().parse_args(argv), attr) == value
+
+
+@pytest.mark.parametrize("value", ["cozy-kubeovn", "/x", "x/", "a/b/c", ""])
+def test_tls_secret_needs_namespace_and_name(value):
+    with pytest.raises(argparse.ArgumentTypeError) as exc:
+        parse_tls_secret(value)
+    assert str(exc.value) == f'--ovn-tls-secret "{value}": want <namespace>/<name>'
+
+
+def test_bad_duration_is_refused():
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_duration("ten minutes")
+
+
+def test_metrics_secure_is_refused_not_ignored():
+    assert main(["--metrics-secure=true", "--kubeconfig=/nonexistent"]) == 1
