@@ -29,22 +29,12 @@ from controller.leader import (
     format_micro_time,
     lease_path,
 )
+from tests.support.clock import FakeClock
 from tests.support.wait import wait_for
 
 NS = "proxmox-network-system"
 PATH = lease_path(NS, DEFAULT_LEASE_NAME)
 MICRO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
-
-
-class FakeClock:
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class FakeWall:

@@ -22,18 +22,9 @@ from controller.workqueue import (
     default_controller_rate_limiter,
 )
 
+from tests.support.clock import FakeClock
+
 JOIN = 30.0  # safety net for thread joins, never an expectation
-
-
-class FakeClock:
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class ZeroLimiter:
