@@ -42,7 +42,9 @@ def granted() -> set[tuple[str, str, str]]:
     return out
 
 
-def used_by(cluster, user: str) -> tuple[set[tuple[str, str, str]], list[dict]]:
+def used_by(cluster, user: str, since: str) -> tuple[set[tuple[str, str, str]], list[dict]]:
+    """Everything ``user`` requested in the session, and its refusals since ``since``
+    (RFC 3339; other tests make deliberate forbidden requests before this one)."""
     used, refused = set(), []
     for ev in read_events(cluster):
         if (ev.get("user") or {}).get("username") != user or ev.get("stage") != "ResponseComplete":
@@ -53,13 +55,17 @@ def used_by(cluster, user: str) -> tuple[set[tuple[str, str, str]], list[dict]]:
         resource = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
         status = ev.get("responseStatus") or {}
         # 403 for content in a namespace being deleted is admission, not RBAC.
-        if status.get("code") == 403 and "being terminated" not in (status.get("message") or ""):
+        if (status.get("code") == 403 and "being terminated" not in (status.get("message") or "")
+                and (ev.get("requestReceivedTimestamp") or "") >= since):
             refused.append(ev)
         used.add((ref.get("apiGroup") or "", resource, ev.get("verb")))
     return used, refused
 
 
 def test_rbac_grants_exactly_what_the_code_uses(admin_client, cluster, unique_namespace):
+    import datetime as dt
+
+    since = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     admin = Admin(admin_client)
     env = Env(admin, unique_namespace)
     ns, sub = unique_namespace, unique("sub")
@@ -93,7 +99,7 @@ def test_rbac_grants_exactly_what_the_code_uses(admin_client, cluster, unique_na
     finally:
         api.close()
 
-    used, refused = used_by(cluster, cluster.controller_user)
+    used, refused = used_by(cluster, cluster.controller_user, since)
     assert not refused, [(e.get("verb"), e.get("requestURI")) for e in refused]
     unused = sorted(g for g in granted() if g not in used)
     assert unused == [], f"granted but never used by the controller: {unused}"
