@@ -115,8 +115,19 @@ def main(argv: Sequence[str]) -> int:
     from controller.main import load_api_client, parse_duration
 
     args = build_parser().parse_args(argv)
-    w = KubeWriter(load_api_client(args.kubeconfig))
-    prune = parse_duration(args.subnet_prune_timeout) or DEFAULT_SUBNET_PRUNE_TIMEOUT.total_seconds()
+    try:
+        prune = parse_duration(args.subnet_prune_timeout) or DEFAULT_SUBNET_PRUNE_TIMEOUT.total_seconds()
+        w = KubeWriter(load_api_client(args.kubeconfig))
+        return _run(w, args, prune)
+    except argparse.ArgumentTypeError as err:
+        print(f"doctor: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # unreachable API server, bad kubeconfig, RBAC
+        print(f"doctor: cannot read the cluster: {err}", file=sys.stderr)
+        return 1
+
+
+def _run(w: KubeWriter, args: argparse.Namespace, prune: float) -> int:
     kinds: dict[str, Resource | None] = {}
     for key, (group, plural, versions) in {
         "pools": ("ipam.cluster.x-k8s.io", "inclusterippools", POOL_VERSIONS),

@@ -273,7 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         namespace = args.leader_election_namespace or os.environ.get("POD_NAMESPACE") or "proxmox-network-system"
         elector = LeaderElector(
             KubeWriter(api), namespace, identity=default_identity(),
-            on_started_leading=started_leading, on_stopped_leading=stopped_leading, healthy=manager.healthy,
+            on_started_leading=started_leading, on_stopped_leading=stopped_leading,
+            # B11/B13: a leader whose work loop died or whose caches went stale lets go.
+            healthy=lambda: manager.healthy() and manager.caches_fresh(),
         )
         elector_thread = threading.Thread(target=elector.run, name="leader-election", daemon=True)
         elector_thread.start()

@@ -423,6 +423,10 @@ class Manager:
             if kind == "network":
                 try:
                     result = self.network_reconciler.reconcile(obj)
+                except Exception:
+                    # §13 reason="error": a pass that failed (reading, computing or writing).
+                    self.metrics.reconcile_error("error")
+                    raise
                 finally:
                     self.metrics.observe_reconcile(time.monotonic() - started)
             elif kind == "zone":

@@ -269,11 +269,7 @@ class NetworkReconciler:
         status = copy.deepcopy(old_status)
         status["observedGeneration"] = gen
         conds: list[dict[str, Any]] = status.setdefault("conditions", [])
-        try:
-            self._fill(net, status, conds, gen)
-        except Exception:
-            self.metrics.reconcile_error("error")
-            raise
+        self._fill(net, status, conds, gen)
         ready = find(conds, names.READY)
         if ready is not None and ready.get("status") != TRUE:
             self.metrics.reconcile_error(ready.get("reason", ""))

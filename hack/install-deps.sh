@@ -4,7 +4,7 @@
 #
 #   * Debian's OVN / Open vSwitch tools (ovsdb-server, ovsdb-tool, ovn-nbctl, the NB schema),
 #     without leaving Debian's own ovsdb-server / ovn-northd running;
-#   * the project in editable mode with its test extra;
+#   * the Python dependencies with the test extra (the tree itself is imported in place);
 #   * kube-apiserver, kubectl and etcd (hack/build-control-plane.sh, cached).
 #
 # Prints the control-plane bin directory on stdout (like build-control-plane.sh).

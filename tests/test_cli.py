@@ -46,3 +46,11 @@ def test_bad_duration_is_refused():
 
 def test_metrics_secure_is_refused_not_ignored():
     assert main(["--metrics-secure=true", "--kubeconfig=/nonexistent"]) == 1
+
+
+def test_doctor_reports_an_unreadable_cluster_without_a_traceback(capsys):
+    from controller import doctor
+
+    assert doctor.main(["--kubeconfig=/nonexistent"]) == 1
+    assert capsys.readouterr().err.startswith("doctor: cannot read the cluster:")
+    assert doctor.main(["--subnet-prune-timeout=soon"]) == 2
