@@ -1,0 +1,471 @@
+"""OVN Northbound client over the python-ovs IDL (skeleton).
+
+* One thread (``NBClient`` owner thread) owns the ``ovs.db.idl.Idl``; everyone
+  else talks to it through ``snapshot()``, ``transact()`` and ``call()``, which
+  queue work for the owner thread and wait for its answer (the IDL is not
+  thread-safe).
+* The schema is fetched from the server at connect (``get_schema``), and only
+  the tables/columns we use are registered (product decisions §4.8, §7), so a
+  newer or older NB schema does not break us.
+* Addresses (``tcp:``, ``ssl:``, ``unix:``; comma separated or a list) are tried
+  in the given order, starting over from the first after a full round fails.
+* ``synced()`` is true only while connected and after the IDL has applied the
+  full monitor reply of the current connection; before that the (possibly
+  empty or stale) cache is never served as "no rows" (field report B10):
+  ``snapshot()`` and ``transact()`` raise ``NBNotSynced``.
+
+TLS (``ssl:``): python-ovs takes process-wide file paths; ``set_tls_material``
+writes the material to a private directory and points python-ovs at it
+(python-ovs verifies the server against the CA, TLS >= 1.2, no host-name
+check). Reading the Secret (one API Get per new connection) and the
+serverAuth EKU check of §11 are not wired up yet.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import ovs.db.data
+import ovs.db.idl
+import ovs.json
+import ovs.jsonrpc
+import ovs.poller
+import ovs.stream
+import ovs.timeval
+import ovs.util
+
+DATABASE = "OVN_Northbound"
+
+#: The only tables and columns we replicate (§9.1).
+TABLES: dict[str, list[str]] = {
+    "Logical_Router_Port": ["name", "ha_chassis_group", "gateway_chassis"],
+    "HA_Chassis_Group": ["name", "external_ids", "ha_chassis"],
+    "HA_Chassis": ["chassis_name", "priority"],
+}
+
+DIAL_TIMEOUT = 3.0  # seconds, per address, for the schema fetch
+TXN_TIMEOUT = 10.0  # seconds
+BACKOFF_MIN = 1.0
+BACKOFF_MAX = 15.0
+PROBE_INTERVAL_MS = 5000  # inactivity probe: detects a half-open TCP connection
+
+# Transaction statuses (python-ovs values) plus our timeout.
+SUCCESS = ovs.db.idl.Transaction.SUCCESS
+UNCHANGED = ovs.db.idl.Transaction.UNCHANGED
+TRY_AGAIN = ovs.db.idl.Transaction.TRY_AGAIN
+ERROR = ovs.db.idl.Transaction.ERROR
+NOT_LOCKED = ovs.db.idl.Transaction.NOT_LOCKED
+ABORTED = ovs.db.idl.Transaction.ABORTED
+TIMED_OUT = "timed out"
+
+
+class NBError(Exception):
+    pass
+
+
+class NBNotSynced(NBError):
+    """The IDL has not applied a full update on the current connection."""
+
+
+class NBClosed(NBError):
+    pass
+
+
+def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
+    """Comma-separated (or listed) OVSDB remotes, trimmed, empties skipped."""
+    if isinstance(addresses, str):
+        items = addresses.split(",")
+    else:
+        items = [a for part in addresses for a in part.split(",")]
+    out: list[str] = []
+    for a in (i.strip() for i in items):
+        if not a:
+            continue
+        kind, _, rest = a.partition(":")
+        if kind not in ("tcp", "ssl", "unix") or not rest:
+            raise NBError(f'OVSDB address "{a}": want ssl:<host>:<port>, tcp:<host>:<port> or unix:<path>')
+        if kind in ("tcp", "ssl") and (":" not in rest or not rest.rsplit(":", 1)[1].isdigit()):
+            raise NBError(f'OVSDB address "{a}": missing port in address')
+        out.append(a)
+    if not out:
+        raise NBError("no OVSDB address given")
+    return out
+
+
+def fetch_schema(remote: str, timeout: float = DIAL_TIMEOUT, database: str = DATABASE) -> dict:
+    """``get_schema`` of ``database`` from one remote, bounded by ``timeout`` seconds."""
+    deadline = ovs.timeval.msec() + int(timeout * 1000)
+    err, stream = ovs.stream.Stream.open_block(ovs.stream.Stream.open(remote), int(timeout * 1000))
+    if err:
+        raise NBError(f"{remote}: connect: {os.strerror(err)}")
+    rpc = ovs.jsonrpc.Connection(stream)
+    try:
+        req = ovs.jsonrpc.Message.create_request("get_schema", [database])
+        err = rpc.send(req)
+        while not err:
+            rpc.run()
+            err, msg = rpc.recv()
+            if err == 0 and msg is not None:
+                if msg.id != req.id:
+                    continue
+                if msg.type == ovs.jsonrpc.Message.T_ERROR or msg.error is not None:
+                    raise NBError(f"{remote}: get_schema: {ovs.json.to_string(msg.error)}")
+                return msg.result
+            if err and err != errno.EAGAIN:
+                break
+            err = 0
+            now = ovs.timeval.msec()
+            if now >= deadline:
+                raise NBError(f"{remote}: get_schema: timed out")
+            poller = ovs.poller.Poller()
+            rpc.wait(poller)
+            rpc.recv_wait(poller)
+            poller.timer_wait_until(deadline)
+            poller.block()
+        reason = "connection closed" if err == ovs.util.EOF else os.strerror(err)
+        raise NBError(f"{remote}: get_schema: {reason}")
+    finally:
+        rpc.close()
+
+
+TLS_FILES = {"key": "key.pem", "cert": "cert.pem", "cacert": "cacert.pem"}
+
+
+def set_tls_material(directory: str | os.PathLike, cacert: bytes, cert: bytes, key: bytes) -> dict[str, str]:
+    """Write TLS material (Kube-OVN's ``cacert``/``cert``/``key``) into a private
+    directory and point python-ovs' process-wide SSL settings at it.
+
+    The directory is created mode 0700, each file 0600, written atomically
+    (temporary file + rename), so a connection being set up never reads half a
+    file. Call again with new material when the Secret changes; new connections
+    pick it up. Returns the paths by key. Key material never appears in errors.
+    """
+    d = os.fspath(directory)
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    os.chmod(d, 0o700)
+    paths: dict[str, str] = {}
+    for k, data in (("cacert", cacert), ("cert", cert), ("key", key)):
+        if not data:
+            raise NBError(f'OVN TLS material has no "{k}" key')
+        path = os.path.join(d, TLS_FILES[k])
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        paths[k] = path
+    ovs.stream.Stream.ssl_set_private_key_file(paths["key"])
+    ovs.stream.Stream.ssl_set_certificate_file(paths["cert"])
+    ovs.stream.Stream.ssl_set_ca_cert_file(paths["cacert"])
+    return paths
+
+
+def schema_helper(schema_json: dict) -> ovs.db.idl.SchemaHelper:
+    helper = ovs.db.idl.SchemaHelper(schema_json=schema_json)
+    for table, columns in TABLES.items():
+        helper.register_columns(table, columns)
+    return helper
+
+
+def _atom_str(atom: Any, _base: Any = None) -> str:
+    return str(atom)
+
+
+def row_dict(row: ovs.db.idl.Row, columns: Sequence[str]) -> dict[str, Any]:
+    """A plain dict of a row: uuids as strings, sets as lists, maps as dicts."""
+    out: dict[str, Any] = {"_uuid": str(row.uuid)}
+    data = row._data or {}
+    for col in columns:
+        datum = data.get(col)
+        if datum is None:  # a column at its default value may be absent from the cache
+            column = row._table.columns.get(col)
+            if column is None:
+                continue
+            datum = ovs.db.data.Datum.default(column.type)
+        out[col] = datum.to_python(_atom_str)
+    return out
+
+
+@dataclass
+class TxnResult:
+    status: str
+    error: str = ""
+    value: Any = None  # what fn returned
+    inserted: dict[str, str] = field(default_factory=dict)  # temporary uuid -> permanent uuid
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (SUCCESS, UNCHANGED)
+
+    def uuid_of(self, row: Any) -> str:
+        """Permanent uuid of a row inserted by the transaction."""
+        return self.inserted[str(getattr(row, "uuid", row))]
+
+
+class _Idl(ovs.db.idl.Idl):
+    """Idl that forwards row events to a callback (on the owner thread)."""
+
+    on_change: Callable[[str, str, str], None] | None = None
+
+    def notify(self, event, row, updates=None):  # noqa: D401 - python-ovs hook
+        cb = self.on_change
+        if cb is not None:
+            try:
+                cb(event, row._table.name, str(row.uuid))
+            except Exception:  # a callback must never kill the owner thread
+                pass
+
+
+class NBClient:
+    """python-ovs IDL of OVN_Northbound, owned by one thread."""
+
+    def __init__(
+        self,
+        addresses: str | Iterable[str],
+        *,
+        leader_only: bool = True,
+        probe_interval_ms: int = PROBE_INTERVAL_MS,
+        dial_timeout: float = DIAL_TIMEOUT,
+        on_change: Callable[[str, str, str], None] | None = None,
+    ) -> None:
+        self.addresses = parse_addresses(addresses)
+        self.leader_only = leader_only
+        self.probe_interval_ms = probe_interval_ms
+        self.dial_timeout = dial_timeout
+        self.on_change = on_change
+        self._queue: list[tuple[Callable[[], Any], concurrent.futures.Future]] = []
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._rfd, self._wfd = os.pipe()
+        os.set_blocking(self._rfd, False)
+        self._thread: threading.Thread | None = None
+        self._idl: _Idl | None = None
+        self.last_error = ""
+        self.remote = ""  # the address the IDL is (or was last) connected to
+        self.sync_count = 0  # number of (re)syncs seen
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> "NBClient":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ovn-nb-idl", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._fail_pending(NBClosed("OVN NB client stopped"))
+        for fd in (self._rfd, self._wfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "NBClient":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ state
+
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return self._synced.wait(timeout)
+
+    # ------------------------------------------------------------------ API
+
+    def call(self, fn: Callable[[ovs.db.idl.Idl], Any], timeout: float | None = TXN_TIMEOUT + 5) -> Any:
+        """Run ``fn(idl)`` on the owner thread and return its result (or raise its error)."""
+        if self._stop.is_set():
+            raise NBClosed("OVN NB client stopped")
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self._queue.append((lambda: fn(self._require_synced()), fut))
+        self._wake()
+        try:
+            return fut.result(timeout)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise NBError("OVN NB owner thread did not answer in time") from None
+
+    def snapshot(self, tables: Iterable[str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+        """Plain-dict copy of the replicated rows: ``{table: {uuid: {column: value}}}``."""
+        names = list(tables) if tables is not None else list(TABLES)
+
+        def take(idl: ovs.db.idl.Idl) -> dict[str, dict[str, dict[str, Any]]]:
+            return {
+                t: {str(u): row_dict(r, TABLES[t]) for u, r in idl.tables[t].rows.items()} for t in names
+            }
+
+        return self.call(take)
+
+    def transact(
+        self,
+        fn: Callable[[ovs.db.idl.Transaction, ovs.db.idl.Idl], Any],
+        timeout: float = TXN_TIMEOUT,
+    ) -> TxnResult:
+        """Build a transaction with ``fn(txn, idl)`` on the owner thread and commit it.
+
+        Returns the commit status; ``TRY_AGAIN``/``ERROR``/``NOT_LOCKED``/``TIMED_OUT``
+        mean "nothing known to be applied": resync and redo the whole step.
+        """
+
+        def run(idl: ovs.db.idl.Idl) -> TxnResult:
+            txn = ovs.db.idl.Transaction(idl)
+            try:
+                value = fn(txn, idl)
+            except BaseException:
+                txn.abort()
+                raise
+            deadline = time.monotonic() + timeout
+            status = txn.commit()
+            while status == ovs.db.idl.Transaction.INCOMPLETE:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    txn.abort()
+                    return TxnResult(TIMED_OUT, f"no commit reply within {timeout:g}s", value)
+                idl.run()
+                self._publish(idl)
+                poller = ovs.poller.Poller()
+                idl.wait(poller)
+                txn.wait(poller)
+                poller.timer_wait(int(left * 1000) + 1)
+                poller.block()
+                status = txn.commit()
+            inserted: dict[str, str] = {}
+            if status == SUCCESS:
+                for tmp in list(getattr(txn, "_inserted_rows", {})):
+                    real = txn.get_insert_uuid(tmp)
+                    if real is not None:
+                        inserted[str(tmp)] = str(real)
+            err = txn.get_error() if status == ERROR else ""
+            return TxnResult(status, err, value, inserted)
+
+        return self.call(run, timeout + 5)
+
+    # ------------------------------------------------------------------ owner thread
+
+    def _require_synced(self) -> ovs.db.idl.Idl:
+        idl = self._idl
+        if idl is None or not self._is_synced(idl):
+            raise NBNotSynced("OVN NB IDL is not synced" + (f": {self.last_error}" if self.last_error else ""))
+        return idl
+
+    @staticmethod
+    def _is_synced(idl: ovs.db.idl.Idl) -> bool:
+        return (
+            idl._session.is_connected()
+            and idl.state == ovs.db.idl.Idl.IDL_S_MONITORING
+            and idl.has_ever_connected()
+        )
+
+    def _publish(self, idl: ovs.db.idl.Idl) -> None:
+        if self._is_synced(idl):
+            if not self._synced.is_set():
+                self.sync_count += 1
+                self.remote = idl._session.get_name() or self.remote
+                self._synced.set()
+        else:
+            self._synced.clear()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wfd, b"x")
+        except OSError:
+            pass
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._rfd, 4096):
+                pass
+        except OSError:
+            pass
+
+    def _fail_pending(self, err: Exception) -> None:
+        with self._lock:
+            pending, self._queue = self._queue, []
+        for _, fut in pending:
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(err)
+
+    def _run_pending(self) -> None:
+        with self._lock:
+            pending, self._queue = self._queue, []
+        for job, fut in pending:
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(job())
+            except BaseException as e:  # handed to the caller
+                fut.set_exception(e)
+
+    def _connect(self) -> _Idl | None:
+        """Fetch the schema (addresses in order) and build the IDL; None when stopped."""
+        backoff = BACKOFF_MIN
+        while not self._stop.is_set():
+            errors = []
+            for i, remote in enumerate(self.addresses):
+                try:
+                    schema = fetch_schema(remote, self.dial_timeout)
+                except Exception as e:  # noqa: BLE001 - collected into last_error
+                    errors.append(str(e))
+                    continue
+                idl = _Idl(
+                    ",".join(self.addresses),
+                    schema_helper(schema),
+                    probe_interval=self.probe_interval_ms,
+                    leader_only=self.leader_only,
+                )
+                idl.on_change = self.on_change
+                # python-ovs shuffles the remotes; we want the given order, starting at the
+                # one that answered.
+                sess = idl._session
+                sess.remotes = self.addresses[i:] + self.addresses[:i]
+                sess.next_remote = 0
+                sess.pick_remote()
+                self.remote = remote
+                self.last_error = ""
+                return idl
+            self.last_error = "connect to OVN NB: " + "; ".join(errors)
+            self._fail_pending(NBNotSynced(self.last_error))
+            if self._stop.wait(backoff):
+                break
+            backoff = min(backoff * 2, BACKOFF_MAX)
+        return None
+
+    def _run(self) -> None:
+        idl = self._connect()
+        if idl is None:
+            return
+        self._idl = idl
+        try:
+            while not self._stop.is_set():
+                idl.run()
+                self._publish(idl)
+                self._drain_wake()
+                self._run_pending()
+                poller = ovs.poller.Poller()
+                idl.wait(poller)
+                poller.fd_wait(self._rfd, ovs.poller.POLLIN)
+                poller.timer_wait(1000)
+                poller.block()
+        finally:
+            self._synced.clear()
+            self._fail_pending(NBClosed("OVN NB client stopped"))
+            idl.close()
+

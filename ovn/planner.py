@@ -1,0 +1,341 @@
+"""Pure planning of OVN HA_Chassis_Groups for Proxmox networks (no I/O).
+
+Reference behaviour §9.1 (naming, ownership, claim rule) and §9.3 (trunk-node
+selection, rendezvous hashing, priorities), with product decision §4.7: the
+VPC's current active chassis stays on top while it is still eligible, so a node
+joining the trunk never moves a live gateway, and all router ports of one VPC
+keep the same active chassis.
+
+Inputs are plain data: Node objects as dicts (``metadata.name``, ``labels``,
+``annotations``, ``deletionTimestamp``) and existing groups as ``GroupView``
+(or dicts with ``name``, ``external_ids``, ``chassis`` = [(chassis, priority)]).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+
+OWNER = "proxmox-network"
+OWNER_KEY = "owner"
+NETWORK_KEY = "network"
+GROUP_PREFIX = "px-"
+CHASSIS_ANNOTATION = "ovn.kubernetes.io/chassis"
+READY_LABEL_SUFFIX = ".provider-network.kubernetes.io/ready"
+
+_MASK = (1 << 64) - 1
+FNV_OFFSET = 0xCBF29CE484222325
+FNV_PRIME = 0x100000001B3
+
+
+# --------------------------------------------------------------------------- naming
+
+
+def router_port_name(vpc: str, subnet: str) -> str:
+    """LRP of a subnet: ``<vpc>-<subnet>``."""
+    return f"{vpc}-{subnet}"
+
+
+def group_name(vpc: str, subnet: str) -> str:
+    """HA_Chassis_Group of a subnet's router port: ``px-<vpc>-<subnet>``."""
+    return GROUP_PREFIX + router_port_name(vpc, subnet)
+
+
+def ready_label(provider: str) -> str:
+    return f"{provider}{READY_LABEL_SUFFIX}"
+
+
+def rendezvous_key(vpc: str) -> str:
+    return f"vpc/{vpc}"
+
+
+def group_external_ids(network_key: str) -> dict[str, str]:
+    return {OWNER_KEY: OWNER, NETWORK_KEY: network_key}
+
+
+# --------------------------------------------------------------------------- trunk nodes
+
+
+class TrunkNode(NamedTuple):
+    name: str
+    chassis: str
+
+
+def _meta(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    m = node.get("metadata")
+    return m if isinstance(m, Mapping) else node
+
+
+def trunk_nodes(nodes: Iterable[Mapping[str, Any]], provider: str) -> list[TrunkNode]:
+    """Eligible trunk nodes of a provider network, sorted by node name (§9.3).
+
+    A node qualifies when its label ``<provider>.provider-network.kubernetes.io/ready``
+    is ``"true"``, its ``ovn.kubernetes.io/chassis`` annotation (trimmed) is non-empty
+    and it has no deletionTimestamp. A chassis already taken by a node with a smaller
+    name is skipped (de-duplication independent of the input order). A deleting node
+    does not take a chassis.
+    """
+    label = ready_label(provider)
+    cands: list[tuple[str, Mapping[str, Any]]] = []
+    for n in nodes:
+        m = _meta(n)
+        name = m.get("name") or ""
+        if not name:
+            continue
+        labels = m.get("labels") or {}
+        if labels.get(label) != "true":
+            continue
+        cands.append((name, m))
+    cands.sort(key=lambda t: t[0])
+    seen: set[str] = set()
+    out: list[TrunkNode] = []
+    for name, m in cands:
+        chassis = ((m.get("annotations") or {}).get(CHASSIS_ANNOTATION) or "").strip()
+        if not chassis or chassis in seen or m.get("deletionTimestamp"):
+            continue
+        seen.add(chassis)
+        out.append(TrunkNode(name, chassis))
+    return out
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def fnv1a64(data: bytes, h: int = FNV_OFFSET) -> int:
+    for b in data:
+        h ^= b
+        h = (h * FNV_PRIME) & _MASK
+    return h
+
+
+def splitmix64_mix(x: int) -> int:
+    """The splitmix64 finaliser, without the golden-ratio increment."""
+    x &= _MASK
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _MASK
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _MASK
+    x ^= x >> 31
+    return x
+
+
+def score(key: str, node: str) -> int:
+    """Rendezvous score: splitmix64(FNV-1a(key || 0x00 || node))."""
+    return splitmix64_mix(fnv1a64(key.encode() + b"\x00" + node.encode()))
+
+
+def _name_of(node: Any) -> str:
+    return node if isinstance(node, str) else node.name
+
+
+def rendezvous_order(key: str, nodes: Iterable[Any]) -> list[Any]:
+    """Nodes (names or objects with ``.name``) by score descending, ties by name."""
+    return sorted(nodes, key=lambda n: (-score(key, _name_of(n)), _name_of(n)))
+
+
+def priorities(n: int) -> list[int]:
+    """Top = max(100, 10n), then stepping down by 10; empty for n <= 0."""
+    if n <= 0:
+        return []
+    top = max(100, 10 * n)
+    return [top - 10 * i for i in range(n)]
+
+
+# --------------------------------------------------------------------------- existing groups
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """An existing HA_Chassis_Group with its HA_Chassis resolved."""
+
+    name: str
+    external_ids: Mapping[str, str] = field(default_factory=dict)
+    chassis: Sequence[tuple[str, int]] = ()  # (chassis_name, priority)
+    uuid: str = ""
+
+    @property
+    def owner(self) -> str:
+        return self.external_ids.get(OWNER_KEY, "") or ""
+
+    @property
+    def network(self) -> str:
+        return self.external_ids.get(NETWORK_KEY, "") or ""
+
+    def top(self) -> tuple[str, int] | None:
+        """Highest-priority chassis (ties by chassis name), or None when empty."""
+        if not self.chassis:
+            return None
+        return min(self.chassis, key=lambda c: (-c[1], c[0]))
+
+
+def as_group(g: GroupView | Mapping[str, Any]) -> GroupView:
+    if isinstance(g, GroupView):
+        return g
+    return GroupView(
+        name=g.get("name", ""),
+        external_ids=dict(g.get("external_ids") or {}),
+        chassis=[(str(c), int(p)) for c, p in (g.get("chassis") or ())],
+        uuid=str(g.get("uuid") or g.get("_uuid") or ""),
+    )
+
+
+def groups_from_snapshot(snap: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, GroupView]:
+    """Resolve an ``NBClient.snapshot()`` into GroupViews by group name.
+
+    HA_Chassis references with no row are dropped; a second row naming a chassis
+    already seen in the group is dropped (referenced uuids are walked in uuid order
+    so the result is deterministic). Groups with duplicate names: the smallest uuid wins.
+    """
+    chassis_rows = snap.get("HA_Chassis", {})
+    out: dict[str, GroupView] = {}
+    for uuid in sorted(snap.get("HA_Chassis_Group", {})):
+        row = snap["HA_Chassis_Group"][uuid]
+        name = row.get("name", "")
+        if name in out:
+            continue
+        seen: set[str] = set()
+        members: list[tuple[str, int]] = []
+        for cu in sorted(row.get("ha_chassis") or ()):
+            c = chassis_rows.get(cu)
+            if c is None or c.get("chassis_name") in seen:
+                continue
+            seen.add(c["chassis_name"])
+            members.append((c["chassis_name"], int(c.get("priority", 0))))
+        out[name] = GroupView(name, dict(row.get("external_ids") or {}), members, uuid)
+    return out
+
+
+# --------------------------------------------------------------------------- claim rule
+
+
+@dataclass(frozen=True)
+class Claim:
+    allowed: bool
+    adopt: bool = False  # allowed, but external_ids must be (re)written to ours
+    reason: str = ""  # why refused (empty when allowed)
+
+
+def claim(group: GroupView | Mapping[str, Any] | None, network_key: str) -> Claim:
+    """Claim rule of §9.1 for an existing group of our name (None: no group)."""
+    if group is None:
+        return Claim(True)
+    g = as_group(group)
+    if not g.owner:
+        return Claim(True, adopt=True)
+    if g.owner != OWNER:
+        return Claim(False, reason=f'OVN HA_Chassis_Group "{g.name}" belongs to "{g.owner}"')
+    if g.network != network_key:
+        return Claim(False, reason=f'OVN HA_Chassis_Group "{g.name}" belongs to network "{g.network}"')
+    return Claim(True)
+
+
+def foreign_message(reason: str) -> str:
+    """ForeignGroup condition message for a refused claim (§9.4 case 1)."""
+    return f"{reason}; the controller leaves it alone"
+
+
+# --------------------------------------------------------------------------- sticky active
+
+
+def current_active(vpc_groups: Iterable[GroupView | Mapping[str, Any]], eligible: Iterable[str]) -> str | None:
+    """The VPC's current active chassis that is still eligible, or None.
+
+    Only groups we own count. Each group votes with its top chassis (highest
+    priority, ties by name) when that chassis is eligible. The chassis that tops
+    the most groups wins; ties by the higher priority, then by chassis name.
+    """
+    elig = set(eligible)
+    votes: dict[str, list[int]] = {}
+    for g in map(as_group, vpc_groups):
+        if g.owner != OWNER:
+            continue
+        top = g.top()
+        if top is None or top[0] not in elig:
+            continue
+        v = votes.setdefault(top[0], [0, 0])
+        v[0] += 1
+        v[1] = max(v[1], top[1])
+    if not votes:
+        return None
+    return min(votes, key=lambda c: (-votes[c][0], -votes[c][1], c))
+
+
+def wanted_chassis(
+    vpc: str,
+    trunk: Sequence[TrunkNode],
+    vpc_groups: Iterable[GroupView | Mapping[str, Any]] = (),
+) -> list[tuple[str, int]]:
+    """Wanted (chassis, priority) for any router port of ``vpc``.
+
+    Rendezvous order over ``vpc/<vpc>``; the VPC's current active chassis (see
+    ``current_active``) is moved to the top while it is still in ``trunk``.
+    """
+    order = [t.chassis for t in rendezvous_order(rendezvous_key(vpc), trunk)]
+    active = current_active(vpc_groups, order)
+    if active is not None:
+        order.remove(active)
+        order.insert(0, active)
+    return list(zip(order, priorities(len(order))))
+
+
+# --------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    name: str
+    external_ids: dict[str, str]
+    chassis: list[tuple[str, int]]  # wanted, highest priority first
+    claim: Claim
+    existing: GroupView | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.claim.allowed
+
+    @property
+    def message(self) -> str:
+        return foreign_message(self.claim.reason) if not self.claim.allowed else ""
+
+
+def plan_group(
+    network_key: str,
+    vpc: str,
+    subnet: str,
+    wanted: Sequence[TrunkNode] | Sequence[tuple[str, int]] | Sequence[str],
+    existing_rows: Iterable[GroupView | Mapping[str, Any]] = (),
+) -> GroupPlan:
+    """Desired state of the group of one network's router port.
+
+    ``wanted``: trunk nodes (TrunkNode, ordered here with the sticky active rule),
+    or an already prioritised [(chassis, priority)] list, or chassis names in order.
+    ``existing_rows``: existing groups of the VPC's networks (this network's group
+    included if it exists); used for the claim rule and the sticky active chassis.
+
+    external_ids: ours on a fresh group; on an existing group the existing map
+    overlaid with owner/network (adoption keeps other keys such as ``note``).
+    """
+    name = group_name(vpc, subnet)
+    groups = [as_group(g) for g in existing_rows]
+    mine = next((g for g in groups if g.name == name), None)
+    c = claim(mine, network_key)
+    wanted = list(wanted)
+    if wanted and isinstance(wanted[0], TrunkNode):
+        chassis = wanted_chassis(vpc, wanted, groups)  # type: ignore[arg-type]
+    elif wanted and isinstance(wanted[0], tuple):
+        chassis = [(str(ch), int(p)) for ch, p in wanted]  # type: ignore[misc]
+    else:
+        names = [str(w) for w in wanted]
+        chassis = list(zip(names, priorities(len(names))))
+    ext = dict(mine.external_ids) if mine is not None else {}
+    ext.update(group_external_ids(network_key))
+    return GroupPlan(name, ext, chassis, c, mine)
+
+
+def assigned_message(lrp: str, group: str, chassis: Sequence[tuple[str, int]]) -> str:
+    """ChassisAssigned condition message (§9.4)."""
+    parts = ", ".join(f"{c}={p}" for c, p in chassis)
+    return (
+        f'router port "{lrp}" has HA chassis group "{group}" with {len(chassis)} chassis '
+        f"({parts}); the highest priority is active"
+    )

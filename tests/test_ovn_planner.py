@@ -1,0 +1,335 @@
+"""Pure tests of ovn.planner (reference §9.1, §9.3; product decision §4.7)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ovn import planner
+from ovn.planner import (
+    GroupView,
+    TrunkNode,
+    claim,
+    fnv1a64,
+    plan_group,
+    priorities,
+    rendezvous_order,
+    score,
+    trunk_nodes,
+    wanted_chassis,
+)
+
+NET = "tenant/net-a"
+
+
+def node(name, chassis=None, provider="physnet1", ready="true", deleting=False, extra_labels=None):
+    labels = dict(extra_labels or {})
+    if ready is not None:
+        labels[f"{provider}.provider-network.kubernetes.io/ready"] = ready
+    meta = {"name": name, "labels": labels, "annotations": {}}
+    if chassis is not None:
+        meta["annotations"]["ovn.kubernetes.io/chassis"] = chassis
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta}
+
+
+def owned(name, network, chassis, **extra):
+    return GroupView(name, {"owner": "proxmox-network", "network": network, **extra}, chassis)
+
+
+# --------------------------------------------------------------------------- vectors
+
+
+def test_fnv1a_check_value():
+    assert fnv1a64(b"a") == 0xAF63DC4C8601EC8C
+
+
+@pytest.mark.parametrize(
+    "key,name,want",
+    [
+        ("vpc/vpc-x", "worker1", 0x461F6640410EBC5C),
+        ("vpc/vpc-x", "worker2", 0x2C905B6A8F8699B2),
+        ("vpc/vpc-x", "worker4", 0x7BA78E93AF43FD23),
+        ("vpc/vpc-x", "worker5", 0xE46AC79F7B81C120),
+        ("t/net", "n-a", 0x06F66DAE162B9514),
+        ("t/net", "n-b", 0x36BE50CC1EE78EA3),
+        ("t/net", "n-c", 0x8380179CF8355276),
+        ("t/net", "n-d", 0xCB9C950C2134758F),
+    ],
+)
+def test_score_vectors(key, name, want):
+    assert score(key, name) == want
+
+
+def test_order_vectors():
+    order = rendezvous_order("vpc/vpc-x", ["worker2", "worker1"])
+    assert list(zip(order, priorities(len(order)))) == [("worker1", 100), ("worker2", 90)]
+    order = rendezvous_order("t/net", ["n-a", "n-c", "n-b", "n-d"])
+    assert list(zip(order, priorities(4))) == [("n-d", 100), ("n-c", 90), ("n-b", 80), ("n-a", 70)]
+
+
+def test_order_accepts_trunk_nodes():
+    nodes = [TrunkNode("n-a", "ca"), TrunkNode("n-d", "cd")]
+    assert [n.chassis for n in rendezvous_order("t/net", nodes)] == ["cd", "ca"]
+
+
+def test_order_tie_by_name(monkeypatch):
+    monkeypatch.setattr(planner, "score", lambda key, n: 7)
+    assert rendezvous_order("k", ["b", "c", "a"]) == ["a", "b", "c"]
+
+
+def test_wanted_chassis_for_vpc_uses_vpc_key():
+    trunk = [TrunkNode("worker2", "c2"), TrunkNode("worker1", "c1")]
+    assert wanted_chassis("vpc-x", trunk) == [("c1", 100), ("c2", 90)]
+
+
+# --------------------------------------------------------------------------- priorities
+
+
+@pytest.mark.parametrize(
+    "n,want",
+    [
+        (0, []),
+        (-1, []),
+        (1, [100]),
+        (3, [100, 90, 80]),
+        (10, [100, 90, 80, 70, 60, 50, 40, 30, 20, 10]),
+        (11, [110, 100, 90, 80, 70, 60, 50, 40, 30, 20, 10]),
+    ],
+)
+def test_priorities(n, want):
+    assert priorities(n) == want
+
+
+@given(st.integers(min_value=1, max_value=300))
+def test_priorities_distinct_positive(n):
+    p = priorities(n)
+    assert len(p) == n and len(set(p)) == n and min(p) > 0
+    assert p[0] == max(100, 10 * n)
+    assert all(a - b == 10 for a, b in zip(p, p[1:]))
+
+
+# --------------------------------------------------------------------------- trunk nodes
+
+
+def test_trunk_nodes_selection():
+    nodes = [
+        node("w3", "ch3"),
+        node("w1", " ch1 "),  # trimmed
+        node("w2", "   "),  # empty after trim
+        node("w4", "ch4", ready="false"),
+        node("w5", "ch5", provider="other"),
+        node("w6", None),
+        node("w7", "ch7", deleting=True),
+        node("w8", "ch8", ready=None),
+    ]
+    assert trunk_nodes(nodes, "physnet1") == [TrunkNode("w1", "ch1"), TrunkNode("w3", "ch3")]
+
+
+def test_trunk_nodes_chassis_dedup_by_name_order_not_list_order():
+    a = [node("node-b", "dup"), node("node-a", "dup"), node("node-c", "c")]
+    b = list(reversed(a))
+    want = [TrunkNode("node-a", "dup"), TrunkNode("node-c", "c")]
+    assert trunk_nodes(a, "physnet1") == want
+    assert trunk_nodes(b, "physnet1") == want
+
+
+def test_trunk_nodes_deleting_node_does_not_take_chassis():
+    nodes = [node("node-a", "dup", deleting=True), node("node-b", "dup")]
+    assert trunk_nodes(nodes, "physnet1") == [TrunkNode("node-b", "dup")]
+
+
+def test_trunk_nodes_plain_metadata_dicts():
+    n = node("w1", "c1")["metadata"]
+    assert trunk_nodes([n], "physnet1") == [TrunkNode("w1", "c1")]
+
+
+# --------------------------------------------------------------------------- naming, claim
+
+
+def test_names():
+    assert planner.router_port_name("vpc1", "sub1") == "vpc1-sub1"
+    assert planner.group_name("vpc1", "sub1") == "px-vpc1-sub1"
+    assert planner.group_external_ids(NET) == {"owner": "proxmox-network", "network": NET}
+
+
+def test_claim_rule():
+    assert claim(None, NET) == planner.Claim(True)
+    assert claim(GroupView("px-v-s", {"note": "x"}), NET) == planner.Claim(True, adopt=True)
+    assert claim(GroupView("px-v-s", {"owner": ""}), NET).adopt
+    assert claim(owned("px-v-s", NET, []), NET) == planner.Claim(True)
+    c = claim(GroupView("px-v-s", {"owner": "neutron"}), NET)
+    assert not c.allowed
+    assert c.reason == 'OVN HA_Chassis_Group "px-v-s" belongs to "neutron"'
+    c = claim(owned("px-v-s", "other/net", []), NET)
+    assert not c.allowed
+    assert c.reason == 'OVN HA_Chassis_Group "px-v-s" belongs to network "other/net"'
+    assert planner.foreign_message(c.reason) == (
+        'OVN HA_Chassis_Group "px-v-s" belongs to network "other/net"; the controller leaves it alone'
+    )
+
+
+def test_plan_group_fresh():
+    trunk = [TrunkNode("n-a", "ca"), TrunkNode("n-b", "cb"), TrunkNode("n-c", "cc"), TrunkNode("n-d", "cd")]
+    p = plan_group(NET, "net", "sub", trunk, [])
+    assert p.name == "px-net-sub"
+    assert p.external_ids == {"owner": "proxmox-network", "network": NET}
+    # key is vpc/net, not t/net: just check it follows the rendezvous order of vpc/net
+    order = [t.chassis for t in rendezvous_order("vpc/net", trunk)]
+    assert p.chassis == list(zip(order, [100, 90, 80, 70]))
+    assert p.allowed and p.message == ""
+
+
+def test_plan_group_adoption_keeps_other_keys():
+    existing = GroupView("px-v-s", {"note": "hand-made", "owner": ""}, [("c1", 5)])
+    p = plan_group(NET, "v", "s", ["c1", "c2"], [existing])
+    assert p.claim.adopt
+    assert p.external_ids == {"note": "hand-made", "owner": "proxmox-network", "network": NET}
+    assert p.chassis == [("c1", 100), ("c2", 90)]
+
+
+def test_plan_group_foreign_messages():
+    p = plan_group(NET, "v", "s", ["c1"], [{"name": "px-v-s", "external_ids": {"owner": "someone"}}])
+    assert not p.allowed
+    assert p.message == 'OVN HA_Chassis_Group "px-v-s" belongs to "someone"; the controller leaves it alone'
+    p = plan_group(NET, "v", "s", ["c1"], [owned("px-v-s", "x/y", [])])
+    assert p.message == 'OVN HA_Chassis_Group "px-v-s" belongs to network "x/y"; the controller leaves it alone'
+
+
+def test_plan_group_prioritised_input_passes_through():
+    p = plan_group(NET, "v", "s", [("c2", 100), ("c1", 90)], [])
+    assert p.chassis == [("c2", 100), ("c1", 90)]
+
+
+def test_assigned_message():
+    assert planner.assigned_message("v-s", "px-v-s", [("c1", 100), ("c2", 90)]) == (
+        'router port "v-s" has HA chassis group "px-v-s" with 2 chassis (c1=100, c2=90); '
+        "the highest priority is active"
+    )
+
+
+# --------------------------------------------------------------------------- sticky active
+
+
+def _trunk(*names):
+    return [TrunkNode(n, f"ch-{n}") for n in names]
+
+
+def test_sticky_active_survives_a_join():
+    # vpc-x: worker1 beats worker2; worker5 beats both (0xe46a... is the highest score).
+    before = wanted_chassis("vpc-x", _trunk("worker1", "worker2"))
+    assert before[0] == ("ch-worker1", 100)
+    groups = [owned("px-vpc-x-a", "ns/a", before), owned("px-vpc-x-b", "ns/b", before)]
+    plain = wanted_chassis("vpc-x", _trunk("worker1", "worker2", "worker5"))
+    assert plain[0][0] == "ch-worker5"  # a naive re-hash would move the gateway
+    sticky = wanted_chassis("vpc-x", _trunk("worker1", "worker2", "worker5"), groups)
+    assert sticky == [("ch-worker1", 100), ("ch-worker5", 90), ("ch-worker2", 80)]
+
+
+def test_sticky_active_released_when_ineligible():
+    groups = [owned("px-vpc-x-a", "ns/a", [("ch-worker1", 100), ("ch-worker2", 90)])]
+    got = wanted_chassis("vpc-x", _trunk("worker2", "worker5"), groups)
+    assert got == list(zip([c.chassis for c in rendezvous_order("vpc/vpc-x", _trunk("worker2", "worker5"))], [100, 90]))
+
+
+def test_sticky_active_shared_by_every_port_of_the_vpc():
+    groups = [owned("px-vpc-x-a", "ns/a", [("ch-worker2", 100), ("ch-worker1", 90)])]
+    trunk = _trunk("worker1", "worker2", "worker4")
+    a = plan_group("ns/a", "vpc-x", "a", trunk, groups)
+    b = plan_group("ns/b", "vpc-x", "b", trunk, groups)  # a new network of the same VPC
+    assert a.chassis[0][0] == b.chassis[0][0] == "ch-worker2"
+    assert a.chassis == b.chassis
+
+
+def test_sticky_ignores_groups_not_ours():
+    groups = [GroupView("px-vpc-x-a", {"owner": "neutron"}, [("ch-worker2", 100)]),
+              GroupView("px-vpc-x-b", {}, [("ch-worker2", 100)])]
+    got = wanted_chassis("vpc-x", _trunk("worker1", "worker2"), groups)
+    assert got[0][0] == "ch-worker1"
+
+
+def test_sticky_majority_then_priority_then_name():
+    groups = [
+        owned("g1", "ns/1", [("ch-worker2", 100)]),
+        owned("g2", "ns/2", [("ch-worker2", 100)]),
+        owned("g3", "ns/3", [("ch-worker4", 110)]),
+    ]
+    assert wanted_chassis("vpc-x", _trunk("worker1", "worker2", "worker4"), groups)[0][0] == "ch-worker2"
+    groups = [owned("g1", "ns/1", [("ch-worker2", 90)]), owned("g3", "ns/3", [("ch-worker4", 100)])]
+    assert wanted_chassis("vpc-x", _trunk("worker1", "worker2", "worker4"), groups)[0][0] == "ch-worker4"
+    groups = [owned("g1", "ns/1", [("ch-worker4", 100)]), owned("g3", "ns/3", [("ch-worker2", 100)])]
+    assert wanted_chassis("vpc-x", _trunk("worker1", "worker2", "worker4"), groups)[0][0] == "ch-worker2"
+
+
+def test_empty_trunk_wants_nothing_even_with_groups():
+    groups = [owned("px-v-s", NET, [("c1", 100)])]
+    assert wanted_chassis("v", [], groups) == []
+    assert plan_group(NET, "v", "s", [], groups).chassis == []
+
+
+def test_groups_from_snapshot_drops_dangling_and_duplicates():
+    snap = {
+        "HA_Chassis_Group": {
+            "g-1": {"_uuid": "g-1", "name": "px-v-s", "external_ids": {"owner": "proxmox-network", "network": NET},
+                    "ha_chassis": ["c-2", "c-1", "c-3", "c-missing"]},
+        },
+        "HA_Chassis": {
+            "c-1": {"_uuid": "c-1", "chassis_name": "ch-a", "priority": 100},
+            "c-2": {"_uuid": "c-2", "chassis_name": "ch-a", "priority": 10},
+            "c-3": {"_uuid": "c-3", "chassis_name": "ch-b", "priority": 90},
+        },
+        "Logical_Router_Port": {},
+    }
+    g = planner.groups_from_snapshot(snap)["px-v-s"]
+    assert g.uuid == "g-1"
+    assert list(g.chassis) == [("ch-a", 100), ("ch-b", 90)]
+    assert g.top() == ("ch-a", 100)
+
+
+# --------------------------------------------------------------------------- properties
+
+node_names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-.", min_size=1, max_size=12)
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=20), st.lists(node_names, unique=True, max_size=12), node_names)
+def test_order_is_permutation_and_join_keeps_relative_order(key, names, newcomer):
+    order = rendezvous_order(key, names)
+    assert sorted(order) == sorted(names)
+    if newcomer in names:
+        return
+    grown = rendezvous_order(key, names + [newcomer])
+    assert [n for n in grown if n != newcomer] == order
+    # independent of input order
+    assert rendezvous_order(key, list(reversed(names))) == order
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(st.tuples(node_names, st.sampled_from(["c1", "c2", "c3", "c4", " ", ""])), max_size=8),
+    st.randoms(use_true_random=False),
+)
+def test_trunk_nodes_independent_of_list_order(pairs, rnd):
+    nodes = [node(n, c) for n, c in dict(pairs).items()]
+    got = trunk_nodes(nodes, "physnet1")
+    rnd.shuffle(nodes)
+    assert trunk_nodes(nodes, "physnet1") == got
+    chassis = [t.chassis for t in got]
+    assert len(chassis) == len(set(chassis)) and all(chassis)
+    assert [t.name for t in got] == sorted(t.name for t in got)
+
+
+@settings(max_examples=200)
+@given(st.lists(node_names, unique=True, min_size=1, max_size=10), node_names)
+def test_sticky_join_never_moves_active(names, newcomer):
+    trunk = [TrunkNode(n, f"ch-{n}") for n in names]
+    first = wanted_chassis("vpc-p", trunk)
+    groups = [owned("px-vpc-p-s", "ns/s", first)]
+    if newcomer in names:
+        return
+    after = wanted_chassis("vpc-p", trunk + [TrunkNode(newcomer, f"ch-{newcomer}")], groups)
+    assert after[0][0] == first[0][0]
+    assert {c for c, _ in after} == {c for c, _ in first} | {f"ch-{newcomer}"}
+    assert [p for _, p in after] == priorities(len(after))
