@@ -33,7 +33,7 @@ log = structlog.get_logger(__name__)
 EVENTS = Resource("", "v1", "events", namespaced=True, kind="Event")
 COMPONENT = "proxmox-network-controller"
 AGGREGATE_WINDOW = 600.0  # seconds an identical Event is counted instead of re-created
-MAX_PENDING = 1000
+MAX_PENDING = 10000
 NORMAL, WARNING = "Normal", "Warning"
 
 

@@ -139,7 +139,27 @@ def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
         except k8s_config.ConfigException:
             k8s_config.load_kube_config(client_configuration=cfg)
     cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    if kubeconfig and _static_credentials(kubeconfig):
+        # The loader's refresh hook re-reads the kubeconfig on every request (~6% of CPU
+        # in docs/performance.md); a static token or client certificate never changes.
+        cfg.refresh_api_key_hook = None
     return k8s.ApiClient(cfg)
+
+
+def _static_credentials(path: str) -> bool:
+    """True when the kubeconfig's current user has a token or client certificate and no
+    exec plugin or auth provider (whose credentials expire and must be refreshed)."""
+    try:
+        import yaml
+
+        doc = yaml.safe_load(open(path)) or {}
+        ctx = next(c["context"] for c in doc.get("contexts") or [] if c.get("name") == doc.get("current-context"))
+        user = next(u["user"] for u in doc.get("users") or [] if u.get("name") == ctx.get("user"))
+    except (OSError, StopIteration, KeyError, TypeError, AttributeError, ValueError):
+        return False
+    if not isinstance(user, dict) or "exec" in user or "auth-provider" in user or "tokenFile" in user:
+        return False
+    return bool(user.get("token") or user.get("client-certificate") or user.get("client-certificate-data"))
 
 
 def split_address(addr: str) -> tuple[str, int] | None:
