@@ -34,7 +34,7 @@ from controller.network import (
     network_index_subnet,
     network_index_zone,
 )
-from controller.vlans import VlanManager, vlan_index_provider, vlan_index_zone, vlan_owner
+from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone, vlan_owner
 from controller.workqueue import RateLimitingQueue
 from controller.zone import ZoneReconciler
 from informers import Resource, SharedInformerFactory, meta_namespace_key
@@ -113,7 +113,8 @@ class Manager:
             },
         )
         self.zones = f.informer(names.PROXMOX_NETWORK_ZONES, indexers={"provider": zone_index_provider})
-        self.vlan_informer = f.informer(names.VLANS, indexers={"provider": vlan_index_provider, "zone": vlan_index_zone})
+        self.vlan_informer = f.informer(names.VLANS, indexers={"provider": vlan_index_provider, "provider_id": vlan_index_provider_id,
+                                                          "zone": vlan_index_zone})
         self.namespaces = f.informer(names.NAMESPACES)
         self.provider_networks = f.informer(names.PROVIDER_NETWORKS)
         self.subnets = f.informer(names.SUBNETS, indexers={"vlan": subnet_index_vlan})

@@ -372,7 +372,7 @@ class NetworkReconciler:
                 f'Kube-OVN reports VLAN {vid} on provider "{provider}" as conflicting with another Vlan',
             )
             return
-        others = duplicate_holders(vlan, self.vlans.vlans_on(provider))
+        others = duplicate_holders(vlan, self.vlans.holders(provider, vid) if vid is not None else [])
         if others:
             held = ", ".join(f'"{o}"' for o in others)
             not_ready("VLANConflict", f'VLAN {vid} on provider "{provider}" is also held by Vlan {held}')

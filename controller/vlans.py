@@ -72,6 +72,13 @@ def vlan_index_provider(vlan: Mapping[str, Any]) -> list[str]:
     return [allocator.vlan_provider(vlan)]
 
 
+def vlan_index_provider_id(vlan: Mapping[str, Any]) -> list[str]:
+    """Indexer ``provider_id``: ``<spec.provider>/<spec.id>`` (duplicate detection without
+    a scan of the provider)."""
+    vid = allocator.vlan_id(vlan)
+    return [f"{allocator.vlan_provider(vlan)}/{vid}"] if vid is not None else []
+
+
 def vlan_index_zone(vlan: Mapping[str, Any]) -> list[str]:
     """Indexer ``zone``: the ``proxmox.cozystack.io/zone`` label, when set."""
     z = ((vlan.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ZONE)
@@ -137,6 +144,15 @@ class VlanManager:
         out = list(self.vlans.by_index("provider", provider))
         with self._assumed_lock:
             extra = [a.vlan for n, a in self._assumed.items() if allocator.vlan_provider(a.vlan) == provider]
+        return out + [v for v in extra if self.vlans.get(v["metadata"]["name"]) is None]
+
+    def holders(self, provider: str, vid: int) -> list[dict[str, Any]]:
+        """Every Vlan on ``provider`` with ID ``vid``: cache (index ``provider_id``) plus
+        assumed ones the cache lacks."""
+        out = list(self.vlans.by_index("provider_id", f"{provider}/{vid}"))
+        with self._assumed_lock:
+            extra = [a.vlan for a in self._assumed.values()
+                     if allocator.vlan_provider(a.vlan) == provider and allocator.vlan_id(a.vlan) == vid]
         return out + [v for v in extra if self.vlans.get(v["metadata"]["name"]) is None]
 
     def _verify_stale_assumptions(self, provider: str) -> None:
