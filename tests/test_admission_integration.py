@@ -1,0 +1,650 @@
+"""The three ValidatingAdmissionPolicies of manifests/admission/, proven on the real API server.
+
+Every case is a server-side dry run, so nothing is stored except the few objects the UPDATE
+and deletion cases need. The module applies manifests/admission/ itself, waits until the
+policies deny a known-bad object, and removes the policies and its zones at the end (other
+tests create machines that these policies would refuse). docs/admission.md maps every rule to
+the tests below.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import secrets
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import KubectlError
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+ADMISSION = ROOT / "manifests" / "admission"
+KUBEVIRT_CRDS = sorted((ROOT / "tests" / "fixtures" / "crds").glob("kubevirt-*.yaml"))
+CAPMOX = "infrastructure.cluster.x-k8s.io"
+MACHINE = "proxmox-network-machine-binding"
+VMPOL = "proxmox-network-vm-attachments"
+PODPOL = "proxmox-network-pod-attachments"
+NETWORKS = "proxmox.cozystack.io/networks"
+EXEMPT = "proxmox.cozystack.io/admission-exempt"
+
+# The rules' messages (stable fragments of the messageExpressions).
+R0 = "owns Proxmox networks ("
+R1 = "must be one of the Proxmox networks of namespace"
+R2 = "a NIC off the zone bridges may not use the uplink VLAN"
+R3 = "no NIC may be on an uplink bridge"
+R4 = "every NIC must use one of the Proxmox networks of namespace"
+VM_MSG = "may attach only NetworkAttachmentDefinitions and Kube-OVN subnets of its own namespace"
+
+
+def _hex(n: int = 3) -> str:
+    return secrets.token_hex(n)
+
+
+class Bed:
+    """Zones, namespaces and helpers shared by the module."""
+
+    def __init__(self, kubectl):
+        self.k = kubectl
+        h = _hex()
+        self.za, self.zb, self.zc = f"pxa-{h}", f"pxb-{h}", f"pxc-{h}"  # zone names
+        self.bra, self.brb = f"za{h}", f"zb{h}"                          # zone bridges
+        self.uplink_bridge = f"up{h}"
+        self.uplink_vlan = 2000 + secrets.randbelow(999)
+        self.zones: list[str] = []
+        self.namespaces: list[str] = []
+        # owning namespace: one network on zone A, one on zone B whose VLAN equals zone A's uplink VLAN
+        self.owner = self.namespace(annotations={NETWORKS: f"{self.bra}/101/pool-a,{self.brb}/{self.uplink_vlan}/pool-b"})
+        self.plain = self.namespace()
+        self.other = self.namespace(annotations={NETWORKS: f"{self.bra}/102/pool-x"})
+
+    # -- objects ---------------------------------------------------------------------------
+    def apply(self, obj: dict) -> None:
+        self.k("apply", "-f", "-", input=json.dumps(obj))
+
+    def namespace(self, annotations: dict | None = None, labels: dict | None = None, name: str | None = None) -> str:
+        name = name or f"adm-{_hex()}"
+        self.apply({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}}})
+        self.namespaces.append(name)
+        return name
+
+    def zone(self, name: str, bridge: str, admission: dict | None = None) -> None:
+        spec = {"bridge": bridge, "providerNetwork": "pn-adm", "vlanRanges": ["100-199"]}
+        if admission:
+            spec["admission"] = admission
+        self.apply({"apiVersion": "proxmox.cozystack.io/v1alpha1", "kind": "ProxmoxNetworkZone",
+                    "metadata": {"name": name}, "spec": spec})
+        self.zones.append(name)
+
+    # -- admission ---------------------------------------------------------------------------
+    def try_create(self, obj: dict) -> str | None:
+        """None if a server-side dry-run create is admitted, else the error text."""
+        try:
+            self.k("create", "--dry-run=server", "-o", "name", "-f", "-", input=json.dumps(obj))
+            return None
+        except KubectlError as e:
+            return e.stderr
+
+    def try_replace(self, obj: dict) -> str | None:
+        try:
+            self.k("replace", "--dry-run=server", "-o", "name", "-f", "-", input=json.dumps(obj))
+            return None
+        except KubectlError as e:
+            return e.stderr
+
+    def get(self, obj: dict) -> dict:
+        group_version = obj["apiVersion"]
+        resource = obj["kind"].lower()
+        if "/" in group_version:
+            group, version = group_version.split("/")
+            resource = f"{resource}s.{version}.{group}"
+        m = obj["metadata"]
+        return json.loads(self.k("get", resource, m["name"], "-n", m["namespace"], "-o", "json"))
+
+
+def denied(err: str | None, policy: str, *fragments: str) -> None:
+    assert err is not None, f"expected a denial by {policy}, but it was admitted"
+    assert f"ValidatingAdmissionPolicy '{policy}'" in err, err
+    for f in fragments:
+        assert f in err, f"{f!r} not in {err!r}"
+
+
+def denied_by_one_of(err: str | None, policy: str, *fragments: str) -> None:
+    """Several rules refuse the object (e.g. rule 1 and rule 4 in an owning namespace); the
+    API server reports the first failing evaluation, whose zone order is not fixed."""
+    assert err is not None, f"expected a denial by {policy}, but it was admitted"
+    assert f"ValidatingAdmissionPolicy '{policy}'" in err, err
+    assert any(f in err for f in fragments), f"none of {fragments!r} in {err!r}"
+
+
+def admitted(err: str | None) -> None:
+    assert err is None, err
+
+
+# -- capmox objects in both versions ------------------------------------------------------------
+
+def nic(bridge: str | None = None, vlan: int | None = None, pool: str | None = None,
+        kind: str = "InClusterIPPool", pool6: str | None = None) -> dict:
+    return {"bridge": bridge, "vlan": vlan, "pool": pool, "kind": kind, "pool6": pool6}
+
+
+def _ref(kind: str, name: str) -> dict:
+    return {"apiGroup": "ipam.cluster.x-k8s.io", "kind": kind, "name": name}
+
+
+def network(version: str, nics: list[dict], default: bool = True) -> dict:
+    """The spec.network of a machine: nics[0] is the primary NIC (net0)."""
+    if version == "v1alpha2":
+        devs = []
+        for i, n in enumerate(nics):
+            d: dict = {"name": f"net{i}"}
+            if n["bridge"]:
+                d["bridge"] = n["bridge"]
+            if n["vlan"]:
+                d["vlan"] = n["vlan"]
+            refs = ([_ref(n["kind"], n["pool"])] if n["pool"] else []) + ([_ref(n["kind"], n["pool6"])] if n["pool6"] else [])
+            if refs:
+                d["ipPoolRef"] = refs
+            devs.append(d)
+        return {"networkDevices": devs}
+    out: dict = {}
+    for i, n in enumerate(nics):
+        d = {"bridge": n["bridge"]}
+        if n["vlan"]:
+            d["vlan"] = n["vlan"]
+        if n["pool"]:
+            d["ipv4PoolRef"] = _ref(n["kind"], n["pool"])
+        if n["pool6"]:
+            d["ipv6PoolRef"] = _ref(n["kind"], n["pool6"])
+        if i == 0 and default:
+            out["default"] = d
+        else:
+            out.setdefault("additionalDevices", []).append({"name": f"net{i + (0 if default else 1)}", **d})
+    return out
+
+
+def machine(version: str, kind: str, ns: str, nics: list[dict] | None, default: bool = True,
+            name: str | None = None) -> dict:
+    spec: dict = {} if nics is None else {"network": network(version, nics, default)}
+    if kind == "ProxmoxMachineTemplate":
+        spec = {"template": {"spec": spec}}
+    return {"apiVersion": f"{CAPMOX}/{version}", "kind": kind,
+            "metadata": {"name": name or f"m-{_hex()}", "namespace": ns}, "spec": spec}
+
+
+SHAPES = [("v1alpha1", "ProxmoxMachine"), ("v1alpha2", "ProxmoxMachine"),
+          ("v1alpha1", "ProxmoxMachineTemplate"), ("v1alpha2", "ProxmoxMachineTemplate")]
+SHAPE_IDS = [f"{v}-{k}" for v, k in SHAPES]
+
+
+# -- module setup -------------------------------------------------------------------------------
+
+def _wait(pred, what: str, timeout: float = 30.0, step: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        r = pred()
+        if r:
+            return r
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(step)
+
+
+@pytest.fixture(scope="module")
+def bed(cluster, kubectl):
+    for f in KUBEVIRT_CRDS:  # the bed applies them too; harmless when it already has
+        kubectl("apply", "-f", str(f))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s",
+            "crd/virtualmachines.kubevirt.io", "crd/virtualmachineinstances.kubevirt.io")
+    b = Bed(kubectl)
+    b.zone(b.za, b.bra, {"uplinkVLAN": b.uplink_vlan, "uplinkBridges": [b.uplink_bridge]})
+    b.zone(b.zb, b.brb)
+    kubectl("apply", "-f", str(ADMISSION))
+    probe_m = machine("v1alpha2", "ProxmoxMachine", b.plain, [nic(b.bra)])
+    probe_vm = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+                "metadata": {"name": "probe", "namespace": b.plain}, "spec": {"networks": [
+                    {"name": "x", "multus": {"networkName": "elsewhere/nad"}}]}}
+    probe_pod = pod(b.plain, {"k8s.v1.cni.cncf.io/networks": "elsewhere/nad"})
+    for probe in (probe_m, probe_vm, probe_pod):
+        _wait(lambda: b.try_create(probe) is not None, f"policy enforced for {probe['kind']}", timeout=60)
+    try:
+        yield b
+    finally:
+        kubectl("delete", "--ignore-not-found", "-f", str(ADMISSION))
+        # Wait until the API server has dropped the policies, so later tests see none.
+        for probe in (probe_m, probe_vm, probe_pod):
+            _wait(lambda: b.try_create(probe) is None, f"policy gone for {probe['kind']}", timeout=60)
+        for z in b.zones:
+            kubectl("delete", "proxmoxnetworkzone", z, "--ignore-not-found", "--wait=false", check=False)
+        for ns in b.namespaces:
+            kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false", check=False)
+
+
+def pod(ns: str, annotations: dict | None = None, name: str | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name or f"p-{_hex()}", "namespace": ns, "annotations": annotations or {}},
+            "spec": {"containers": [{"name": "c", "image": "registry.invalid/pause:1"}]}}
+
+
+# ================================ proxmox-network-machine-binding ================================
+
+def test_policies_as_shipped(bed, kubectl):
+    """Names, failurePolicy, bindings (Deny, machine binding over every live zone)."""
+    for name in (MACHINE, VMPOL, PODPOL):
+        pol = json.loads(kubectl("get", "validatingadmissionpolicy", name, "-o", "json"))
+        assert pol["spec"]["failurePolicy"] == "Fail"
+        binding = json.loads(kubectl("get", "validatingadmissionpolicybinding", name, "-o", "json"))
+        assert binding["spec"]["policyName"] == name
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        conds = [c["name"] for c in pol["spec"].get("matchConditions", [])]
+        assert "not-being-deleted" in conds
+        if name == MACHINE:
+            assert pol["spec"]["paramKind"] == {"apiVersion": "proxmox.cozystack.io/v1alpha1",
+                                                "kind": "ProxmoxNetworkZone"}
+            assert binding["spec"]["paramRef"] == {"selector": {}, "parameterNotFoundAction": "Allow"}
+            assert len(pol["spec"]["validations"]) == 5
+            assert conds == ["not-being-deleted"]
+        else:
+            assert conds == ["not-a-platform-namespace", "not-being-deleted"]
+
+
+@pytest.mark.parametrize("version,kind", SHAPES, ids=SHAPE_IDS)
+def test_rule0_network_default_required_in_owning_namespace(bed, version, kind):
+    b = bed
+    good = nic(b.bra, 101, "pool-a")
+    # no network at all (v1alpha2 requires spec.network in its CRD, so it starts at "no net0 bridge")
+    if version == "v1alpha1":
+        denied(b.try_create(machine(version, kind, b.owner, None)), MACHINE, R0, "must declare network.default")
+        # only additional devices, no default
+        denied(b.try_create(machine(version, kind, b.owner, [good], default=False)), MACHINE, R0)
+    else:
+        denied(b.try_create(machine(version, kind, b.owner, [nic(None)])), MACHINE, R0, "net0 with a bridge")
+    admitted(b.try_create(machine(version, kind, b.owner, [good])))
+    # a namespace that owns nothing may leave the network to the template
+    if version == "v1alpha1":
+        admitted(b.try_create(machine(version, kind, b.plain, None)))
+    else:
+        admitted(b.try_create(machine(version, kind, b.plain, [nic(None)])))
+
+
+@pytest.mark.parametrize("version,kind", SHAPES, ids=SHAPE_IDS)
+def test_rule1_zone_bridge_only_as_own_network(bed, version, kind):
+    b = bed
+    # A namespace without networks cannot reach a zone bridge: another tenant's VLAN and pool,
+    # a transit VLAN, untagged, tagged without a pool.
+    for bad in (nic(b.bra, 102, "pool-x"), nic(b.bra, 150), nic(b.bra), nic(b.bra, None, "pool-a")):
+        denied(b.try_create(machine(version, kind, b.plain, [nic("vmbr0"), bad])), MACHINE, R1,
+               f"bridge {b.bra} of ProxmoxNetworkZone {b.za}", "allowed: none")
+    # ... on the second zone too, even as the primary NIC
+    denied(b.try_create(machine(version, kind, b.plain, [nic(b.brb, 120, "p")])), MACHINE, R1, b.zb)
+    # positive control: the same namespace on a non-zone bridge
+    admitted(b.try_create(machine(version, kind, b.plain, [nic("vmbr0"), nic("vmbr9", 150, "p")])))
+    # An owning namespace: its own network is admitted, a neighbour's is not.
+    admitted(b.try_create(machine(version, kind, b.owner, [nic(b.bra, 101, "pool-a")])))
+    # (rule 4 refuses these as well; either message may come first)
+    err = b.try_create(machine(version, kind, b.owner, [nic(b.bra, 102, "pool-x")]))
+    denied_by_one_of(err, MACHINE, R1, R4)
+    denied(err, MACHINE, f"{b.bra}/101/pool-a, {b.brb}/{b.uplink_vlan}/pool-b", f"got: {b.bra}/102/pool-x")
+    denied_by_one_of(b.try_create(machine(version, kind, b.owner, [nic(b.bra, 101, "pool-x")])), MACHINE, R1, R4)
+    # every pool reference counts: an IPv6 / second pool of somebody else, or a non-InClusterIPPool kind
+    err = b.try_create(machine(version, kind, b.owner, [nic(b.bra, 101, "pool-a", pool6="pool-x")]))
+    denied_by_one_of(err, MACHINE, R1, R4)
+    denied(err, MACHINE, f"{b.bra}/101/pool-x")
+    err = b.try_create(machine(version, kind, b.owner, [nic(b.bra, 101, "pool-a", kind="GlobalInClusterIPPool")]))
+    denied_by_one_of(err, MACHINE, R1, R4)
+    denied(err, MACHINE, "GlobalInClusterIPPool:pool-a")
+
+
+@pytest.mark.parametrize("version,kind", SHAPES, ids=SHAPE_IDS)
+def test_rule2_uplink_vlan_off_zone_bridges(bed, version, kind):
+    b = bed
+    v = b.uplink_vlan
+    denied(b.try_create(machine(version, kind, b.plain, [nic("vmbr0", v)])), MACHINE, R2,
+           f"uplink VLAN {v} of ProxmoxNetworkZone {b.za}", f"got: vmbr0/{v}")
+    denied(b.try_create(machine(version, kind, b.plain, [nic("vmbr0"), nic("vmbr7", v, "p")])), MACHINE, R2)
+    admitted(b.try_create(machine(version, kind, b.plain, [nic("vmbr0", v + 1)])))
+    # The owning namespace's network on zone B happens to use zone A's uplink VLAN: it is one
+    # of its networks, so it is admitted; the same VLAN on a non-zone bridge is not.
+    admitted(b.try_create(machine(version, kind, b.owner, [nic(b.bra, 101, "pool-a"), nic(b.brb, v, "pool-b")])))
+    denied_by_one_of(b.try_create(machine(version, kind, b.owner, [nic(b.bra, 101, "pool-a"), nic("vmbr0", v, "pool-b")])),
+                     MACHINE, R2, R4)
+
+
+@pytest.mark.parametrize("version,kind", SHAPES, ids=SHAPE_IDS)
+def test_rule3_uplink_bridges_forbidden(bed, version, kind):
+    b = bed
+    for ns in (b.plain, b.owner):
+        for bad in (nic(b.uplink_bridge), nic(b.uplink_bridge, 150), nic(b.uplink_bridge, 150, "pool-a")):
+            nics = [nic(b.bra, 101, "pool-a"), bad] if ns == b.owner else [bad]
+            err = b.try_create(machine(version, kind, ns, nics))
+            if ns == b.plain:
+                denied(err, MACHINE, R3, b.uplink_bridge)
+            else:  # rule 4 refuses it too
+                denied_by_one_of(err, MACHINE, R3, R4)
+                denied(err, MACHINE, b.uplink_bridge)
+    admitted(b.try_create(machine(version, kind, b.plain, [nic("vmbr0")])))
+
+
+@pytest.mark.parametrize("version,kind", SHAPES, ids=SHAPE_IDS)
+def test_rule4_every_nic_in_owning_namespace(bed, version, kind):
+    b = bed
+    own = nic(b.bra, 101, "pool-a")
+    denied(b.try_create(machine(version, kind, b.owner, [own, nic("vmbr0")])), MACHINE, R4, "got: vmbr0//(no pool)")
+    denied(b.try_create(machine(version, kind, b.owner, [nic("vmbr0", 150, "pool-a")])), MACHINE, R4,
+           "vmbr0/150/pool-a")
+    admitted(b.try_create(machine(version, kind, b.owner, [own, nic(b.brb, b.uplink_vlan, "pool-b")])))
+    # the same extra NIC is fine where the namespace owns nothing (raw path)
+    admitted(b.try_create(machine(version, kind, b.plain, [nic("vmbr0"), nic("vmbr1", 150)])))
+
+
+def test_v1alpha2_does_not_bypass(bed):
+    """The reference read only the v1alpha1 shape, so a v1alpha2 machine in a namespace without
+    networks reached a zone bridge, an uplink VLAN and an uplink bridge. Not any more."""
+    b = bed
+    for bad, rule in ((nic(b.bra, 101, "pool-a"), R1), (nic(b.bra), R1), (nic("vmbr0", b.uplink_vlan), R2),
+                      (nic(b.uplink_bridge), R3)):
+        for kind in ("ProxmoxMachine", "ProxmoxMachineTemplate"):
+            denied(b.try_create(machine("v1alpha2", kind, b.plain, [bad])), MACHINE, rule)
+    # and in an owning namespace a v1alpha2 machine is judged as itself, not refused wholesale
+    admitted(b.try_create(machine("v1alpha2", "ProxmoxMachine", b.owner, [nic(b.bra, 101, "pool-a")])))
+
+
+def test_zone_created_later_is_enforced_at_once(bed):
+    b = bed
+    bridge = f"zc{_hex()}"
+    late = machine("v1alpha2", "ProxmoxMachine", b.plain, [nic(bridge, 120, "p")])
+    late1 = machine("v1alpha1", "ProxmoxMachineTemplate", b.plain, [nic("vmbr0"), nic(bridge, 120, "p")])
+    admitted(b.try_create(late))  # no zone on that bridge yet
+    b.zone(b.zc, bridge, {"uplinkVLAN": 4000, "uplinkBridges": [f"u{bridge}"]})
+    t0 = time.monotonic()
+    err = _wait(lambda: b.try_create(late), "the new zone to be enforced", timeout=10, step=0.05)
+    assert time.monotonic() - t0 < 10
+    denied(err, MACHINE, R1, f"ProxmoxNetworkZone {b.zc}")
+    denied(b.try_create(late1), MACHINE, R1, b.zc)
+    denied(b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic("vmbr0", 4000)])), MACHINE, R2, b.zc)
+    denied(b.try_create(machine("v1alpha1", "ProxmoxMachine", b.plain, [nic(f"u{bridge}")])), MACHINE, R3, b.zc)
+    # a later change of the zone is read live as well
+    b.zone(b.zc, bridge, {"uplinkVLAN": 4001})
+    _wait(lambda: b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic("vmbr0", 4001)])),
+          "the new uplink VLAN", timeout=10, step=0.05)
+    _wait(lambda: b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic("vmbr0", 4000)])) is None,
+          "the old uplink VLAN to be released", timeout=10, step=0.05)
+
+
+@pytest.mark.parametrize("version,kind", SHAPES, ids=SHAPE_IDS)
+def test_update_judges_only_new_nics(bed, kubectl, version, kind):
+    b = bed
+    bridge = f"zu{_hex()}"
+    ns = b.namespace()
+    # admitted before any zone owns the bridge, stored for real
+    obj = machine(version, kind, ns, [nic("vmbr0"), nic(bridge, 150)])
+    b.apply(obj)
+    name = f"pxu-{_hex()}"
+    b.zone(name, bridge, {"uplinkVLAN": 4002})
+    _wait(lambda: b.try_create({**obj, "metadata": {**obj["metadata"], "name": "x" + _hex()}}), "zone enforced")
+    cur = b.get(obj)
+    # an unrelated change keeps the old, now forbidden, NIC: admitted
+    upd = copy.deepcopy(cur)
+    upd["metadata"].setdefault("labels", {})["touched"] = "yes"
+    admitted(b.try_replace(upd))
+    # adding a new bad NIC: denied
+    upd2 = copy.deepcopy(cur)
+    extra = network(version, [nic("vmbr0"), nic(bridge, 150), nic("vmbr0", 4002)])
+    spec = upd2["spec"]["template"]["spec"] if kind == "ProxmoxMachineTemplate" else upd2["spec"]
+    spec["network"] = extra
+    denied(b.try_replace(upd2), MACHINE, R2, "vmbr0/4002")
+    # adding a good NIC: admitted
+    extra["additionalDevices" if version == "v1alpha1" else "networkDevices"][-1]["vlan"] = 4003
+    admitted(b.try_replace(upd2))
+    # changing the old NIC makes it new: judged
+    upd3 = copy.deepcopy(cur)
+    spec = upd3["spec"]["template"]["spec"] if kind == "ProxmoxMachineTemplate" else upd3["spec"]
+    spec["network"] = network(version, [nic("vmbr0"), nic(bridge, 151)])
+    denied(b.try_replace(upd3), MACHINE, R1, bridge)
+    # dropping the forbidden NIC is always possible
+    upd4 = copy.deepcopy(cur)
+    spec = upd4["spec"]["template"]["spec"] if kind == "ProxmoxMachineTemplate" else upd4["spec"]
+    spec["network"] = network(version, [nic("vmbr0")])
+    admitted(b.try_replace(upd4))
+
+
+def test_update_rule0_only_when_network_default_is_dropped(bed):
+    b = bed
+    ns = b.namespace()
+    # stored before the namespace owned networks, without network.default
+    obj = machine("v1alpha1", "ProxmoxMachine", ns, None)
+    b.apply(obj)
+    good = machine("v1alpha1", "ProxmoxMachine", ns, [nic("vmbr0")])
+    b.apply(good)
+    b.apply({"apiVersion": "v1", "kind": "Namespace",
+             "metadata": {"name": ns, "annotations": {NETWORKS: f"{b.bra}/101/pool-a"}}})
+    _wait(lambda: b.try_create(machine("v1alpha1", "ProxmoxMachine", ns, None)), "namespace owns networks")
+    cur = b.get(obj)
+    cur["metadata"].setdefault("labels", {})["touched"] = "yes"
+    admitted(b.try_replace(cur))
+    cur = b.get(good)
+    cur["spec"] = {}
+    denied(b.try_replace(cur), MACHINE, R0)
+
+
+@pytest.mark.parametrize("version", ["v1alpha1", "v1alpha2"])
+def test_machine_being_deleted_is_not_judged(bed, kubectl, version):
+    b = bed
+    bridge = f"zd{_hex()}"
+    ns = b.namespace()
+    obj = machine(version, "ProxmoxMachine", ns, [nic("vmbr0"), nic(bridge, 150)])
+    obj["metadata"]["finalizers"] = ["test.proxmox.cozystack.io/hold"]
+    b.apply(obj)
+    b.zone(f"pxd-{_hex()}", bridge)
+    _wait(lambda: b.try_create({**obj, "metadata": {"name": "x" + _hex(), "namespace": ns}}), "zone enforced")
+    plural = f"proxmoxmachines.{version}.{CAPMOX}"
+    kubectl("delete", plural, obj["metadata"]["name"], "-n", ns, "--wait=false")
+    cur = b.get(obj)
+    assert cur["metadata"].get("deletionTimestamp")
+    # a new forbidden NIC on an object being deleted: not judged
+    cur2 = copy.deepcopy(cur)
+    cur2["spec"]["network"] = network(version, [nic("vmbr0"), nic(bridge, 150), nic(bridge, 151)])
+    admitted(b.try_replace(cur2))
+    # the finalizer can always be removed
+    kubectl("patch", plural, obj["metadata"]["name"], "-n", ns, "--type=json",
+            "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+
+
+# ================================ proxmox-network-pod-attachments ================================
+
+NET = "k8s.v1.cni.cncf.io/networks"
+DEFNET = "v1.multus-cni.io/default-network"
+LS = "ovn.kubernetes.io/logical_switch"
+
+
+def _pod_cases(ns: str):
+    """(annotations, refused?) pairs for the shared annotation rules."""
+    return [
+        ({NET: f"other-{ns}/nad"}, True),
+        ({NET: "nad, other/nad2"}, True),
+        ({NET: "nad"}, False),
+        ({NET: f"{ns}/nad"}, False),
+        ({NET: f" nad@eth1 , {ns}/nad2@eth2 "}, False),
+        ({NET: ""}, False),
+        ({NET: "Bad_Name"}, True),
+        ({NET: f'[{{"name":"nad","namespace":"{ns}"}}]'}, False),
+        ({NET: '[{"name":"nad"}]'}, False),
+        ({NET: '[{"name":"nad","namespace":"elsewhere"}]'}, True),
+        ({NET: '[{"name":"nad","NameSpace":"elsewhere"}]'}, True),          # Go's decoder folds case
+        ({NET: f'[{{"name":"nad","namespace":"{ns}"}},{{"name":"n","namespace" : "x"}}]'}, True),
+        ({NET: '[{"name":"nad","namespace":"\\u0065lsewhere"}]'}, True),    # backslash refused outright
+        ({DEFNET: f"{ns}/nad"}, False),
+        ({DEFNET: f" {ns}/nad@eth0 "}, False),
+        ({DEFNET: "nad"}, True),                                             # Multus would look in kube-system
+        ({DEFNET: "elsewhere/nad"}, True),
+        ({DEFNET: f'{{"name":"nad","namespace":"{ns}"}}'}, True),           # JSON refused
+        ({LS: "foreign-subnet"}, True),
+        ({LS: f"sw-{ns}"}, False),                                           # the namespace's own switch
+        ({"kube-ovn.kubernetes.io/logical_switch": f"sw-{ns}"}, True),        # other provider keys: always
+        ({"attach.kubernetes.io/logical_switch": "x"}, True),
+        ({"ovn.kubernetes.io/ip_address": "10.0.0.5", "example.com/x": "y"}, False),
+    ]
+
+
+def _switch_ns(b: Bed) -> str:
+    ns = f"adm-{_hex()}"
+    b.namespace(name=ns, annotations={LS: f"sw-{ns}, sw2-{ns}"})
+    return ns
+
+
+def test_pod_annotation_rules(bed):
+    b = bed
+    ns = _switch_ns(b)
+    for ann, refused in _pod_cases(ns):
+        err = b.try_create(pod(ns, ann))
+        if refused:
+            denied(err, PODPOL, VM_MSG, f"a pod in namespace {ns}", "refused: ")
+        else:
+            admitted(err)
+    denied(b.try_create(pod(ns, {NET: "elsewhere/nad"})), PODPOL, f"{ns}/<name>", "refused: k8s.v1.cni.cncf.io/networks=elsewhere/nad")
+
+
+def test_pod_update_judges_only_changed_annotations(bed):
+    b = bed
+    ns = _switch_ns(b)
+    # stored while the namespace was exempt, with a foreign attachment
+    b.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {EXEMPT: "true"}}})
+    p = pod(ns, {NET: "elsewhere/nad"})
+    _wait(lambda: b.try_create(p) is None, "exemption")
+    b.apply(p)
+    b.k("label", "namespace", ns, f"{EXEMPT}-")
+    _wait(lambda: b.try_create({**p, "metadata": {**p["metadata"], "name": "x" + _hex()}}), "exemption gone")
+    cur = b.get(p)
+    upd = copy.deepcopy(cur)
+    upd["metadata"].setdefault("labels", {})["touched"] = "yes"
+    admitted(b.try_replace(upd))                                 # unchanged foreign annotation
+    upd["metadata"]["annotations"][NET] = "elsewhere/nad2"
+    denied(b.try_replace(upd), PODPOL, "elsewhere/nad2")          # changed: judged
+    upd["metadata"]["annotations"][NET] = "nad"
+    admitted(b.try_replace(upd))                                 # changed to a local one
+    upd["metadata"]["annotations"][NET] = "elsewhere/nad"
+    upd["metadata"]["annotations"][LS] = "foreign-subnet"         # kube-ovn-controller writes these back
+    admitted(b.try_replace(upd))
+    upd["metadata"]["annotations"][DEFNET] = "nad"
+    denied(b.try_replace(upd), PODPOL, DEFNET)
+
+
+def test_pod_exemptions(bed):
+    b = bed
+    bad = {NET: "elsewhere/nad", LS: "foreign"}
+    ns = b.namespace(labels={EXEMPT: "true"})
+    admitted(b.try_create(pod(ns, bad)))
+    cozy = b.namespace(name=f"cozy-adm-{_hex()}")
+    admitted(b.try_create(pod(cozy, bad)))
+    admitted(b.try_create(pod("kube-system", bad)))
+    # a label with another value does not exempt
+    ns2 = b.namespace(labels={EXEMPT: "false"})
+    denied(b.try_create(pod(ns2, bad)), PODPOL)
+
+
+def test_pod_being_deleted_is_not_judged(bed, kubectl):
+    b = bed
+    ns = b.namespace()
+    p = pod(ns, {NET: "nad"})
+    p["metadata"]["finalizers"] = ["test.proxmox.cozystack.io/hold"]
+    b.apply(p)
+    kubectl("delete", "pod", p["metadata"]["name"], "-n", ns, "--wait=false")
+    cur = b.get(p)
+    assert cur["metadata"].get("deletionTimestamp")
+    cur["metadata"]["annotations"][NET] = "elsewhere/nad"
+    admitted(b.try_replace(cur))
+    kubectl("patch", "pod", p["metadata"]["name"], "-n", ns, "--type=json",
+            "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+
+
+# ================================ proxmox-network-vm-attachments ================================
+
+def vm(ns: str, networks: list[dict] | None = None, annotations: dict | None = None, name: str | None = None) -> dict:
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": name or f"vm-{_hex()}", "namespace": ns},
+            "spec": {"runStrategy": "Halted", "template": {
+                "metadata": {"annotations": annotations or {}},
+                "spec": {"domain": {"devices": {}}, "networks": networks or [{"name": "default", "pod": {}}]}}}}
+
+
+def vmi(ns: str, networks: list[dict] | None = None, annotations: dict | None = None) -> dict:
+    return {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": f"vmi-{_hex()}", "namespace": ns, "annotations": annotations or {}},
+            "spec": {"domain": {"devices": {}}, "networks": networks or [{"name": "default", "pod": {}}]}}
+
+
+def multus(name: str, default: bool = False) -> dict:
+    m = {"networkName": name}
+    if default:
+        m["default"] = True
+    return {"name": f"n{_hex(2)}", "multus": m}
+
+
+@pytest.mark.parametrize("make", [vm, vmi], ids=["VirtualMachine", "VirtualMachineInstance"])
+def test_vm_networks_and_annotations(bed, make):
+    b = bed
+    ns = _switch_ns(b)
+    cases = [
+        ([multus("elsewhere/nad")], True),
+        ([multus(f"{ns}/nad")], False),
+        ([multus("nad")], False),
+        ([multus("nad", default=True)], True),           # a default network must be <ns>/<name>
+        ([multus(f"{ns}/nad", default=True)], False),
+        ([multus("elsewhere/nad", default=True)], True),
+        ([{"name": "default", "pod": {}}, multus("nad"), multus("x/y")], True),
+    ]
+    for networks, refused in cases:
+        err = b.try_create(make(ns, networks))
+        if refused:
+            denied(err, VMPOL, f"a VM in namespace {ns}", VM_MSG)
+        else:
+            admitted(err)
+    denied(b.try_create(make(ns, [multus("elsewhere/nad")])), VMPOL, "refused: elsewhere/nad")
+    for ann, refused in _pod_cases(ns):
+        err = b.try_create(make(ns, None, ann))
+        if refused:
+            denied(err, VMPOL, VM_MSG)
+        else:
+            admitted(err)
+
+
+def test_vm_update_and_deletion(bed, kubectl):
+    b = bed
+    ns = b.namespace(labels={EXEMPT: "true"})
+    v = vm(ns, [multus("elsewhere/nad")], {NET: "elsewhere/nad"})
+    v["metadata"]["finalizers"] = ["test.proxmox.cozystack.io/hold"]
+    _wait(lambda: b.try_create(v) is None, "exemption")
+    b.apply(v)
+    b.k("label", "namespace", ns, f"{EXEMPT}-")
+    _wait(lambda: b.try_create({**v, "metadata": {"name": "x" + _hex(), "namespace": ns}}), "exemption gone")
+    cur = b.get(v)
+    upd = copy.deepcopy(cur)
+    upd["spec"]["runStrategy"] = "Always"
+    admitted(b.try_replace(upd))                                   # earlier entries are not judged
+    upd["spec"]["template"]["spec"]["networks"].append(multus("elsewhere/two"))
+    denied(b.try_replace(upd), VMPOL, "refused: elsewhere/two")     # a new one is
+    upd = copy.deepcopy(cur)
+    upd["spec"]["template"]["metadata"]["annotations"][LS] = "foreign"
+    denied(b.try_replace(upd), VMPOL, f"{LS}=foreign")              # VMs: switches judged on UPDATE too
+    upd = copy.deepcopy(cur)
+    upd["spec"]["template"]["spec"]["networks"] = [{"name": "default", "pod": {}}]
+    admitted(b.try_replace(upd))                                   # dropping a foreign entry
+    kubectl("delete", "virtualmachine", v["metadata"]["name"], "-n", ns, "--wait=false")
+    cur = b.get(v)
+    assert cur["metadata"].get("deletionTimestamp")
+    cur["spec"]["template"]["spec"]["networks"].append(multus("elsewhere/three"))
+    admitted(b.try_replace(cur))                                   # being deleted: not judged
+    kubectl("patch", "virtualmachine", v["metadata"]["name"], "-n", ns, "--type=json",
+            "-p", '[{"op":"remove","path":"/metadata/finalizers"}]')
+
+
+def test_vm_exemptions(bed):
+    b = bed
+    bad = [multus("elsewhere/nad")]
+    admitted(b.try_create(vm(b.namespace(labels={EXEMPT: "true"}), bad)))
+    admitted(b.try_create(vm(b.namespace(name=f"cozy-adm-{_hex()}"), bad)))
+    admitted(b.try_create(vm("kube-system", bad)))
