@@ -240,15 +240,19 @@ def test_restart_recovery_adopts_the_vlan_and_allocates_nothing(admin, cluster, 
 def test_adoption_restores_a_missing_finalizer_without_dropping_others(admin, ctl, provider, unique_namespace):
     ns = unique_namespace
     zname = unique("zone")
-    admin.create_zone(zname, provider, ["710-719"])
     sub = unique("s")
+    # The network exists first (its zone not yet), so its Vlan is never an orphan (§8.1):
+    # a labelled Vlan whose network is NotFound would rightly be collected by the zone.
+    admin.create_network(ns, "n", zname, sub)
+    wait_reason(admin, ns, "n", "ZoneNotFound")
     admin.create_vlan(sub, 712, provider, finalizers=["kube-ovn-controller"], labels={
         "proxmox.cozystack.io/zone": zname,
         "proxmox.cozystack.io/network-namespace": ns,
         "proxmox.cozystack.io/network-name": "n",
     })
-    admin.create_network(ns, "n", zname, sub)
-    wait_reason(admin, ns, "n", "Allocated")
+    admin.create_zone(zname, provider, ["710-719"])
+    net = wait_reason(admin, ns, "n", "Allocated")
+    assert net["status"]["vlan"] == 712  # adopted, not re-allocated
     v = wait_for(lambda: FINALIZER in admin.vlan(sub)["metadata"].get("finalizers", []) and admin.vlan(sub))
     assert v["metadata"]["finalizers"] == ["kube-ovn-controller", FINALIZER]
 
