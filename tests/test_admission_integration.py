@@ -37,6 +37,7 @@ R1 = "must be one of the Proxmox networks of namespace"
 R2 = "a NIC off the zone bridges may not use the uplink VLAN"
 R3 = "no NIC may be on an uplink bridge"
 R4 = "every NIC must use one of the Proxmox networks of namespace"
+R_PLAIN = "a NIC bridge must be a plain bridge name"
 VM_MSG = "may attach only NetworkAttachmentDefinitions and Kube-OVN subnets of its own namespace"
 
 
@@ -246,7 +247,7 @@ def test_policies_as_shipped(bed, kubectl):
             assert pol["spec"]["paramKind"] == {"apiVersion": "proxmox.cozystack.io/v1alpha1",
                                                 "kind": "ProxmoxNetworkZone"}
             assert binding["spec"]["paramRef"] == {"selector": {}, "parameterNotFoundAction": "Allow"}
-            assert len(pol["spec"]["validations"]) == 5
+            assert len(pol["spec"]["validations"]) == 6  # rules 0-4 of the reference + plain bridge names
             assert conds == ["not-being-deleted"]
         else:
             assert conds == ["not-a-platform-namespace", "not-being-deleted"]
@@ -351,6 +352,16 @@ def test_v1alpha2_does_not_bypass(bed):
             denied(b.try_create(machine("v1alpha2", kind, b.plain, [bad])), MACHINE, rule)
     # and in an owning namespace a v1alpha2 machine is judged as itself, not refused wholesale
     admitted(b.try_create(machine("v1alpha2", "ProxmoxMachine", b.owner, [nic(b.bra, 101, "pool-a")])))
+
+
+@pytest.mark.parametrize("version,kind", SHAPES, ids=SHAPE_IDS)
+def test_bridge_must_be_a_plain_name(bed, version, kind):
+    """capmox hands `bridge` to Proxmox verbatim ("bridge=%s"): "vmbr70,tag=104" would put a
+    NIC on a zone bridge with any tag past rules 1-3 (found by review). Only plain names pass."""
+    b = bed
+    for bad in (f"{b.bra},tag=101", f"{b.uplink_bridge},tag=5", "vmbr0,tag=" + str(b.uplink_vlan), f"{b.bra},trunks=101"):
+        denied(b.try_create(machine(version, kind, b.plain, [nic(bad)])), MACHINE, R_PLAIN, bad)
+    admitted(b.try_create(machine(version, kind, b.plain, [nic("vmbr0", 5)])))  # a plain raw bridge
 
 
 def test_zone_created_later_is_enforced_at_once(bed):
