@@ -21,8 +21,17 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
+sys.path.insert(0, str(REPO))
 
 from cluster import LocalCluster  # noqa: E402
+
+# Kube-OVN and the IPAM provider cannot run here: the demo uses the test peers that emulate
+# their documented behaviour (tests/emulators/), never product code.
+from tests.emulators.ipam import IpamEmulator  # noqa: E402
+from tests.emulators.kubeovn import KubeOvnEmulator  # noqa: E402
+
+# Ready reasons that do not change by waiting (a refusal the sample set provokes on purpose).
+SETTLED = {"Ready", "NamespaceNotAllowed", "ZoneExhausted", "ZoneNotFound", "PoolOverlapsSubnet"}
 
 
 def load_samples() -> list[dict]:
@@ -42,6 +51,10 @@ def converged(cluster: LocalCluster, expected_networks: int) -> bool:
     for obj in nets + zones:
         st = obj.get("status") or {}
         if st.get("observedGeneration") != obj["metadata"].get("generation") or not st.get("conditions"):
+            return False
+    for n in nets:
+        ready = next((c for c in n["status"]["conditions"] if c["type"] == "Ready"), {})
+        if ready.get("reason") not in SETTLED:
             return False
     return all((z.get("status") or {}).get("allocatedVLANs") is not None for z in zones)
 
@@ -63,8 +76,11 @@ def main() -> int:
     cluster = LocalCluster(workdir, with_nb=False, detach=args.keep)
     cluster.start()
     controller = None
+    peers: list = []
     try:
         print(f"    control plane up in {cluster.start_seconds:.1f}s at {cluster.server}", flush=True)
+        print("==> starting the Kube-OVN and IPAM emulators (tests/emulators/) as the peers", flush=True)
+        peers = [KubeOvnEmulator(cluster, manage_nb=False).start(), IpamEmulator(cluster).start()]
         samples = load_samples()
         print(f"==> applying {len(samples)} sample objects from hack/sample/", flush=True)
         cluster.apply_docs(samples, "sample objects")
@@ -118,6 +134,8 @@ def main() -> int:
             controller = None
         return 0
     finally:
+        for p in peers:
+            p.stop()
         if controller is not None:
             controller.terminate()
             try:
