@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import math
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -57,6 +59,7 @@ GATEWAY_RELEASE_RETRY = 30.0
 VLAN_REFERENCED_RETRY = 10.0
 SWITCH_DELETING_RETRY = 10.0
 DEFAULT_PRUNE_TIMEOUT = 600.0
+NAMESPACE_SYNC_PERIOD = 600.0  # a hand-edited namespace annotation is repaired within this
 
 # Ready reasons an operator only needs to know about, not act on: their Events are Normal.
 NORMAL_REASONS = frozenset(
@@ -236,6 +239,11 @@ class NetworkReconciler:
         # Read-your-writes for our own writes (see controller.recent).
         self.recent = RecentWrites(listers.networks)
         self.recent_namespaces = RecentWrites(listers.namespaces)
+        # Last triple each network contributed, and when each namespace was last fully synced:
+        # a pass whose triple did not change skips the O(networks in the namespace) full sync
+        # (docs/performance.md), which still runs at least every NAMESPACE_SYNC_PERIOD.
+        self._last_triple: dict[str, str | None] = {}
+        self._ns_synced_at: dict[str, float] = {}
         # Read-modify-write of one namespace's annotation by two workers would lose a triple.
         self._ns_locks: dict[str, threading.Lock] = {}
         self._ns_locks_guard = threading.Lock()
@@ -255,6 +263,7 @@ class NetworkReconciler:
         if net is None:
             ns, _, name = key.partition("/")
             self.metrics.forget_network(ns, name)
+            self._last_triple.pop(key, None)
             self._sync_namespace(ns, fresh=True)
             return Result()
         meta = net["metadata"]
@@ -280,7 +289,7 @@ class NetworkReconciler:
         net = self._write_status(key, net, old_status, status)
         self._record_metrics(net, status)
         self.on_status(net)
-        self._sync_namespace(meta["namespace"])
+        self._maybe_sync_namespace(meta["namespace"], key, triple)
         return Result(RESYNC_PERIOD if not self.manage_gateway else None)
 
     def _record_metrics(self, net: Mapping[str, Any], status: Mapping[str, Any]) -> None:
@@ -519,6 +528,19 @@ class NetworkReconciler:
             if triple in items:
                 return
             self._patch_namespace(ns, ",".join(sorted(items + [triple])))
+
+    def _maybe_sync_namespace(self, ns: str, key: str, triple: str | None) -> None:
+        """The full sync of §5.9 step 11, skipped when this network's triple is unchanged,
+        already in the annotation, and the namespace was fully synced recently."""
+        prev = self._last_triple.get(key, "\0unset")
+        self._last_triple[key] = triple
+        now = time.monotonic()
+        if prev == triple and now - self._ns_synced_at.get(ns, -math.inf) < NAMESPACE_SYNC_PERIOD:
+            _, value = self._namespace_value(ns)
+            if triple is None or triple in (value.split(",") if value else []):
+                return
+        self._sync_namespace(ns)
+        self._ns_synced_at[ns] = now
 
     def _sync_namespace(self, ns: str, fresh: bool = False) -> None:
         """§5.9 full sync: the annotation lists exactly the namespace's networks with a VLAN.
