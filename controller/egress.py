@@ -85,6 +85,19 @@ class EgressGatewayPodReconciler:
                 return None
             raise
 
+    def _controller(
+        self, obj: Mapping[str, Any], res: Resource, ns: str, wrong_kind: str
+    ) -> tuple[dict[str, Any] | None, str]:
+        """The ``res``-kind (apps/v1) controller of ``obj``, read from the API with its UID
+        checked; else (None, why): ``wrong_kind`` for another controller, "" when missing."""
+        ref = controller_ref(obj)
+        if not ref or ref.get("kind") != res.kind or ref.get("apiVersion") != "apps/v1":
+            return None, wrong_kind
+        owner = self._get(res, ref.get("name", ""), ns)
+        if owner is None or owner["metadata"].get("uid") != ref.get("uid"):
+            return None, ""
+        return owner, ""
+
     def not_ours(self, pod: Mapping[str, Any]) -> str | None:
         """None when the ownership chain holds, else why not ("" when a link is missing).
 
@@ -93,18 +106,12 @@ class EgressGatewayPodReconciler:
         meta = pod.get("metadata") or {}
         ns = meta["namespace"]
         gw_name = (meta.get("labels") or {}).get(LABEL_GATEWAY, "")
-        ref = controller_ref(pod)
-        if not ref or ref.get("kind") != "ReplicaSet" or ref.get("apiVersion") != "apps/v1":
-            return "pod is not controlled by a ReplicaSet"
-        rs = self._get(REPLICASETS, ref.get("name", ""), ns)
-        if rs is None or rs["metadata"].get("uid") != ref.get("uid"):
-            return ""
-        ref = controller_ref(rs)
-        if not ref or ref.get("kind") != "Deployment" or ref.get("apiVersion") != "apps/v1":
-            return "ReplicaSet is not controlled by a Deployment"
-        dep = self._get(DEPLOYMENTS, ref.get("name", ""), ns)
-        if dep is None or dep["metadata"].get("uid") != ref.get("uid"):
-            return ""
+        rs, why = self._controller(pod, REPLICASETS, ns, "pod is not controlled by a ReplicaSet")
+        if rs is None:
+            return why
+        dep, why = self._controller(rs, DEPLOYMENTS, ns, "ReplicaSet is not controlled by a Deployment")
+        if dep is None:
+            return why
         owner = None
         for r in dep["metadata"].get("ownerReferences") or []:
             if r.get("kind") == "VpcEgressGateway" and r.get("apiVersion") == "kubeovn.io/v1" and r.get("name") == gw_name:
