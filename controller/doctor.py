@@ -20,7 +20,7 @@ from controller import names
 from controller.conditions import find
 from controller.consumers import count_consumers
 from controller.kube import ApiError, KubeWriter
-from controller.manager import ADDRESS_VERSIONS, MACHINE_VERSIONS, POOL_VERSIONS, discover
+from controller.manager import OPTIONAL_KINDS, discover
 from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from informers import Resource
 
@@ -129,12 +129,7 @@ def main(argv: Sequence[str]) -> int:
 
 def _run(w: KubeWriter, args: argparse.Namespace, prune: float) -> int:
     kinds: dict[str, Resource | None] = {}
-    for key, (group, plural, versions) in {
-        "pools": ("ipam.cluster.x-k8s.io", "inclusterippools", POOL_VERSIONS),
-        "addresses": ("ipam.cluster.x-k8s.io", "ipaddresses", ADDRESS_VERSIONS),
-        "claims": ("ipam.cluster.x-k8s.io", "ipaddressclaims", ADDRESS_VERSIONS),
-        "machines": ("infrastructure.cluster.x-k8s.io", "proxmoxmachines", MACHINE_VERSIONS),
-    }.items():
+    for key, (group, plural, versions, _kind) in OPTIONAL_KINDS.items():
         v = discover(w, group, plural, versions)
         kinds[key] = Resource(group, v, plural, namespaced=True) if v else None
     if args.name:

@@ -92,6 +92,23 @@ def finalizer_remove_patch(obj: Mapping[str, Any], finalizer: str) -> list[dict[
     ]
 
 
+def annotation_patch(obj: Mapping[str, Any], key: str, value: str | None) -> list[dict[str, Any]]:
+    """JSON patch setting (or removing, for None) one annotation, guarded by resourceVersion."""
+    meta = obj.get("metadata") or {}
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion", "")}
+    ]
+    path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+    annotations = meta.get("annotations")
+    if value is None:
+        ops.append({"op": "remove", "path": path})
+    elif not annotations:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {key: value}})
+    else:
+        ops.append({"op": "add", "path": path, "value": value})
+    return ops
+
+
 class KubeWriter:
     """Typed helpers over one :class:`ApiClient`. Raises :class:`ApiError` on non-2xx.
 

@@ -9,8 +9,10 @@ event (or a full resync) leads to the same result.
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,6 +76,15 @@ def subnet_index_vlan(subnet: Mapping[str, Any]) -> list[str]:
 MACHINE_VERSIONS = ("v1alpha2", "v1alpha1")
 ADDRESS_VERSIONS = ("v1beta2", "v1beta1", "v1alpha1")
 POOL_VERSIONS = ("v1alpha2", "v1alpha1")
+
+
+# Kinds other projects serve, by the key the listers use: (group, plural, versions, kind).
+OPTIONAL_KINDS = {
+    "pools": ("ipam.cluster.x-k8s.io", "inclusterippools", POOL_VERSIONS, "InClusterIPPool"),
+    "addresses": ("ipam.cluster.x-k8s.io", "ipaddresses", ADDRESS_VERSIONS, "IPAddress"),
+    "claims": ("ipam.cluster.x-k8s.io", "ipaddressclaims", ADDRESS_VERSIONS, "IPAddressClaim"),
+    "machines": ("infrastructure.cluster.x-k8s.io", "proxmoxmachines", MACHINE_VERSIONS, "ProxmoxMachine"),
+}
 
 
 def discover(writer: KubeWriter, group: str, plural: str, versions: tuple[str, ...]) -> str | None:
@@ -144,7 +155,7 @@ class Manager:
         self.pod_reconciler = EgressGatewayPodReconciler(self.pods.store, self.writer, self.events)
         self.zone_reconciler = ZoneReconciler(
             self.listers, self.writer, self.vlans, events=self.events, metrics=self.metrics,
-            networks=self.network_reconciler, prune_timeout=options.subnet_prune_timeout,
+            prune_timeout=options.subnet_prune_timeout,
         )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -156,20 +167,13 @@ class Manager:
         self._wire_handlers()
         self.metrics.register_informers({str(inf.resource): inf for inf in self.factory.informers()})
 
-    OPTIONAL_KINDS = {
-        "pools": ("ipam.cluster.x-k8s.io", "inclusterippools", POOL_VERSIONS, "InClusterIPPool"),
-        "addresses": ("ipam.cluster.x-k8s.io", "ipaddresses", ADDRESS_VERSIONS, "IPAddress"),
-        "claims": ("ipam.cluster.x-k8s.io", "ipaddressclaims", ADDRESS_VERSIONS, "IPAddressClaim"),
-        "machines": ("infrastructure.cluster.x-k8s.io", "proxmoxmachines", MACHINE_VERSIONS, "ProxmoxMachine"),
-    }
-
     def discover_late_kinds(self) -> list[str]:
         """Start informers for optional kinds installed after start (checked every resync).
 
         Until such an informer has synced its cache reads count nothing; a release still
         waits for the fresh API read of §6 step 1, which includes the new kind at once.
         """
-        missing = {k: v for k, v in self.OPTIONAL_KINDS.items() if k not in self.optional}
+        missing = {k: v for k, v in OPTIONAL_KINDS.items() if k not in self.optional}
         if not missing:
             return []
         added = self._optional_informers(missing)
@@ -186,7 +190,7 @@ class Manager:
         """Informers for kinds another project serves (CAPI IPAM, capmox): the newest
         served version, or none when the group is not installed (then nothing uses it)."""
         out: dict[str, Any] = {}
-        for key, (group, plural, versions, kind) in (wanted or self.OPTIONAL_KINDS).items():
+        for key, (group, plural, versions, kind) in (wanted or OPTIONAL_KINDS).items():
             version = discover(self.writer, group, plural, versions)
             if version is None:
                 log.info("kind not served; treated as having no objects", group=group, resource=plural)
@@ -391,9 +395,6 @@ class Manager:
         for t in self._threads:
             t.join(timeout=5)
             if t.is_alive():
-                import sys
-                import traceback
-
                 frame = sys._current_frames().get(t.ident or 0)
                 stack = "".join(traceback.format_stack(frame)) if frame else ""
                 log.error("thread did not stop", thread=t.name, stack=stack)

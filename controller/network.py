@@ -39,7 +39,7 @@ from controller.consumers import Consumers, count_consumers
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
 from controller.metrics import Metrics
-from controller.prune import go_list, track_deleted_subnets
+from controller.prune import go_list
 from controller.recent import RecentWrites
 from controller.selectors import InvalidSelector, matches
 from controller.vlans import VlanManager, vlan_owner
@@ -183,22 +183,6 @@ def parse_time(value: Any) -> _dt.datetime | None:
     except ValueError:
         return None
 
-
-def annotation_patch(obj: Mapping[str, Any], key: str, value: str | None) -> list[dict[str, Any]]:
-    """JSON patch setting (or removing, for None) one annotation, guarded by resourceVersion."""
-    meta = obj.get("metadata") or {}
-    ops: list[dict[str, Any]] = [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion", "")}
-    ]
-    path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
-    annotations = meta.get("annotations")
-    if value is None:
-        ops.append({"op": "remove", "path": path})
-    elif not annotations:
-        ops.append({"op": "add", "path": "/metadata/annotations", "value": {key: value}})
-    else:
-        ops.append({"op": "add", "path": path, "value": value})
-    return ops
 
 
 class NetworkReconciler:
@@ -645,10 +629,10 @@ class NetworkReconciler:
             if not self._still_ours(net):
                 self.recent.forget(key)
                 return Result()
-            live, gone = self._split_listed_subnets(vlan)
+            live, gone = self.vlans.split_listed_subnets(vlan)
             now = self.now()
             not_before = parse_time(meta.get("deletionTimestamp"))
-            vlan, newest = self._track_timers(vlan, gone, now, not_before)
+            vlan, newest = self.vlans.track_timers(vlan, gone, now, not_before)
             if gone:
                 ltt = prev_switch.get("lastTransitionTime") if prev_switch and prev_switch.get("status") == FALSE else rfc3339(now)
                 conds.append({
@@ -675,7 +659,7 @@ class NetworkReconciler:
                 timed_out = True
                 log.info("Kube-OVN did not prune deleted subnets from the Vlan in time; releasing the VLAN anyway",
                          vlan=allocator.vlan_id(vlan), subnets=gone, timeout=self.prune_timeout)
-            self._release_vlan(vlan)
+            self.vlans.release(vlan)
             zone = (vlan["metadata"].get("labels") or {}).get(names.LABEL_ZONE, "")
             log.info("released VLAN", zone=zone, vlan=allocator.vlan_id(vlan), subnet=sname, network=key)
             if timed_out:
@@ -749,49 +733,5 @@ class NetworkReconciler:
             return
         if names.ANNOTATION_DELETED_SUBNETS not in ((vlan.get("metadata") or {}).get("annotations") or {}):
             return
-        _, gone = self._split_listed_subnets(vlan)
-        self._track_timers(vlan, gone, self.now(), None)
-
-    def _split_listed_subnets(self, vlan: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-        """``status.subnets`` of a Vlan split into live (Get succeeds, Terminating
-        included) and gone (NotFound) names, from the API."""
-        live, gone = [], []
-        for s in (vlan.get("status") or {}).get("subnets") or []:
-            if not isinstance(s, str) or not s:
-                continue
-            try:
-                self.writer.get(names.SUBNETS, s)
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-                gone.append(s)
-                continue
-            live.append(s)
-        return live, gone
-
-    def _track_timers(
-        self, vlan: dict[str, Any], gone: list[str], now: _dt.datetime, not_before: _dt.datetime | None
-    ) -> tuple[dict[str, Any], _dt.datetime | None]:
-        """Update the ``deleted-subnets`` prune timers on the Vlan (§7.1); returns the
-        (possibly patched) Vlan and the newest timer start."""
-        stored = ((vlan.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_DELETED_SUBNETS)
-        res = track_deleted_subnets(stored, gone, now, not_before)
-        if res.changed:
-            vlan = self.writer.json_patch(
-                names.VLANS, vlan["metadata"]["name"],
-                annotation_patch(vlan, names.ANNOTATION_DELETED_SUBNETS, res.desired),
-            )
-        return vlan, res.newest
-
-    def _release_vlan(self, vlan: dict[str, Any]) -> None:
-        """Remove our finalizer from the Vlan and delete it (NotFound ignored)."""
-        try:
-            self.writer.remove_finalizer(names.VLANS, vlan, names.FINALIZER)
-        except ApiError as err:
-            if not err.not_found:
-                raise
-        try:
-            self.writer.delete(names.VLANS, vlan["metadata"]["name"])
-        except ApiError as err:
-            if not err.not_found:
-                raise
+        _, gone = self.vlans.split_listed_subnets(vlan)
+        self.vlans.track_timers(vlan, gone, self.now(), None)

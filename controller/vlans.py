@@ -13,6 +13,7 @@ by the network pass, never shared silently.
 
 from __future__ import annotations
 
+import datetime as _dt
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,7 +23,8 @@ import attrs
 import structlog
 
 from controller import allocator, names
-from controller.kube import ApiError, KubeWriter
+from controller.kube import ApiError, KubeWriter, annotation_patch, finalizer_add_patch
+from controller.prune import track_deleted_subnets
 from informers import ThreadSafeStore
 
 log = structlog.get_logger(__name__)
@@ -265,12 +267,54 @@ class VlanManager:
         ops: list[dict[str, Any]] = [
             {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion", "")}
         ]
+        # One guarded patch: the resourceVersion test, then each change without its own test.
         if need_fin:
-            if fins:
-                ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": names.FINALIZER})
-            else:
-                ops.append({"op": "add", "path": "/metadata/finalizers", "value": [names.FINALIZER]})
+            ops += finalizer_add_patch(vlan, names.FINALIZER)[1:]
         if need_ann:
-            key = names.ANNOTATION_DELETED_SUBNETS.replace("~", "~0").replace("/", "~1")
-            ops.append({"op": "remove", "path": f"/metadata/annotations/{key}"})
+            ops += annotation_patch(vlan, names.ANNOTATION_DELETED_SUBNETS, None)[1:]
         return self.writer.json_patch(names.VLANS, meta["name"], ops)
+
+    # -- release (network deletion §6 step 4, orphan collection §8.1) ---------------------
+    def split_listed_subnets(self, vlan: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        """``status.subnets`` of a Vlan split into live (Get succeeds, Terminating
+        included) and gone (NotFound) names, from the API."""
+        live, gone = [], []
+        for s in (vlan.get("status") or {}).get("subnets") or []:
+            if not isinstance(s, str) or not s:
+                continue
+            try:
+                self.writer.get(names.SUBNETS, s)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+                gone.append(s)
+                continue
+            live.append(s)
+        return live, gone
+
+    def track_timers(
+        self, vlan: dict[str, Any], gone: list[str], now: _dt.datetime, not_before: _dt.datetime | None
+    ) -> tuple[dict[str, Any], _dt.datetime | None]:
+        """Update the ``deleted-subnets`` prune timers on the Vlan (§7.1); returns the
+        (possibly patched) Vlan and the newest timer start."""
+        stored = ((vlan.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_DELETED_SUBNETS)
+        res = track_deleted_subnets(stored, gone, now, not_before)
+        if res.changed:
+            vlan = self.writer.json_patch(
+                names.VLANS, vlan["metadata"]["name"],
+                annotation_patch(vlan, names.ANNOTATION_DELETED_SUBNETS, res.desired),
+            )
+        return vlan, res.newest
+
+    def release(self, vlan: dict[str, Any]) -> None:
+        """Remove our finalizer from the Vlan and delete it (NotFound ignored)."""
+        try:
+            self.writer.remove_finalizer(names.VLANS, vlan, names.FINALIZER)
+        except ApiError as err:
+            if not err.not_found:
+                raise
+        try:
+            self.writer.delete(names.VLANS, vlan["metadata"]["name"])
+        except ApiError as err:
+            if not err.not_found:
+                raise

@@ -21,7 +21,7 @@ from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
 from controller.metrics import Metrics
 from controller.recent import RecentWrites
-from controller.network import DEFAULT_PRUNE_TIMEOUT, Listers, NetworkReconciler, Result
+from controller.network import DEFAULT_PRUNE_TIMEOUT, Listers, Result
 from controller.prune import go_list
 from controller.vlans import VlanManager, vlan_owner
 
@@ -50,7 +50,6 @@ class ZoneReconciler:
         vlans: VlanManager,
         now: Clock = utc_now,
         events: EventRecorder | None = None,
-        networks: NetworkReconciler | None = None,
         prune_timeout: float = DEFAULT_PRUNE_TIMEOUT,
         metrics: Metrics | None = None,
     ) -> None:
@@ -59,8 +58,6 @@ class ZoneReconciler:
         self.vlans = vlans
         self.now = now
         self.events = events
-        # The network reconciler owns the Vlan release helpers (prune timers, finalizer).
-        self.networks = networks
         self.prune_timeout = prune_timeout if prune_timeout > 0 else DEFAULT_PRUNE_TIMEOUT
         self.recent = RecentWrites(listers.zones)
         self.metrics = metrics or Metrics()
@@ -178,8 +175,6 @@ class ZoneReconciler:
 
         :returns: (collected, seconds until a prune timer runs out or None).
         """
-        if self.networks is None:
-            return False, None
         try:
             vlan = self.writer.get(names.VLANS, vlan["metadata"]["name"])
         except ApiError as err:
@@ -196,9 +191,9 @@ class ZoneReconciler:
                 except ApiError as err:
                     if not err.not_found:
                         raise
-        live, gone = self.networks._split_listed_subnets(vlan)
+        live, gone = self.vlans.split_listed_subnets(vlan)
         now = self.now()
-        vlan, newest = self.networks._track_timers(vlan, gone, now, None)
+        vlan, newest = self.vlans.track_timers(vlan, gone, now, None)
         if live:
             return False, None
         if self.l.subnets is not None and self.l.subnets.by_index("vlan", vname):
@@ -211,7 +206,7 @@ class ZoneReconciler:
             timed_out = True
             log.info("Kube-OVN did not prune deleted subnets from the orphaned Vlan in time; collecting it anyway",
                      vlan=allocator.vlan_id(vlan), name=vname, subnets=gone, timeout=self.prune_timeout)
-        self.networks._release_vlan(vlan)
+        self.vlans.release(vlan)
         log.info("collected orphaned VLAN", vlan=allocator.vlan_id(vlan), name=vname)
         if self.events is not None:
             msg = f'collected orphaned Vlan "{vname}" (VLAN {allocator.vlan_id(vlan)})'
