@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Local test bed: etcd + kube-apiserver + an OVN Northbound ovsdb-server, all on loopback.
+"""Local test bed: etcd + kube-apiserver + OVN (NB and SB ovsdb-servers, ovn-northd), on loopback.
 
 See product-decisions.md §5 and §7. Importable (``LocalCluster``) and a CLI::
 
-    python hack/cluster.py start --dir DIR [--no-watch-cache] [--no-nb]
+    python hack/cluster.py start --dir DIR [--no-watch-cache] [--no-nb] [--no-sb]
     python hack/cluster.py env   --dir DIR      # shell exports for a running bed
     python hack/cluster.py stop  --dir DIR      # works from any process (pid files)
 
@@ -39,6 +39,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HACK_DIR = REPO_ROOT / "hack"
 NB_SCHEMA = Path("/usr/share/ovn/ovn-nb.ovsschema")
+SB_SCHEMA = Path("/usr/share/ovn/ovn-sb.ovsschema")
 
 CONTROLLER_NAMESPACE = "proxmox-network-system"
 CONTROLLER_SA = "proxmox-network-controller"
@@ -53,8 +54,8 @@ ADMIN_GROUPS = ("system:masters",)
 ADMIN_TOKEN = "admin-token"
 FIELD_MANAGER = "pnc-testbed"
 
-# Components in start order; stop goes in reverse.
-COMPONENTS = ("etcd", "ovsdb-nb", "kube-apiserver")
+# Components in start order; stop goes in reverse (so the SB and ovn-northd stop before the NB).
+COMPONENTS = ("etcd", "ovsdb-nb", "ovsdb-sb", "ovn-northd", "kube-apiserver")
 
 
 class ClusterError(RuntimeError):
@@ -272,11 +273,16 @@ AUDIT_POLICY = {
 
 
 class LocalCluster:
-    """etcd + kube-apiserver (+ OVN NB ovsdb-server) on loopback, under ``workdir``.
+    """etcd + kube-apiserver (+ OVN NB, SB and ovn-northd) on loopback, under ``workdir``.
 
     Attributes once started: ``server``, ``ca_file``, ``admin_token``, ``controller_token``,
     ``admin_kubeconfig``, ``controller_kubeconfig``, ``audit_log``, ``etcd_url``, ``kubectl``,
-    ``bin_dir``, ``nb_unix``, ``nb_tcp`` (None without NB), ``controller_user``.
+    ``bin_dir``, ``nb_unix``, ``nb_tcp`` (None without NB), ``sb_unix``, ``sb_tcp`` (None
+    without SB), ``northd_ctl`` (ovn-northd's unixctl socket), ``controller_user``.
+
+    ``with_sb`` (default: ``with_nb``) adds the OVN Southbound ovsdb-server and ``ovn-northd``
+    (NB and SB over their unix sockets), so the SB shows what northd makes of the NB, e.g.
+    the chassis-redirect binding ``cr-<router port>`` once a port has an HA chassis group.
     """
 
     def __init__(
@@ -285,6 +291,7 @@ class LocalCluster:
         watch_cache: bool = True,
         with_nb: bool = True,
         *,
+        with_sb: bool | None = None,
         bin_dir: Path | str | None = None,
         manifest_dirs: Sequence[Path | str] | None = None,
         detach: bool = False,
@@ -293,6 +300,7 @@ class LocalCluster:
         self.workdir = Path(workdir).resolve()
         self.watch_cache = watch_cache
         self.with_nb = with_nb
+        self.with_sb = with_nb if with_sb is None else (with_sb and with_nb)
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.manifest_dirs = (
             [Path(p) for p in manifest_dirs]
@@ -314,6 +322,9 @@ class LocalCluster:
         self.etcd_url = ""
         self.nb_unix: str | None = None
         self.nb_tcp: str | None = None
+        self.sb_unix: str | None = None
+        self.sb_tcp: str | None = None
+        self.northd_ctl: Path | None = None
         self.ca_file = self.workdir / "certs" / "ca.crt"
         self.audit_log = self.workdir / "audit.log"
         self.admin_kubeconfig = self.workdir / "admin.kubeconfig"
@@ -351,10 +362,13 @@ class LocalCluster:
         try:
             self._prepare_files()
             # All ports at once, so no two components can be handed the same one.
-            self._ports = dict(zip(("etcd", "etcd-peer", "apiserver", "nb"), _free_ports(4)))
+            self._ports = dict(zip(("etcd", "etcd-peer", "apiserver", "nb", "sb"), _free_ports(5)))
             self._start_etcd()
             if self.with_nb:
                 self._start_nb()
+            if self.with_sb:
+                self._start_sb()
+                self._start_northd()
             self._start_apiserver()
             self._wait_etcd()
             self._wait_apiserver()
@@ -362,6 +376,9 @@ class LocalCluster:
             self._write_state()
             if self.with_nb:
                 self._wait_nb()
+            if self.with_sb:
+                self._wait_sb()
+                self._wait_northd()
             self._bootstrap()
         except BaseException:
             self.stop()
@@ -397,7 +414,13 @@ class LocalCluster:
     def _looks_like(self, name: str, pid: int) -> bool:
         """Guard against pid reuse: the process must be the binary we started, in our dir."""
         cmd = _pid_cmdline(pid)
-        binary = {"etcd": "etcd", "kube-apiserver": "kube-apiserver", "ovsdb-nb": "ovsdb-server"}[name]
+        binary = {
+            "etcd": "etcd",
+            "kube-apiserver": "kube-apiserver",
+            "ovsdb-nb": "ovsdb-server",
+            "ovsdb-sb": "ovsdb-server",
+            "ovn-northd": "ovn-northd",
+        }[name]
         return binary in cmd and str(self.workdir) in cmd
 
     # ------------------------------------------------------------------ state / pids
@@ -429,8 +452,12 @@ class LocalCluster:
             "bin_dir": str(self.bin_dir),
             "nb_unix": self.nb_unix,
             "nb_tcp": self.nb_tcp,
+            "sb_unix": self.sb_unix,
+            "sb_tcp": self.sb_tcp,
+            "northd_ctl": str(self.northd_ctl) if self.northd_ctl else None,
             "watch_cache": self.watch_cache,
             "with_nb": self.with_nb,
+            "with_sb": self.with_sb,
             "start_seconds": self.start_seconds,
         }
 
@@ -448,12 +475,21 @@ class LocalCluster:
             st = json.loads((workdir / "state.json").read_text())
         except OSError as e:
             raise ClusterError(f"no running bed in {workdir}: {e}") from e
-        c = cls(workdir, watch_cache=st["watch_cache"], with_nb=st["with_nb"], bin_dir=st["bin_dir"])
+        c = cls(
+            workdir,
+            watch_cache=st["watch_cache"],
+            with_nb=st["with_nb"],
+            with_sb=st.get("with_sb", False),
+            bin_dir=st["bin_dir"],
+        )
         c.server = st["server"]
         c.controller_token = st["controller_token"]
         c.etcd_url = st["etcd_url"]
         c.nb_unix = st["nb_unix"]
         c.nb_tcp = st["nb_tcp"]
+        c.sb_unix = st.get("sb_unix")
+        c.sb_tcp = st.get("sb_tcp")
+        c.northd_ctl = Path(st["northd_ctl"]) if st.get("northd_ctl") else None
         c.start_seconds = st.get("start_seconds")
         dead = [n for n, pid in c._read_pids().items() if not _pid_alive(pid)]
         if dead or not c._read_pids():
@@ -476,16 +512,25 @@ class LocalCluster:
                     raise ClusterError(f"{tool} not found on PATH; run hack/install-deps.sh")
             if not NB_SCHEMA.exists():
                 raise ClusterError(f"{NB_SCHEMA} missing; run hack/install-deps.sh")
+        if self.with_sb:
+            for tool in ("ovn-northd", "ovn-sbctl"):
+                if shutil.which(tool) is None:
+                    raise ClusterError(f"{tool} not found on PATH; run hack/install-deps.sh")
+            if not SB_SCHEMA.exists():
+                raise ClusterError(f"{SB_SCHEMA} missing; run hack/install-deps.sh")
 
     def _prepare_files(self) -> None:
         w = self.workdir
-        for stale in ("etcd-data", "nb.db", "nb.sock", "nb.ctl", "kube-cache"):
+        for stale in (
+            "etcd-data", "nb.db", "nb.sock", "nb.ctl", "sb.db", "sb.sock", "sb.ctl",
+            "ovn-northd.ctl", "ovn-northd.pidfile", "kube-cache",
+        ):
             p = w / stale
             if p.is_dir():
                 shutil.rmtree(p)
             else:
                 p.unlink(missing_ok=True)
-        for log in ("etcd.log", "kube-apiserver.log", "ovsdb-nb.log", "audit.log"):
+        for log in ("etcd.log", "kube-apiserver.log", "ovsdb-nb.log", "ovsdb-sb.log", "ovn-northd.log", "audit.log"):
             (w / log).unlink(missing_ok=True)
         self.kube_cache_dir.mkdir()
         self.pki = _make_pki(w / "certs")
@@ -499,7 +544,9 @@ class LocalCluster:
         _write_private(w / "tokens.csv", ("\n".join(lines) + "\n").encode())
         (w / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
 
-    def _spawn(self, name: str, argv: list[str], log: Path) -> subprocess.Popen:
+    def _spawn(
+        self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         logf = open(log, "ab")
         try:
             proc = subprocess.Popen(
@@ -508,6 +555,7 @@ class LocalCluster:
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
+                env=env,
                 start_new_session=True,
                 preexec_fn=None if self.detach else _set_pdeathsig,
             )
@@ -737,6 +785,111 @@ class LocalCluster:
             time.sleep(0.1)
         raise self._fail("ovsdb-nb", f"does not answer ovn-nbctl show ({last})", log)
 
+    # OVN SB and ovn-northd ----------------------------------------------------
+
+    def _ovn_env(self) -> dict[str, str]:
+        """Point every OVS/OVN default directory at the work directory (no /var/run writes)."""
+        w = str(self.workdir)
+        return dict(
+            os.environ,
+            OVN_RUNDIR=w, OVS_RUNDIR=w, OVN_LOGDIR=w, OVS_LOGDIR=w, OVN_DBDIR=w, OVS_DBDIR=w,
+        )
+
+    def _start_sb(self) -> None:
+        w = self.workdir
+        sock = w / "sb.sock"
+        if len(str(sock)) > 100:
+            raise ClusterError(f"work directory path too long for a unix socket: {sock}")
+        db = w / "sb.db"
+        r = subprocess.run(
+            ["ovsdb-tool", "create", str(db), str(SB_SCHEMA)], capture_output=True, text=True
+        )
+        if r.returncode != 0:
+            raise ClusterError(f"ovsdb-tool create (SB) failed: {r.stderr.strip()}")
+        port = self._ports["sb"]
+        self.sb_unix = f"unix:{sock}"
+        self.sb_tcp = f"tcp:127.0.0.1:{port}"
+        self._spawn(
+            "ovsdb-sb",
+            [
+                "ovsdb-server",
+                str(db),
+                f"--remote=punix:{sock}",
+                f"--remote=ptcp:{port}:127.0.0.1",
+                f"--unixctl={w / 'sb.ctl'}",
+                f"--log-file={w / 'ovsdb-sb.log'}",
+                "-vconsole:off",
+                "-vfile:info",
+            ],
+            w / "ovsdb-sb.console.log",
+            env=self._ovn_env(),
+        )
+
+    def _start_northd(self) -> None:
+        """ovn-northd between the NB and SB unix sockets; it retries until both answer."""
+        w = self.workdir
+        assert self.nb_unix and self.sb_unix
+        self.northd_ctl = w / "ovn-northd.ctl"
+        self._spawn(
+            "ovn-northd",
+            [
+                "ovn-northd",
+                f"--ovnnb-db={self.nb_unix}",
+                f"--ovnsb-db={self.sb_unix}",
+                f"--unixctl={self.northd_ctl}",
+                f"--pidfile={w / 'ovn-northd.pidfile'}",
+                f"--log-file={w / 'ovn-northd.log'}",
+                "-vconsole:off",
+                "-vfile:info",
+            ],
+            w / "ovn-northd.console.log",
+            env=self._ovn_env(),
+        )
+
+    def sbctl(self, *args: str, db: str | None = None, timeout: float = 10) -> str:
+        """Run ovn-sbctl against the test SB (unix socket unless ``db`` is given)."""
+        if not self.sb_unix:
+            raise ClusterError("this bed runs without an SB (with_sb=False)")
+        r = subprocess.run(
+            ["ovn-sbctl", f"--db={db or self.sb_unix}", f"--timeout={int(timeout)}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout + 5,
+        )
+        if r.returncode != 0:
+            raise ClusterError(f"ovn-sbctl {' '.join(args)} failed: {r.stderr.strip()}")
+        return r.stdout
+
+    def _wait_sb(self) -> None:
+        log = self.workdir / "ovsdb-sb.log"
+        deadline = time.monotonic() + 20
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive("ovsdb-sb", log)
+            try:
+                for db in (self.sb_unix, self.sb_tcp):
+                    self.sbctl("show", db=db, timeout=2)
+                return
+            except (ClusterError, subprocess.TimeoutExpired) as e:
+                last = str(e)
+            time.sleep(0.1)
+        raise self._fail("ovsdb-sb", f"does not answer ovn-sbctl show ({last})", log)
+
+    def _wait_northd(self) -> None:
+        """Ready once an NB change has gone through northd into the SB (--wait=sb)."""
+        log = self.workdir / "ovn-northd.log"
+        deadline = time.monotonic() + 20
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive("ovn-northd", log)
+            try:
+                self.nbctl("--wait=sb", "sync", timeout=2)
+                return
+            except (ClusterError, subprocess.TimeoutExpired) as e:
+                last = str(e)
+            time.sleep(0.1)
+        raise self._fail("ovn-northd", f"did not sync the NB into the SB ({last})", log)
+
     # kubectl and bootstrap ----------------------------------------------------
 
     def run_kubectl(
@@ -841,6 +994,8 @@ class LocalCluster:
             "PNC_KUBECTL": str(self.kubectl),
             "PNC_NB_UNIX": self.nb_unix or "",
             "PNC_NB_TCP": self.nb_tcp or "",
+            "PNC_SB_UNIX": self.sb_unix or "",
+            "PNC_SB_TCP": self.sb_tcp or "",
             "KUBECONFIG": str(self.admin_kubeconfig),
         }
 
@@ -866,13 +1021,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--dir", required=True, type=Path)
     s.add_argument("--no-watch-cache", action="store_true")
     s.add_argument("--no-nb", action="store_true")
+    s.add_argument("--no-sb", action="store_true", help="no OVN SB ovsdb-server and no ovn-northd")
     for name in ("stop", "env"):
         p = sub.add_parser(name)
         p.add_argument("--dir", required=True, type=Path)
     args = ap.parse_args(argv)
 
     if args.cmd == "start":
-        c = LocalCluster(args.dir, watch_cache=not args.no_watch_cache, with_nb=not args.no_nb, detach=True)
+        c = LocalCluster(
+            args.dir,
+            watch_cache=not args.no_watch_cache,
+            with_nb=not args.no_nb,
+            with_sb=not args.no_sb,
+            detach=True,
+        )
         try:
             c.start()
         except ClusterError as e:
