@@ -14,11 +14,20 @@
   empty or stale) cache is never served as "no rows" (field report B10):
   ``snapshot()`` and ``transact()`` raise ``NBNotSynced``.
 
+* ``RowIndex`` keeps a key -> rows map of one table up to date from the IDL's
+  row notifications (rebuilt from the tables at every sync, because python-ovs
+  clears its cache on reconnect without notifying), so lookups by name or by
+  owner are O(1) instead of a table scan per network.
+
 TLS (``ssl:``): python-ovs takes process-wide file paths; ``set_tls_material``
 writes the material to a private directory and points python-ovs at it
 (python-ovs verifies the server against the CA, TLS >= 1.2, no host-name
-check). Reading the Secret (one API Get per new connection) and the
-serverAuth EKU check of §11 are not wired up yet.
+check). With a ``tls_source`` (``ovn.tls.TLSSource``) the Secret is read before
+every connect round (one API Get), the first ``ssl:`` address is probed with our
+own handshake so a bad certificate gets the clear message of
+reference-behaviour.md §11, and while python-ovs is reconnecting on its own the
+Secret is re-read at most every ``BACKOFF_MAX`` seconds, so a rotated Secret is
+picked up without a restart.
 """
 
 from __future__ import annotations
@@ -210,18 +219,86 @@ class TxnResult:
         return self.inserted[str(getattr(row, "uuid", row))]
 
 
+class RowIndex:
+    """key -> rows of one replicated table, kept on the owner thread.
+
+    ``keys(row)`` returns the keys a row is filed under (e.g. its ``name``).
+    ``get`` re-checks each hit against the live table, so an entry left behind
+    by a cache clear is never returned.
+    """
+
+    def __init__(self, table: str, keys: Callable[[ovs.db.idl.Row], Iterable[str]]) -> None:
+        self.table = table
+        self.keys = keys
+        self._by_key: dict[str, set[Any]] = {}
+        self._keys_of: dict[Any, tuple[str, ...]] = {}
+
+    def _unfile(self, uuid: Any) -> None:
+        for k in self._keys_of.pop(uuid, ()):
+            bucket = self._by_key.get(k)
+            if bucket is not None:
+                bucket.discard(uuid)
+                if not bucket:
+                    del self._by_key[k]
+
+    def _keys(self, row: ovs.db.idl.Row) -> tuple[str, ...]:
+        try:
+            return tuple(self.keys(row))
+        except Exception:  # a malformed row is simply not indexed
+            return ()
+
+    def update(self, uuid: Any, row: ovs.db.idl.Row | None) -> None:
+        self._unfile(uuid)
+        if row is None:
+            return
+        ks = self._keys(row)
+        if ks:
+            self._keys_of[uuid] = ks
+            for k in ks:
+                self._by_key.setdefault(k, set()).add(uuid)
+
+    def rebuild(self, idl: ovs.db.idl.Idl) -> None:
+        self._by_key.clear()
+        self._keys_of.clear()
+        for uuid, row in idl.tables[self.table].rows.items():
+            self.update(uuid, row)
+
+    def get(self, idl: ovs.db.idl.Idl, key: str) -> list[ovs.db.idl.Row]:
+        """Rows filed under ``key`` (uuid order), checked against the live table."""
+        rows = idl.tables[self.table].rows
+        out = []
+        for uuid in sorted(self._by_key.get(key, ()), key=str):
+            row = rows.get(uuid)
+            if row is not None and key in self._keys(row):
+                out.append(row)
+        return out
+
+    def keys_of(self, uuid: Any) -> tuple[str, ...]:
+        return self._keys_of.get(uuid, ())
+
+    def all_keys(self) -> list[str]:
+        return sorted(self._by_key)
+
+
 class _Idl(ovs.db.idl.Idl):
-    """Idl that forwards row events to a callback (on the owner thread)."""
+    """Idl that keeps the row indexes and forwards row events (on the owner thread)."""
 
     on_change: Callable[[str, str, str], None] | None = None
+    on_row: Callable[[str, ovs.db.idl.Row], None] | None = None
+    row_indexes: Sequence[RowIndex] = ()
 
     def notify(self, event, row, updates=None):  # noqa: D401 - python-ovs hook
-        cb = self.on_change
-        if cb is not None:
-            try:
-                cb(event, row._table.name, str(row.uuid))
-            except Exception:  # a callback must never kill the owner thread
-                pass
+        table = row._table.name
+        for ix in self.row_indexes:
+            if ix.table == table:
+                # A deleted row is unfiled; listeners still see its last values.
+                ix.update(row.uuid, None if event == ovs.db.idl.ROW_DELETE else row)
+        for cb, args in ((self.on_change, (event, table, str(row.uuid))), (self.on_row, (event, row))):
+            if cb is not None:
+                try:
+                    cb(*args)
+                except Exception:  # a callback must never kill the owner thread
+                    pass
 
 
 class NBClient:
@@ -235,8 +312,28 @@ class NBClient:
         probe_interval_ms: int = PROBE_INTERVAL_MS,
         dial_timeout: float = DIAL_TIMEOUT,
         on_change: Callable[[str, str, str], None] | None = None,
+        on_row: Callable[[str, ovs.db.idl.Row], None] | None = None,
+        on_sync: Callable[[], None] | None = None,
+        indexes: Iterable[RowIndex] = (),
+        tls_source: Any = None,
     ) -> None:
+        """
+        :param addresses: ``tcp:``/``ssl:``/``unix:`` remotes (reference-behaviour.md §10),
+            tried in order. :raises NBError: on a malformed list (§10 messages).
+        :param on_change: ``(event, table, uuid)`` per row change, on the owner thread.
+        :param on_row: ``(event, row)`` per row change, on the owner thread (the IDL row;
+            read it, never keep it).
+        :param on_sync: called on the owner thread each time the IDL (re)synced.
+        :param indexes: ``RowIndex`` objects kept up to date on the owner thread.
+        :param tls_source: ``ovn.tls.TLSSource``; required for ``ssl:`` remotes unless
+            the material was set process-wide with ``set_tls_material``.
+        """
         self.addresses = parse_addresses(addresses)
+        self.on_row = on_row
+        self.on_sync = on_sync
+        self.indexes = list(indexes)
+        self.tls_source = tls_source
+        self._tls_checked_at = 0.0
         self.leader_only = leader_only
         self.probe_interval_ms = probe_interval_ms
         self.dial_timeout = dial_timeout
@@ -377,11 +474,50 @@ class NBClient:
     def _publish(self, idl: ovs.db.idl.Idl) -> None:
         if self._is_synced(idl):
             if not self._synced.is_set():
+                for ix in self.indexes:
+                    ix.rebuild(idl)
                 self.sync_count += 1
                 self.remote = idl._session.get_name() or self.remote
+                self.last_error = ""
                 self._synced.set()
+                if self.on_sync is not None:
+                    try:
+                        self.on_sync()
+                    except Exception:  # never kill the owner thread
+                        pass
         else:
+            if self._synced.is_set():
+                self.last_error = self.last_error or f"lost the connection to {self.remote}"
             self._synced.clear()
+            self._refresh_tls_while_down()
+
+    def _refresh_tls_while_down(self) -> None:
+        """While python-ovs reconnects on its own, re-read the Secret now and then so a
+        rotated one is used by the next attempt (python-ovs reads the files per connect)."""
+        if self.tls_source is None or not any(a.startswith("ssl:") for a in self.addresses):
+            return
+        now = time.monotonic()
+        if now - self._tls_checked_at < BACKOFF_MAX:
+            return
+        self._tls_checked_at = now
+        try:
+            self.tls_source.material()
+        except Exception as e:  # noqa: BLE001 - reported through last_error
+            self.last_error = str(e)
+
+    def _dial(self, remote: str) -> dict:
+        """TLS material and probe for ``ssl:``, then the schema (§10 dial, §11)."""
+        if remote.startswith("ssl:") and self.tls_source is not None:
+            from ovn import tls  # imported here: ovn.tls imports this module
+
+            self._tls_checked_at = time.monotonic()
+            paths = self.tls_source.material()
+            try:
+                tls.probe(remote, paths, self.dial_timeout)
+            except Exception:
+                self.tls_source.invalidate()
+                raise
+        return fetch_schema(remote, self.dial_timeout)
 
     def _wake(self) -> None:
         try:
@@ -421,7 +557,7 @@ class NBClient:
             errors = []
             for i, remote in enumerate(self.addresses):
                 try:
-                    schema = fetch_schema(remote, self.dial_timeout)
+                    schema = self._dial(remote)
                 except Exception as e:  # noqa: BLE001 - collected into last_error
                     errors.append(str(e))
                     continue
@@ -432,6 +568,8 @@ class NBClient:
                     leader_only=self.leader_only,
                 )
                 idl.on_change = self.on_change
+                idl.on_row = self.on_row
+                idl.row_indexes = self.indexes
                 # python-ovs shuffles the remotes; we want the given order, starting at the
                 # one that answered.
                 sess = idl._session

@@ -1,0 +1,469 @@
+"""HA_Chassis_Group of each network's router port in OVN NB (reference-behaviour.md §9.4, §9.6).
+
+``GatewayApplier`` reads the replicated rows (``ovn.nb.NBClient``, never before the
+IDL has synced: field report B10), decides with the §9.4 order, and writes one
+transaction per network guarded by OVSDB ``wait`` operations (python-ovs
+``Row.verify``) on every row and column the decision read, so a concurrent change
+aborts the whole write (the port pointer is only set while ``ha_chassis_group`` and
+``gateway_chassis`` are both still empty). A pass whose rows already match writes
+nothing. The decision and the write run in one job on the IDL's owner thread, so the
+rows cannot change between them.
+
+Also here: release of a network's groups before its VLAN goes (§9.6), collection of
+owned groups whose network is gone (§9.6), and mapping NB row changes to the networks
+they concern (product-decisions.md §4.8).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import ovs.db.idl
+import structlog
+
+from ovn import planner
+from ovn.nb import ABORTED, ERROR, SUCCESS, TIMED_OUT, TRY_AGAIN, UNCHANGED, NBClient, NBError, RowIndex
+
+log = structlog.get_logger(__name__)
+
+LRP = "Logical_Router_Port"
+GROUP = "HA_Chassis_Group"
+CHASSIS = "HA_Chassis"
+
+PASS_TIMEOUT = 5.0  # seconds, gatewayPassTimeout (§9.2); also bounds a release (§17)
+
+# Reasons of GatewayReady (§9.4, §5.8).
+CHASSIS_ASSIGNED = "ChassisAssigned"
+ROUTER_PORT_MISSING = "RouterPortMissing"
+NO_TRUNK_NODES = "NoTrunkNodes"
+FOREIGN_GROUP = "ForeignGroup"
+NB_UNAVAILABLE = "NBUnavailable"
+
+
+@attrs.frozen
+class GatewayState:
+    """Outcome of one ``ensure``: the GatewayReady reason/message and the chassis gauge.
+
+    ``created``/``adopted``/``updated`` say what the write did (all False when nothing
+    was written); ``active`` is the top-priority chassis after the pass ("" if none).
+    """
+
+    reason: str
+    message: str
+    chassis: int = 0
+    created: bool = False
+    adopted: bool = False
+    updated: bool = False
+    active: str = ""
+
+    @property
+    def assigned(self) -> bool:
+        return self.reason == CHASSIS_ASSIGNED
+
+
+class NBChanged(NBError):
+    """A guarded transaction was aborted because the rows changed under it."""
+
+
+def _ids(row: ovs.db.idl.Row) -> dict[str, str]:
+    v = getattr(row, "external_ids", None)
+    return dict(v) if isinstance(v, Mapping) else {}
+
+
+def _refs(row: ovs.db.idl.Row, column: str) -> list[ovs.db.idl.Row]:
+    v = getattr(row, column, None)
+    if v is None:
+        return []
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return list(v)
+    return [v]
+
+
+def _count(row: ovs.db.idl.Row, column: str) -> int:
+    """Number of values of a set column, read from the raw datum: a reference into a
+    table we do not replicate (``gateway_chassis`` -> Gateway_Chassis) does not
+    resolve to rows, but the uuids are there."""
+    datum = (row._data or {}).get(column)
+    return len(datum.values) if datum is not None else 0
+
+
+def _owned_network(row: ovs.db.idl.Row) -> list[str]:
+    ids = _ids(row)
+    return [ids.get(planner.NETWORK_KEY, "")] if ids.get(planner.OWNER_KEY) == planner.OWNER else []
+
+
+def _uuid(row: Any) -> str:
+    return str(getattr(row, "uuid", row))
+
+
+class GatewayApplier:
+    """Ensures, releases and collects our HA_Chassis_Groups over one ``NBClient``.
+
+    :param addresses: NB remotes (``ssl:``/``tcp:``/``unix:``, §10).
+    :param enqueue: called with a network key ``<namespace>/<name>`` when an NB row of
+        that network changes (drift repair within seconds, product-decisions.md §4.8).
+    :param client_factory: builds the ``NBClient`` (tests pass their own options).
+    """
+
+    def __init__(
+        self,
+        addresses: str | Iterable[str],
+        *,
+        enqueue: Callable[[str], None] | None = None,
+        tls_source: Any = None,
+        leader_only: bool = True,
+        pass_timeout: float = PASS_TIMEOUT,
+    ) -> None:
+        self.enqueue = enqueue or (lambda key: None)
+        self.pass_timeout = pass_timeout
+        self.lrp_by_name = RowIndex(LRP, lambda r: [r.name])
+        self.lrp_by_group = RowIndex(LRP, lambda r: [_uuid(g) for g in _refs(r, "ha_chassis_group")])
+        self.group_by_name = RowIndex(GROUP, lambda r: [r.name])
+        self.group_by_network = RowIndex(GROUP, _owned_network)
+        self.group_by_chassis = RowIndex(GROUP, lambda r: [_uuid(c) for c in _refs(r, "ha_chassis")])
+        # Router port name -> networks that manage it (filled by ensure), for LRP events.
+        self._port_networks: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+        self.transactions = 0  # write transactions committed (benchmarks, tests)
+        self.nb = NBClient(
+            addresses,
+            leader_only=leader_only,
+            on_row=self._on_row,
+            on_sync=self._on_sync,
+            indexes=[self.lrp_by_name, self.lrp_by_group, self.group_by_name, self.group_by_network,
+                     self.group_by_chassis],
+            tls_source=tls_source,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> "GatewayApplier":
+        self.nb.start()
+        return self
+
+    def stop(self) -> None:
+        self.nb.stop()
+
+    def synced(self) -> bool:
+        return self.nb.synced()
+
+    # -- NB events -> networks (owner thread) -------------------------------------------
+    def _networks_of_group(self, row: ovs.db.idl.Row) -> set[str]:
+        keys = set(_owned_network(row))
+        with self._lock:
+            for key in self._port_networks.get(str(getattr(row, "name", ""))[len(planner.GROUP_PREFIX):], ()):
+                keys.add(key)
+        return {k for k in keys if k}
+
+    def _on_row(self, event: str, row: ovs.db.idl.Row) -> None:
+        table = row._table.name
+        keys: set[str] = set()
+        if table == LRP:
+            with self._lock:
+                keys |= self._port_networks.get(str(getattr(row, "name", "")), set())
+        elif table == GROUP:
+            keys |= self._networks_of_group(row)
+        elif table == CHASSIS:
+            idl = row._idl
+            for g in self.group_by_chassis.get(idl, str(row.uuid)):
+                keys |= self._networks_of_group(g)
+        for key in sorted(keys):
+            self.enqueue(key)
+
+    def _on_sync(self) -> None:
+        # After a (re)connect every network we manage re-checks its rows: anything may
+        # have changed while we were away.
+        with self._lock:
+            keys = set().union(*self._port_networks.values()) if self._port_networks else set()
+        for key in sorted(keys):
+            self.enqueue(key)
+
+    def forget(self, network_key: str) -> None:
+        """Stop mapping NB events to a network that is gone."""
+        with self._lock:
+            for port in [p for p, ks in self._port_networks.items() if network_key in ks]:
+                ks = self._port_networks[port]
+                ks.discard(network_key)
+                if not ks:
+                    del self._port_networks[port]
+
+    # -- ensure (§9.4) --------------------------------------------------------------------
+    def ensure(
+        self,
+        network_key: str,
+        vpc: str,
+        subnet: str,
+        trunk: Sequence[planner.TrunkNode],
+        vpc_subnets: Iterable[str] = (),
+    ) -> GatewayState:
+        """Bring the group of router port ``<vpc>-<subnet>`` up to date.
+
+        :param trunk: eligible trunk nodes (``planner.trunk_nodes``), any order.
+        :param vpc_subnets: names of the VPC's other subnets: their groups decide the
+            VPC's current active chassis (sticky, product-decisions.md §4.7).
+        :returns: the GatewayReady outcome (ChassisAssigned, RouterPortMissing,
+            NoTrunkNodes, ForeignGroup).
+        :raises NBError: NB not synced, transaction failed or timed out, or the rows
+            changed under the write twice in a row.
+        """
+        lrp = planner.router_port_name(vpc, subnet)
+        with self._lock:
+            self._port_networks.setdefault(lrp, set()).add(network_key)
+        trunk = list(trunk)
+        siblings = sorted({s for s in vpc_subnets if s and s != subnet})
+        last: NBError | None = None
+        for _ in range(2):  # once more after a guard abort: the IDL has the new rows then
+            res = self.nb.transact(
+                lambda txn, idl: self._ensure_txn(txn, idl, network_key, vpc, subnet, trunk, siblings),
+                timeout=self.pass_timeout,
+            )
+            state: GatewayState = res.value
+            if res.status in (SUCCESS, UNCHANGED):
+                if res.status == SUCCESS:
+                    self.transactions += 1
+                    log.info("updated OVN HA chassis group", group=planner.group_name(vpc, subnet),
+                             routerPort=lrp, chassis=state.message, created=state.created, adopted=state.adopted)
+                return state
+            if res.status == TRY_AGAIN:
+                last = NBChanged(
+                    f'OVN NB rows of router port "{lrp}" changed under the controller; the write was not applied'
+                )
+                continue
+            raise _txn_error(res.status, res.error)
+        assert last is not None
+        raise last
+
+    def _ensure_txn(
+        self,
+        txn: ovs.db.idl.Transaction,
+        idl: ovs.db.idl.Idl,
+        network_key: str,
+        vpc: str,
+        subnet: str,
+        trunk: list[planner.TrunkNode],
+        siblings: list[str],
+    ) -> GatewayState:
+        lrp_name = planner.router_port_name(vpc, subnet)
+        gname = planner.group_name(vpc, subnet)
+        groups = self.group_by_name.get(idl, gname)
+        group = groups[0] if groups else None
+        ports = self.lrp_by_name.get(idl, lrp_name)
+        port = ports[0] if ports else None
+
+        # 1. Someone else's group of our name.
+        if group is not None:
+            c = planner.claim({"name": gname, "external_ids": _ids(group)}, network_key)
+            if not c.allowed:
+                return GatewayState(FOREIGN_GROUP, planner.foreign_message(c.reason))
+        # 2. No router port (yet).
+        if port is None:
+            return GatewayState(ROUTER_PORT_MISSING, f'OVN has no logical router port "{lrp_name}" yet')
+        # 3. A gateway port configured by hand (or by another tool).
+        gwc = _count(port, "gateway_chassis")
+        if gwc:
+            return GatewayState(
+                FOREIGN_GROUP, f'router port "{lrp_name}" has {gwc} gateway_chassis; the controller leaves it alone'
+            )
+        # 4. The port already points at another group.
+        pointed = _refs(port, "ha_chassis_group")
+        if pointed and (group is None or _uuid(pointed[0]) != _uuid(group)):
+            return GatewayState(
+                FOREIGN_GROUP,
+                f'router port "{lrp_name}" already uses {_describe(pointed[0])}; the controller leaves it alone',
+            )
+        # 5. What the group has now: dangling and duplicate chassis rows are dropped.
+        have: dict[str, ovs.db.idl.Row] = {}
+        drop: list[ovs.db.idl.Row] = []
+        if group is not None:
+            for ch in _refs(group, "ha_chassis"):
+                name = str(getattr(ch, "chassis_name", "") or "")
+                if not name or name in have:
+                    drop.append(ch)
+                else:
+                    have[name] = ch
+        # 6. Never attach an empty group (field report B06).
+        if not trunk:
+            return GatewayState(
+                NO_TRUNK_NODES, "no node of the zone's provider network is ready with an OVN chassis", len(have)
+            )
+
+        vpc_groups = []
+        for s in [subnet, *siblings]:
+            for g in self.group_by_name.get(idl, planner.group_name(vpc, s)):
+                vpc_groups.append(_group_view(g))
+        wanted = planner.wanted_chassis(vpc, trunk, vpc_groups)
+        wanted_names = {c for c, _ in wanted}
+        message = planner.assigned_message(lrp_name, gname, wanted)
+        active = wanted[0][0] if wanted else ""
+
+        changed = False
+        keep: list[ovs.db.idl.Row] = []
+        add: list[ovs.db.idl.Row] = []
+        for ch_name, prio in wanted:
+            row = have.get(ch_name)
+            if row is not None:
+                keep.append(row)
+                if int(getattr(row, "priority", 0)) != prio:
+                    row.verify("priority")
+                    row.priority = prio
+                    changed = True
+            else:
+                new = txn.insert(idl.tables[CHASSIS])
+                new.chassis_name = ch_name
+                new.priority = prio
+                add.append(new)
+        drop += [row for name, row in have.items() if name not in wanted_names]
+
+        created = adopted = False
+        if group is None:
+            group = txn.insert(idl.tables[GROUP])
+            group.name = gname
+            group.external_ids = planner.group_external_ids(network_key)
+            group.ha_chassis = add
+            created = changed = True
+        else:
+            if add or drop:
+                group.verify("ha_chassis")
+                group.ha_chassis = keep + add
+                changed = True
+            ids = _ids(group)
+            if ids.get(planner.OWNER_KEY) != planner.OWNER or ids.get(planner.NETWORK_KEY) != network_key:
+                # Adoption in place: same uuid, other keys (e.g. "note") kept.
+                group.verify("external_ids")
+                group.external_ids = {**ids, **planner.group_external_ids(network_key)}
+                adopted = changed = True
+        if not pointed:
+            # Only while the port is still no gateway port: the guard aborts the whole
+            # transaction (group insert included) if someone set either column meanwhile.
+            port.verify("ha_chassis_group")
+            port.verify("gateway_chassis")
+            port.ha_chassis_group = [group]
+            changed = True
+        if changed:
+            self.before_commit(txn, idl)
+        return GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, changed and not created, active)
+
+    def before_commit(self, txn: ovs.db.idl.Transaction, idl: ovs.db.idl.Idl) -> None:
+        """Runs on the owner thread right before a write is committed (nothing here; a
+        test subclass edits the NB at this point to prove the guards)."""
+
+    # -- release and collection (§9.6) -----------------------------------------------------
+    def release(self, network_key: str) -> int:
+        """Delete every group owned by ``network_key`` (its router ports' pointers cleared
+        in the same transaction). Other networks' and unowned groups are untouched.
+
+        :returns: the number of groups deleted.
+        :raises NBError: NB not synced or a transaction failed (the first error aborts).
+        """
+        deleted = 0
+        for _ in range(100):  # one group per transaction; bounded against a flapping NB
+            res = self.nb.transact(lambda txn, idl: self._delete_first_txn(txn, idl, network_key),
+                                   timeout=self.pass_timeout)
+            if res.status == SUCCESS:
+                self.transactions += 1
+                deleted += 1
+                name, ports = res.value
+                log.info("deleted OVN HA chassis group", group=name, network=network_key, clearedRouterPorts=ports)
+                continue
+            if res.status == UNCHANGED:
+                self.forget(network_key)
+                return deleted
+            if res.status == TRY_AGAIN:
+                continue
+            raise _txn_error(res.status, res.error)
+        raise NBError(f"OVN HA chassis groups of network {network_key} keep changing; not released yet")
+
+    def _delete_first_txn(self, txn, idl, network_key: str) -> tuple[str, list[str]] | None:
+        groups = self.group_by_network.get(idl, network_key)
+        if not groups:
+            return None
+        return self._delete_group(txn, idl, groups[0])
+
+    def _delete_group(self, txn, idl, group: ovs.db.idl.Row) -> tuple[str, list[str]]:
+        ports = self.lrp_by_group.get(idl, str(group.uuid))
+        port_names = sorted(str(p.name) for p in ports)
+        name = str(group.name)
+        for p in ports:
+            p.verify("ha_chassis_group")
+            p.ha_chassis_group = []
+        group.verify("external_ids")  # still ours when the delete lands
+        group.delete()
+        return name, port_names
+
+    def owned_groups(self) -> list[tuple[str, str, str]]:
+        """(uuid, name, network id) of every group we own."""
+
+        def take(idl):
+            out = []
+            for key in self.group_by_network.all_keys():
+                for g in self.group_by_network.get(idl, key):
+                    out.append((str(g.uuid), str(g.name), key))
+            return out
+
+        return self.nb.call(take)
+
+    def collect(self, network_exists: Callable[[str, str], bool]) -> int:
+        """Delete owned groups whose network is gone (§9.6 ``collect``).
+
+        :param network_exists: ``(namespace, name)`` -> bool from a fresh API Get
+            (Terminating counts as existing); any exception stops the collection and
+            is raised (nothing more is collected on a guess).
+        :returns: the number of groups deleted.
+        :raises NBError: NB not synced or a delete failed.
+        """
+        deleted = 0
+        for uuid, name, network in self.owned_groups():
+            ns, sep, net = network.partition("/")
+            if not sep or not ns or not net:
+                log.info("skipping an owned OVN HA chassis group without a valid network", group=name, network=network)
+                continue
+            if network_exists(ns, net):
+                continue
+
+            def txn_fn(txn, idl, uuid=uuid, network=network):
+                for g in self.group_by_network.get(idl, network):
+                    if str(g.uuid) == uuid:
+                        return self._delete_group(txn, idl, g)
+                return None
+
+            res = self.nb.transact(txn_fn, timeout=self.pass_timeout)
+            if res.status == SUCCESS:
+                self.transactions += 1
+                deleted += 1
+                log.info("deleted OVN HA chassis group", group=name, network=network,
+                         clearedRouterPorts=(res.value or ("", []))[1])
+            elif res.status not in (UNCHANGED, TRY_AGAIN):
+                raise _txn_error(res.status, res.error)
+        return deleted
+
+
+def _group_view(g: ovs.db.idl.Row) -> planner.GroupView:
+    seen: set[str] = set()
+    members = []
+    for ch in _refs(g, "ha_chassis"):
+        name = str(getattr(ch, "chassis_name", "") or "")
+        if name and name not in seen:
+            seen.add(name)
+            members.append((name, int(getattr(ch, "priority", 0))))
+    return planner.GroupView(str(g.name), _ids(g), members, str(g.uuid))
+
+
+def _describe(group: ovs.db.idl.Row) -> str:
+    """§9.4 case 4 wording of the group a port already uses."""
+    name = str(getattr(group, "name", "") or "")
+    if not name:
+        return f"HA_Chassis_Group {group.uuid}"
+    owner = _ids(group).get(planner.OWNER_KEY, "")
+    return f'HA_Chassis_Group "{name}" of "{owner}"' if owner else f'HA_Chassis_Group "{name}"'
+
+
+def _txn_error(status: str, error: str) -> NBError:
+    if status == TIMED_OUT:
+        return NBError(f"ovsdb transact: {error or 'timed out'}")
+    if status == ABORTED:
+        return NBError("ovsdb transact: aborted")
+    if status == ERROR:
+        return NBError(f"ovsdb transact: {error}")
+    return NBError(f"ovsdb transact: {status}{': ' + error if error else ''}")
