@@ -1,0 +1,319 @@
+"""ovn.tls against a real ovsdb-server serving the OVN NB schema over SSL (reference §10/§11).
+
+No kube-apiserver: the Secret comes from a dict. Each server is an ``ovsdb-server`` started here on
+127.0.0.1 with ``pssl:<port>:127.0.0.1`` and its own key/certificate/CA (default ``--ssl-protocols``),
+stopped at the end of the module. Every good chain is proven twice: by :func:`ovn.tls.probe` and by a
+python-ovs ``ssl:`` JSON-RPC round trip after :func:`ovn.nb.set_tls_material` pointed python-ovs at
+the Secret's files -- so what the probe accepts and refuses, python-ovs does too.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import ovs.jsonrpc
+import ovs.poller
+import ovs.stream
+import ovs.timeval
+import ovs.util
+import pytest
+
+from ovn.tls import TLSError, TLSSource, probe
+from tests.support.pki import BOTH, CA, CLIENT_AUTH, SERVER_AUTH, CertKey, kube_ovn_secret
+from tests.support.wait import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+OVSDB_SERVER = shutil.which("ovsdb-server") or "/usr/sbin/ovsdb-server"
+OVSDB_TOOL = shutil.which("ovsdb-tool") or "/usr/bin/ovsdb-tool"
+NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
+REF = "cozy-kubeovn/kube-ovn-tls"
+
+if not (os.path.exists(OVSDB_SERVER) and os.path.exists(NB_SCHEMA)):
+    pytest.skip("ovsdb-server or the OVN NB schema is not installed", allow_module_level=True)
+
+
+# -- the PKI and the servers ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki():
+    ca = CA("ovn-ca")
+    inter = CA("ovn-intermediate", parent=ca)
+    return {
+        "ca": ca,
+        "other_ca": CA("unrelated-ca"),
+        # Kube-OVN's certificate has no EKU and serves both ends; our client is such a one.
+        "client": ca.issue("ovn"),
+        "server_auth": ca.issue("ovn", SERVER_AUTH),
+        "no_eku": ca.issue("ovn"),
+        "both": ca.issue("ovn", BOTH),
+        "client_auth_only": ca.issue("ovn", CLIENT_AUTH),
+        "via_intermediate": inter.issue("ovn", SERVER_AUTH),  # cert PEM = leaf + intermediate
+        "expired": ca.issue("ovn", SERVER_AUTH, expired=True),
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Servers:
+    """Starts one ovsdb-server per server certificate, on demand; stops them all at the end."""
+
+    def __init__(self, base: Path, ca_pem: bytes) -> None:
+        self.base = base
+        self.ca_pem = ca_pem
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.remotes: dict[str, str] = {}
+
+    def remote(self, label: str, leaf: CertKey) -> str:
+        if label not in self.remotes:
+            self.remotes[label] = self._start(label, leaf)
+        return self.remotes[label]
+
+    def _start(self, label: str, leaf: CertKey) -> str:
+        d = self.base / label
+        d.mkdir(mode=0o700)
+        files = {"key.pem": leaf.key, "cert.pem": leaf.cert, "ca.pem": self.ca_pem}
+        for name, data in files.items():
+            (d / name).write_bytes(data)
+            (d / name).chmod(0o600)
+        # ovsdb-server sends only the first certificate of --certificate (plus what OpenSSL chains
+        # from --ca-cert); intermediates go to peers through --peer-ca-cert.
+        extra = []
+        if leaf.chain:
+            (d / "peer-ca.pem").write_bytes(leaf.chain)
+            extra.append(f"--peer-ca-cert={d / 'peer-ca.pem'}")
+        subprocess.run([OVSDB_TOOL, "create", str(d / "nb.db"), NB_SCHEMA], check=True, capture_output=True)
+        last = ""
+        for _ in range(3):  # the free port may be taken between probe and bind
+            port = _free_port()
+            proc = subprocess.Popen(
+                [OVSDB_SERVER, str(d / "nb.db"), f"--remote=pssl:{port}:127.0.0.1",
+                 f"--private-key={d / 'key.pem'}", f"--certificate={d / 'cert.pem'}",
+                 f"--ca-cert={d / 'ca.pem'}", f"--unixctl={d / 'ctl'}", f"--log-file={d / 'ovsdb.log'}",
+                 "--no-chdir", "-vconsole:off", *extra],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            self.procs[label] = proc
+
+            def listening() -> bool:
+                if proc.poll() is not None:
+                    return True  # exited: stop waiting, retried below
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                        return True
+                except OSError:
+                    return False
+
+            wait_for(listening, timeout=10, what=f"ovsdb-server {label} listening on {port}")
+            if proc.poll() is None:
+                return f"ssl:127.0.0.1:{port}"
+            last = (d / "ovsdb.log").read_text(errors="replace") if (d / "ovsdb.log").exists() else ""
+        raise RuntimeError(f"ovsdb-server {label} did not start: {last[-2000:]}")
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def servers(pki, tmp_path_factory) -> Iterator[Servers]:
+    s = Servers(tmp_path_factory.mktemp("ovsdb-tls"), pki["ca"].cert_pem)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(autouse=True)
+def restore_ovs_ssl() -> Iterator[None]:
+    saved = (ovs.stream.Stream._SSL_private_key_file, ovs.stream.Stream._SSL_certificate_file,
+             ovs.stream.Stream._SSL_ca_cert_file)
+    yield
+    (ovs.stream.Stream._SSL_private_key_file, ovs.stream.Stream._SSL_certificate_file,
+     ovs.stream.Stream._SSL_ca_cert_file) = saved
+
+
+def source_for(secret: dict, directory: Path) -> tuple[TLSSource, list]:
+    calls: list = []
+
+    def get_secret(namespace: str, name: str) -> dict:
+        calls.append((namespace, name))
+        return secret
+
+    return TLSSource(get_secret, REF, directory), calls
+
+
+def ovs_call(remote: str, method: str, params: list, timeout: float = 5.0):
+    """One JSON-RPC request over a python-ovs stream (its process-wide SSL settings); the result, or
+    an ``OSError``-style failure as ``ConnectionError``."""
+    deadline = ovs.timeval.msec() + int(timeout * 1000)
+    err, stream = ovs.stream.Stream.open_block(ovs.stream.Stream.open(remote), int(timeout * 1000))
+    if err:
+        raise ConnectionError(f"open: {os.strerror(err)}")
+    rpc = ovs.jsonrpc.Connection(stream)
+    try:
+        req = ovs.jsonrpc.Message.create_request(method, params)
+        err = rpc.send(req)
+        while not err:
+            rpc.run()
+            err, msg = rpc.recv()
+            if err == 0 and msg is not None:
+                if msg.id == req.id:
+                    if msg.error is not None:
+                        raise ConnectionError(f"{method}: {msg.error}")
+                    return msg.result
+                continue
+            if err not in (0, errno.EAGAIN):
+                break
+            err = 0
+            if ovs.timeval.msec() >= deadline:
+                raise ConnectionError(f"{method}: timed out")
+            poller = ovs.poller.Poller()
+            rpc.wait(poller)
+            rpc.recv_wait(poller)
+            poller.timer_wait_until(deadline)
+            poller.block()
+        raise ConnectionError(f"{method}: {'connection closed' if err == ovs.util.EOF else os.strerror(err)}")
+    finally:
+        rpc.close()
+
+
+# -- good chains -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("server", ["server_auth", "no_eku", "both", "via_intermediate"])
+def test_good_chain_connects(pki, servers, tmp_path, server):
+    remote = servers.remote(server, pki[server])
+    src, calls = source_for(kube_ovn_secret(pki["ca"].cert_pem, pki["client"]), tmp_path / "tls")
+    paths = src.material()
+    assert calls == [("cozy-kubeovn", "kube-ovn-tls")]
+
+    probe(remote, paths)  # §11: verified leaf (EKU serverAuth or none), CN "ovn", no SAN, no host check
+
+    assert "OVN_Northbound" in ovs_call(remote, "list_dbs", [])
+    assert ovs_call(remote, "get_schema", ["OVN_Northbound"])["name"] == "OVN_Northbound"
+
+
+# -- refused chains ----------------------------------------------------------------------
+
+
+def _refused(remote: str, paths) -> str:
+    with pytest.raises(TLSError) as info:
+        probe(remote, paths)
+    return str(info.value)
+
+
+def test_wrong_ca_is_refused(pki, servers, tmp_path):
+    remote = servers.remote("server_auth", pki["server_auth"])
+    # The server trusts our client certificate; we trust only an unrelated CA.
+    src, _ = source_for(kube_ovn_secret(pki["other_ca"].cert_pem, pki["client"]), tmp_path / "tls")
+    paths = src.material()
+    # ovsdb-server also sends its CA (OpenSSL's automatic chain), so OpenSSL names the untrusted
+    # self-signed root; without it, the missing issuer. Either is OpenSSL's verify message.
+    text = _refused(remote, paths)
+    prefix = f"{remote}: TLS handshake: OVN NB certificate: "
+    assert text.startswith(prefix), text
+    assert text[len(prefix):] in ("self-signed certificate in certificate chain",
+                                  "unable to get local issuer certificate")
+    with pytest.raises(ConnectionError):  # python-ovs refuses it as well
+        ovs_call(remote, "list_dbs", [])
+
+
+def test_client_auth_only_server_certificate_is_refused(pki, servers, tmp_path):
+    # §11: required EKU serverAuth; OpenSSL's client-side purpose check does it (observed, not assumed).
+    remote = servers.remote("client_auth_only", pki["client_auth_only"])
+    src, _ = source_for(kube_ovn_secret(pki["ca"].cert_pem, pki["client"]), tmp_path / "tls")
+    paths = src.material()
+    # X509_V_ERR_INVALID_PURPOSE: "unsuitable certificate purpose" since OpenSSL 3.0,
+    # "unsupported certificate purpose" before.
+    text = _refused(remote, paths)
+    prefix = f"{remote}: TLS handshake: OVN NB certificate: "
+    assert text.startswith(prefix), text
+    assert text[len(prefix):] in ("unsuitable certificate purpose", "unsupported certificate purpose")
+    with pytest.raises(ConnectionError):
+        ovs_call(remote, "list_dbs", [])
+
+
+def test_expired_server_certificate_is_refused(pki, servers, tmp_path):
+    remote = servers.remote("expired", pki["expired"])
+    src, _ = source_for(kube_ovn_secret(pki["ca"].cert_pem, pki["client"]), tmp_path / "tls")
+    assert _refused(remote, src.material()) == f"{remote}: TLS handshake: OVN NB certificate: certificate has expired"
+
+
+def test_invalidate_after_refusal_picks_up_a_fixed_secret(pki, servers, tmp_path):
+    # The NB client's flow (§10): handshake failure -> invalidate -> next connection re-reads and
+    # re-writes even though the resourceVersion did not change.
+    remote = servers.remote("server_auth", pki["server_auth"])
+    secret = kube_ovn_secret(pki["other_ca"].cert_pem, pki["client"], resource_version="5")
+    src, calls = source_for(secret, tmp_path / "tls")
+    with pytest.raises(TLSError, match="OVN NB certificate"):
+        probe(remote, src.material())
+    src.invalidate()
+    secret["data"] = kube_ovn_secret(pki["ca"].cert_pem, pki["client"])["data"]  # same resourceVersion
+    probe(remote, src.material())
+    assert "OVN_Northbound" in ovs_call(remote, "list_dbs", [])
+    assert len(calls) == 2
+
+
+# -- Secret errors stop before the network ------------------------------------------------
+
+
+def test_missing_key_no_connection_attempted(pki, servers, tmp_path):
+    secret = kube_ovn_secret(pki["ca"].cert_pem, pki["client"])
+    del secret["data"]["key"]
+    src, calls = source_for(secret, tmp_path / "tls")
+    before = (ovs.stream.Stream._SSL_private_key_file, ovs.stream.Stream._SSL_certificate_file,
+              ovs.stream.Stream._SSL_ca_cert_file)
+    # A listener standing in for the NB: nothing may reach it.
+    with socket.create_server(("127.0.0.1", 0)) as sentinel:
+        sentinel.setblocking(False)
+        remote = f"ssl:127.0.0.1:{sentinel.getsockname()[1]}"
+
+        def dial() -> None:  # what the NB client does per connection: material first, then the dial
+            probe(remote, src.material())
+
+        with pytest.raises(TLSError) as info:
+            dial()
+        assert str(info.value) == 'OVN TLS secret cozy-kubeovn/kube-ovn-tls has no "key" key'
+        with pytest.raises(BlockingIOError):
+            sentinel.accept()
+    assert calls == [("cozy-kubeovn", "kube-ovn-tls")]
+    assert (ovs.stream.Stream._SSL_private_key_file, ovs.stream.Stream._SSL_certificate_file,
+            ovs.stream.Stream._SSL_ca_cert_file) == before
+
+
+def test_server_refusing_our_client_certificate(pki, servers, tmp_path):
+    # Our client certificate comes from a CA the server does not trust. Under TLS 1.3 the server's
+    # verdict arrives after the client's handshake is complete, so the dial check of §10 may pass
+    # (as Go's Handshake would); the first read fails. Under TLS 1.2 the handshake itself fails.
+    remote = servers.remote("server_auth", pki["server_auth"])
+    stranger = pki["other_ca"].issue("ovn")
+    src, _ = source_for(kube_ovn_secret(pki["ca"].cert_pem, stranger), tmp_path / "tls")
+    paths = src.material()
+    try:
+        probe(remote, paths)
+    except TLSError as exc:
+        assert str(exc).startswith(f"{remote}: TLS handshake: ")
+        assert "OVN NB certificate" not in str(exc)  # not a verdict on the server's certificate
+    with pytest.raises(ConnectionError):
+        ovs_call(remote, "list_dbs", [])
