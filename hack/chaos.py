@@ -1,0 +1,1183 @@
+#!/usr/bin/env python3
+"""Chaos harness: two controller replicas under load while the bed is broken on purpose.
+
+product-decisions.md §6 ("no VLAN is ever held by two networks of one provider, and no VLAN
+is released while a consumer exists or while Kube-OVN still lists a live subnet on it —
+under restarts, cache lag and kills") and field reports B01, B11, B12, B13.
+
+What runs (all on loopback, in a bed of its own, because the API server is restarted):
+
+* a :class:`~hack.cluster.LocalCluster` (etcd + kube-apiserver + OVN NB);
+* two controller replicas as subprocesses (``python -m controller.main --leader-elect=true
+  --manage-gateway-chassis=false``), kept alive by a :class:`Supervisor` the way a
+  Deployment keeps its pods: a replica that exits (SIGKILL, or "leadership lost" after an
+  API outage) is started again;
+* the Kube-OVN and IPAM emulators of ``tests/emulators/``;
+* a :class:`Loader` that creates and deletes networks (with their Subnet and pool),
+  ProxmoxMachines (both capmox versions), IPAddressClaims and IPAddresses across several
+  zones, two provider networks and several namespaces;
+* an :class:`InvariantMonitor` with its own watches (not the product's informers) on Vlans,
+  Subnets, networks, machines, addresses and claims. It checks, on every Vlan event, that no
+  two Vlans share an ID on one provider, and records every Vlan deletion with its
+  resourceVersion; a deletion is judged against the history of the other kinds at that
+  resourceVersion (a consumer of the network's pool, or a subnet listed in the deleted
+  Vlan's ``status.subnets`` that still existed, is a violation).
+
+Faults, injected at random points of the load: ``kill`` (SIGKILL of the leader), ``api``
+(kube-apiserver killed and started again on the same port), ``compact`` (etcd compaction
+to the current revision) and ``nb`` (the NB ovsdb-server stopped and started again with its
+database). After each fault the loader pauses (it finishes the step it is in) and the time
+until every network has converged is measured: a live network Ready with its VLAN, a deleted
+one gone together with its Vlan. After the last fault everything is torn down and the bed
+must hold no Vlan, no ``proxmox.cozystack.io/`` finalizer and no HA_Chassis_Group of ours.
+
+Long form (figures into docs/reliability.md)::
+
+    python hack/chaos.py --kills 50 --api-restarts 5 --compactions 5 --nb-restarts 5
+
+Short form: ``tests/test_chaos_integration.py`` (marker ``chaos``) calls :func:`run` with a
+small :class:`ChaosConfig`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from kubernetes import client as k8s  # noqa: E402
+from kubernetes import watch as k8s_watch  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
+
+from hack.cluster import LocalCluster, _set_pdeathsig  # noqa: E402
+
+OUR_PREFIX = "proxmox.cozystack.io/"
+PX = ("proxmox.cozystack.io", "v1alpha1")
+KUBEOVN = ("kubeovn.io", "v1")
+IPAM_POOL = ("ipam.cluster.x-k8s.io", "v1alpha2")
+IPAM_ADDR = ("ipam.cluster.x-k8s.io", "v1beta2")
+CAPMOX = "infrastructure.cluster.x-k8s.io"
+LABEL_NS = "proxmox.cozystack.io/network-namespace"
+LABEL_NAME = "proxmox.cozystack.io/network-name"
+LABEL_ZONE = "proxmox.cozystack.io/zone"
+
+FAULT_KINDS = ("kill", "api", "compact", "nb")
+
+
+def log(msg: str) -> None:
+    print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def api_status(exc: BaseException) -> int | None:
+    return getattr(exc, "status", None) if isinstance(exc, ApiException) else None
+
+
+def retry(fn: Callable[[], Any], what: str, deadline: float = 120.0, ok_statuses: tuple[int, ...] = ()) -> Any:
+    """Call ``fn`` until it succeeds (the API server may be down for a while).
+
+    A status in ``ok_statuses`` (409 AlreadyExists on a create, 404 on a delete) counts as
+    done, since an earlier attempt may have gone through before the connection broke.
+    """
+    end = time.monotonic() + deadline
+    delay = 0.2
+    while True:
+        try:
+            return fn()
+        except ApiException as exc:
+            if exc.status in ok_statuses:
+                return None
+            if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (429, 409):
+                raise
+            err: BaseException = exc
+        except Exception as exc:  # connection refused / reset while the API server restarts
+            err = exc
+        if time.monotonic() > end:
+            raise RuntimeError(f"{what}: still failing after {deadline:.0f}s: {err!r}")
+        time.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@dataclass
+class ChaosConfig:
+    kills: int = 5
+    api_restarts: int = 1
+    compactions: int = 1
+    nb_restarts: int = 1
+    namespaces: int = 3
+    zones: int = 4  # over two provider networks
+    slots: int = 20  # networks that can exist at once (each slot is reused with fresh names)
+    initial_networks: int = 12
+    load_window: tuple[float, float] = (1.0, 4.0)  # seconds of load before a fault, drawn uniformly
+    api_down: float = 3.0  # seconds the API server stays down
+    nb_down: float = 2.0
+    converge_timeout: float = 150.0
+    seed: int = 0
+    workdir: str | None = None
+    keep_workdir: bool = False
+    subnet_prune_timeout: str = "30s"
+    resync_period: str = "10m"
+    duration: float = 0.0  # stop injecting faults after this many seconds (0: inject them all)
+
+    def schedule(self, rng: random.Random) -> list[str]:
+        faults = ["kill"] * self.kills + ["api"] * self.api_restarts + ["compact"] * self.compactions + \
+            ["nb"] * self.nb_restarts
+        rng.shuffle(faults)
+        return faults
+
+
+@dataclass
+class FaultRecord:
+    kind: str
+    at: float  # monotonic, when the fault was injected
+    converge_seconds: float | None = None
+    detail: str = ""
+    ops_before: int = 0
+
+
+@dataclass
+class ChaosResult:
+    config: dict[str, Any]
+    faults: list[FaultRecord] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    convergence_failures: list[str] = field(default_factory=list)
+    teardown_leftovers: list[str] = field(default_factory=list)
+    replica_exits: list[dict[str, Any]] = field(default_factory=list)
+    ops: dict[str, int] = field(default_factory=dict)
+    vlan_deletions_checked: int = 0
+    vlan_events: int = 0
+    monitor_relists: int = 0
+    wall_seconds: float = 0.0
+    started_utc: str = ""
+    cores: int = 0
+    machine: str = ""
+    initial_converge_seconds: float | None = None
+    teardown_seconds: float | None = None
+
+    def survived(self, kind: str) -> int:
+        return sum(1 for f in self.faults if f.kind == kind and f.converge_seconds is not None)
+
+    def unexpected_exits(self) -> list[dict[str, Any]]:
+        return [e for e in self.replica_exits if not e["expected"]]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.violations or self.convergence_failures or self.teardown_leftovers or self.unexpected_exits())
+
+    def summary(self) -> str:
+        lines = [f"wall {self.wall_seconds:.0f}s, ops {sum(self.ops.values())} {self.ops}"]
+        for kind in FAULT_KINDS:
+            times = [f.converge_seconds for f in self.faults if f.kind == kind and f.converge_seconds is not None]
+            total = sum(1 for f in self.faults if f.kind == kind)
+            if total:
+                lines.append(f"{kind}: {len(times)}/{total} survived, converge median "
+                             f"{statistics.median(times) if times else float('nan'):.1f}s max "
+                             f"{max(times) if times else float('nan'):.1f}s")
+        lines.append(f"violations {len(self.violations)}, convergence failures {len(self.convergence_failures)}, "
+                     f"teardown leftovers {len(self.teardown_leftovers)}, replica exits {len(self.replica_exits)} "
+                     f"(unexpected {len(self.unexpected_exits())}), Vlan deletions checked {self.vlan_deletions_checked}")
+        for v in self.violations + self.convergence_failures + self.teardown_leftovers:
+            lines.append(f"  ! {v}")
+        for e in self.unexpected_exits():
+            lines.append(f"  ! replica exit {e}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- replicas
+
+
+class Replica:
+    """One controller process, as the controller's service-account user."""
+
+    def __init__(self, cluster: LocalCluster, logdir: Path, n: int, cfg: ChaosConfig) -> None:
+        self.n = n
+        self.health = free_port()
+        self.metrics = free_port()
+        self.log = logdir / f"replica-{n}.log"
+        self.killed = False
+        self.started = time.monotonic()
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "controller.main", f"--kubeconfig={cluster.controller_kubeconfig}",
+                 "--leader-elect=true", "--manage-gateway-chassis=false",
+                 f"--subnet-prune-timeout={cfg.subnet_prune_timeout}", f"--resync-period={cfg.resync_period}",
+                 f"--health-probe-bind-address=127.0.0.1:{self.health}",
+                 f"--metrics-bind-address=127.0.0.1:{self.metrics}", "--log-format=console"],
+                cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, preexec_fn=_set_pdeathsig,
+            )
+
+    def probe(self, path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health}{path}", timeout=2) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return 0
+
+    def ready(self) -> bool:
+        return self.proc.poll() is None and self.probe("/readyz") == 200
+
+    def tail(self, n: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+class Supervisor:
+    """Keeps ``count`` replicas running, like a Deployment; records every exit.
+
+    An exit is *expected* when we SIGKILLed the process, or when it exited with 1 after
+    logging "leadership lost" within ``outage_grace`` seconds of an API server outage (the
+    leader cannot renew while the API server is down: product-decisions.md §4.5).
+    """
+
+    def __init__(self, cluster: LocalCluster, logdir: Path, cfg: ChaosConfig, count: int = 2,
+                 restart_delay: float = 1.0, outage_grace: float = 60.0) -> None:
+        self.cluster = cluster
+        self.logdir = logdir
+        self.cfg = cfg
+        self.count = count
+        self.restart_delay = restart_delay
+        self.outage_grace = outage_grace
+        self.replicas: list[Replica] = []
+        self.exits: list[dict[str, Any]] = []
+        self.outages: list[tuple[float, float]] = []  # (start, end) of API outages
+        self._n = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="supervisor", daemon=True)
+
+    def start(self) -> "Supervisor":
+        with self._lock:
+            for _ in range(self.count):
+                self._spawn()
+        self._thread.start()
+        return self
+
+    def _spawn(self) -> Replica:
+        self._n += 1
+        r = Replica(self.cluster, self.logdir, self._n, self.cfg)
+        self.replicas.append(r)
+        return r
+
+    def _expected(self, r: Replica, rc: int, at: float) -> bool:
+        if r.killed:
+            return True
+        if rc == 1:
+            text = r.log.read_text(errors="replace") if r.log.exists() else ""
+            near_outage = any(s - 5 <= at <= e + self.outage_grace for s, e in self.outages)
+            return near_outage and ("leadership lost" in text or "unable to start manager" in text)
+        return False
+
+    def _loop(self) -> None:
+        pending: list[float] = []
+        while not self._stop.is_set():
+            with self._lock:
+                for r in list(self.replicas):
+                    rc = r.proc.poll()
+                    if rc is None:
+                        continue
+                    now = time.monotonic()
+                    self.replicas.remove(r)
+                    exp = self._expected(r, rc, now)
+                    self.exits.append({"replica": r.n, "rc": rc, "killed": r.killed, "expected": exp,
+                                       "uptime": round(now - r.started, 1), "tail": "" if exp else r.tail()})
+                    if not exp:
+                        log(f"replica {r.n} exited unexpectedly rc={rc}:\n{r.tail()}")
+                    pending.append(now + self.restart_delay)
+                due = [p for p in pending if p <= time.monotonic()]
+                for p in due:
+                    pending.remove(p)
+                    self._spawn()
+            self._stop.wait(0.1)
+        # Stopped from this thread: the replicas it spawned carry PR_SET_PDEATHSIG, which
+        # fires when the *thread* that forked them ends, so they are stopped before it does.
+        self._stop_replicas()
+
+    def leader(self, timeout: float = 90.0) -> Replica:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self._lock:
+                current = list(self.replicas)
+            ready = [r for r in current if r.ready()]
+            if len(ready) == 1:
+                return ready[0]
+            time.sleep(0.1)
+        raise RuntimeError(f"no single ready leader within {timeout}s")
+
+    def kill_leader(self, timeout: float = 90.0) -> Replica:
+        r = self.leader(timeout)
+        r.killed = True
+        r.proc.send_signal(signal.SIGKILL)
+        return r
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(120)
+
+    def _stop_replicas(self) -> None:
+        with self._lock:
+            for r in self.replicas:
+                r.stop()
+                rc = r.proc.returncode
+                if rc not in (0,):
+                    self.exits.append({"replica": r.n, "rc": rc, "killed": False, "expected": False,
+                                       "uptime": round(time.monotonic() - r.started, 1),
+                                       "tail": r.tail() + "\n(clean stop did not exit 0)"})
+
+
+# --------------------------------------------------------------------------- bed faults
+
+
+def restart_apiserver(cluster: LocalCluster, down: float) -> None:
+    """Kill kube-apiserver (SIGKILL: a crash, no graceful drain), keep it down for ``down``
+    seconds, start it again with the same flags and port, wait for /readyz.
+
+    Uses LocalCluster's process handles: ``_procs`` and the ``_start_apiserver`` /
+    ``_wait_apiserver`` steps of its own start (hack/cluster.py is not changed for this).
+    """
+    proc = cluster._procs["kube-apiserver"]
+    proc.kill()
+    proc.wait(10)
+    time.sleep(down)  # the outage itself: a duration, not a condition to await
+    cluster._start_apiserver()
+    cluster._wait_apiserver()
+
+
+def restart_nb(cluster: LocalCluster, down: float) -> None:
+    """Stop the NB ovsdb-server, keep it down for ``down`` seconds, start it again on the
+    same socket and port with the same database file."""
+    proc = cluster._procs["ovsdb-nb"]
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    time.sleep(down)
+    w = cluster.workdir
+    port = cluster._ports["nb"]
+    cluster._spawn(
+        "ovsdb-nb",
+        ["ovsdb-server", str(w / "nb.db"), f"--remote=punix:{w / 'nb.sock'}", f"--remote=ptcp:{port}:127.0.0.1",
+         f"--unixctl={w / 'nb.ctl'}", f"--log-file={w / 'ovsdb-nb.log'}", "-vconsole:off", "-vfile:info"],
+        w / "ovsdb-nb.console.log",
+    )
+    cluster._wait_nb()
+
+
+# --------------------------------------------------------------------------- monitor
+
+
+KINDS: dict[str, tuple[str, str, str]] = {
+    "vlans": ("kubeovn.io", "v1", "vlans"),
+    "subnets": ("kubeovn.io", "v1", "subnets"),
+    "networks": ("proxmox.cozystack.io", "v1alpha1", "proxmoxnetworks"),
+    "machines": (CAPMOX, "v1alpha2", "proxmoxmachines"),
+    "addresses": ("ipam.cluster.x-k8s.io", "v1beta2", "ipaddresses"),
+    "claims": ("ipam.cluster.x-k8s.io", "v1beta2", "ipaddressclaims"),
+    "pools": ("ipam.cluster.x-k8s.io", "v1alpha2", "inclusterippools"),
+}
+
+
+def obj_key(obj: dict) -> str:
+    m = obj.get("metadata") or {}
+    return f"{m['namespace']}/{m['name']}" if m.get("namespace") else m["name"]
+
+
+def rv_of(obj: dict) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def pool_refs(obj: dict) -> list[str]:
+    """Pool names a consumer references, read independently of controller.consumers from the
+    shapes this harness writes (capmox v1alpha1/v1alpha2 machines, poolRef of IPAM objects)."""
+    spec = obj.get("spec") or {}
+    out = []
+    ref = spec.get("poolRef")
+    if isinstance(ref, dict):
+        out.append(ref.get("name"))
+    netw = spec.get("network") or {}
+    for dev in (netw.get("additionalDevices") or []) + (netw.get("networkDevices") or []):
+        if isinstance(dev.get("ipv4PoolRef"), dict):
+            out.append(dev["ipv4PoolRef"].get("name"))
+        for r in dev.get("ipPoolRef") or []:
+            out.append(r.get("name"))
+    return [p for p in out if p]
+
+
+@dataclass
+class Deletion:
+    rv: int
+    vlan: dict
+    synthesized: bool  # seen by a relist (after a 410 or a broken watch), not a DELETED event
+    judged: bool = False
+
+
+class InvariantMonitor:
+    """Independent watches on the kinds that matter, with per-object history by resourceVersion."""
+
+    def __init__(self, cluster: LocalCluster, namespaces: set[str], providers: set[str]) -> None:
+        self.cluster = cluster
+        self.namespaces = namespaces
+        self.providers = providers
+        self.lock = threading.Lock()
+        self.current: dict[str, dict[str, dict]] = {k: {} for k in KINDS}
+        self.history: dict[str, dict[str, list[tuple[int, dict | None]]]] = {k: {} for k in KINDS}
+        self.net_specs: dict[str, dict] = {}  # last known spec of every network key, kept after delete
+        self.deletions: list[Deletion] = []
+        self.violations: list[str] = []
+        self.vlan_events = 0
+        self.relists = 0
+        self.synced: dict[str, bool] = {k: False for k in KINDS}
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(k,), name=f"monitor-{k}", daemon=True)
+                         for k in KINDS]
+        self._seen_dups: set[tuple] = set()
+
+    def start(self, timeout: float = 60.0) -> "InvariantMonitor":
+        for t in self._threads:
+            t.start()
+        end = time.monotonic() + timeout
+        while not all(self.synced.values()):
+            if time.monotonic() > end:
+                raise RuntimeError(f"monitor did not sync: {self.synced}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(50)
+
+    def relevant(self, kind: str, obj: dict) -> bool:
+        m = obj.get("metadata") or {}
+        if kind == "vlans":
+            return (obj.get("spec") or {}).get("provider") in self.providers
+        if kind == "subnets":
+            return True
+        return m.get("namespace") in self.namespaces
+
+    # -- watch loop ------------------------------------------------------------------
+    def _run(self, kind: str) -> None:
+        group, version, plural = KINDS[kind]
+        api = self.cluster.api_client("admin")
+        co = k8s.CustomObjectsApi(api)
+        rv = None
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    lst = co.list_cluster_custom_object(group, version, plural, _request_timeout=(5, 60))
+                    rv = lst["metadata"]["resourceVersion"]
+                    self._snapshot(kind, lst["items"], int(rv))
+                    self.synced[kind] = True
+                w = k8s_watch.Watch()
+                for ev in w.stream(co.list_cluster_custom_object, group, version, plural, resource_version=rv,
+                                   timeout_seconds=20, allow_watch_bookmarks=True, _request_timeout=(5, 30)):
+                    if self._stop.is_set():
+                        w.stop()
+                        break
+                    etype, obj = ev["type"], ev["object"]
+                    if etype == "ERROR":
+                        if (obj or {}).get("code") == 410:
+                            rv = None
+                            break
+                        continue
+                    if etype == "BOOKMARK":
+                        rv = obj["metadata"]["resourceVersion"]
+                        continue
+                    rv = obj["metadata"]["resourceVersion"]
+                    self._event(kind, etype, obj, int(rv), synthesized=False)
+            except ApiException as exc:
+                if exc.status == 410:
+                    rv = None
+                else:
+                    self._stop.wait(0.3)
+            except Exception:  # connection refused / reset while the API server restarts
+                self._stop.wait(0.3)
+        api.close()
+
+    def _snapshot(self, kind: str, items: list[dict], rv: int) -> None:
+        with self.lock:
+            if self.synced[kind]:
+                self.relists += 1
+            seen = set()
+            for obj in items:
+                if not self.relevant(kind, obj):
+                    continue
+                key = obj_key(obj)
+                seen.add(key)
+                old = self.current[kind].get(key)
+                if old is None or rv_of(old) != rv_of(obj):
+                    self._apply(kind, "MODIFIED" if old else "ADDED", obj, rv_of(obj), True)
+            for key in list(self.current[kind]):
+                if key not in seen:
+                    self._apply(kind, "DELETED", self.current[kind][key], rv, True)
+
+    def _event(self, kind: str, etype: str, obj: dict, rv: int, synthesized: bool) -> None:
+        if not self.relevant(kind, obj):
+            return
+        with self.lock:
+            self._apply(kind, etype, obj, rv, synthesized)
+
+    def _apply(self, kind: str, etype: str, obj: dict, rv: int, synthesized: bool) -> None:
+        key = obj_key(obj)
+        hist = self.history[kind].setdefault(key, [])
+        if etype == "DELETED":
+            self.current[kind].pop(key, None)
+            hist.append((rv, None))
+        else:
+            self.current[kind][key] = obj
+            hist.append((rv, obj))
+        if kind == "networks" and etype != "DELETED":
+            self.net_specs[key] = obj.get("spec") or {}
+        if kind != "vlans":
+            return
+        self.vlan_events += 1
+        if etype == "DELETED":
+            self.deletions.append(Deletion(rv, obj, synthesized))
+            return
+        # B01: never two Vlans with one ID on one provider, at any resourceVersion we see.
+        spec = obj.get("spec") or {}
+        same = sorted(k for k, v in self.current["vlans"].items()
+                      if (v.get("spec") or {}).get("provider") == spec.get("provider")
+                      and (v.get("spec") or {}).get("id") == spec.get("id"))
+        if len(same) > 1:
+            sig = (spec.get("provider"), spec.get("id"), tuple(same))
+            if sig not in self._seen_dups:
+                self._seen_dups.add(sig)
+                self.violations.append(
+                    f"duplicate VLAN {spec.get('id')} on provider {spec.get('provider')}: {same} (rv {rv})")
+
+    # -- judging deletions ---------------------------------------------------------------
+    def _present_at(self, kind: str, key: str, rv: int) -> dict | None:
+        """The object as of resourceVersion ``rv`` (None: absent). Entries from a relist carry
+        the object's own resourceVersion (it existed at least since then) and, for a
+        synthesized delete, the list's (it was gone by then)."""
+        best: tuple[int, dict | None] | None = None
+        for r, obj in self.history[kind].get(key, []):
+            if r <= rv and (best is None or r >= best[0]):
+                best = (r, obj)
+        return best[1] if best else None
+
+    def judge(self) -> int:
+        """Judge every Vlan deletion not judged yet; returns how many were judged. Call when
+        the watches have caught up (after a convergence wait)."""
+        n = 0
+        with self.lock:
+            for d in self.deletions:
+                if d.judged:
+                    continue
+                d.judged = True
+                n += 1
+                name = d.vlan["metadata"]["name"]
+                labels = d.vlan["metadata"].get("labels") or {}
+                how = "relist" if d.synthesized else "watch"
+                ns, net = labels.get(LABEL_NS, ""), labels.get(LABEL_NAME, "")
+                pool = (self.net_specs.get(f"{ns}/{net}") or {}).get("ipPool")
+                if ns and pool:
+                    for kind in ("machines", "addresses", "claims"):
+                        for key in self.history[kind]:
+                            if not key.startswith(ns + "/"):
+                                continue
+                            obj = self._present_at(kind, key, d.rv)
+                            if obj is not None and pool in pool_refs(obj):
+                                self.violations.append(
+                                    f"Vlan {name} (VLAN {(d.vlan.get('spec') or {}).get('id')}) deleted at rv {d.rv} "
+                                    f"({how}) while {kind[:-1]} {key} referenced pool {ns}/{pool}")
+                for sub in (d.vlan.get("status") or {}).get("subnets") or []:
+                    if self._present_at("subnets", sub, d.rv) is not None:
+                        self.violations.append(
+                            f"Vlan {name} deleted at rv {d.rv} ({how}) while it listed live Subnet {sub}")
+        return n
+
+
+# --------------------------------------------------------------------------- load
+
+
+@dataclass
+class Slot:
+    idx: int
+    ns: str
+    zone: str
+    run_id: str = "0"
+    gen: int = 0
+    live: bool = False
+    consumers: list[tuple[str, str]] = field(default_factory=list)  # (kind, name)
+
+    @property
+    def net(self) -> str:
+        return f"net{self.idx:03d}-g{self.gen}"
+
+    @property
+    def subnet(self) -> str:
+        return f"cs{self.idx:03d}g{self.gen}-{self.run_id}"
+
+    @property
+    def pool(self) -> str:
+        return f"pool{self.idx:03d}-g{self.gen}"
+
+    @property
+    def net24(self) -> str:
+        return f"10.{100 + self.idx // 200}.{self.idx % 200}"
+
+
+class Loader:
+    """Creates and deletes networks, machines and addresses at random; pausable between steps."""
+
+    def __init__(self, cluster: LocalCluster, slots: list[Slot], rng: random.Random) -> None:
+        self.api = cluster.api_client("admin")
+        self.co = k8s.CustomObjectsApi(self.api)
+        self.slots = slots
+        self.rng = rng
+        self.ops: dict[str, int] = {}
+        self.gone: list[tuple[str, str, str]] = []  # (ns, network, subnet) deleted
+        self._run = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._stop = threading.Event()
+        self.errors: list[str] = []
+        self._thread = threading.Thread(target=self._loop, name="loader", daemon=True)
+
+    def start(self) -> "Loader":
+        self._thread.start()
+        return self
+
+    def resume(self) -> None:
+        self._idle.clear()
+        self._run.set()
+
+    def pause(self, timeout: float = 300.0) -> None:
+        self._run.clear()
+        if not self._idle.wait(timeout):
+            raise RuntimeError("loader did not pause")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._run.set()
+        self._thread.join(30)
+        self.api.close()
+
+    def _count(self, op: str) -> None:
+        self.ops[op] = self.ops.get(op, 0) + 1
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._run.is_set():
+                self._idle.set()
+                self._run.wait(0.5)
+                continue
+            self._idle.clear()
+            try:
+                self.step()
+            except Exception as exc:  # noqa: BLE001 - recorded, the load goes on
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                log(f"loader step failed: {exc!r}")
+            if not self._run.is_set():
+                self._idle.set()
+
+    # -- operations ---------------------------------------------------------------------
+    def step(self) -> None:
+        live = [s for s in self.slots if s.live]
+        free = [s for s in self.slots if not s.live]
+        choices = []
+        if free:
+            choices += ["create"] * 3
+        if live:
+            choices += ["delete"] * 2 + ["consumer"] * 2
+        if any(s.consumers for s in live):
+            choices += ["unconsume"] * 2
+        op = self.rng.choice(choices)
+        if op == "create":
+            self.create(self.rng.choice(free))
+        elif op == "delete":
+            self.delete(self.rng.choice(live))
+        elif op == "consumer":
+            self.add_consumer(self.rng.choice(live))
+        else:
+            self.remove_consumer(self.rng.choice([s for s in live if s.consumers]))
+        self._count(op)
+
+    def create(self, s: Slot) -> None:
+        s.gen += 1
+        s.consumers = []
+        n = s.net24
+        subnet = {"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": s.subnet},
+                  "spec": {"vlan": s.subnet, "vpc": f"vpc-{s.ns}", "cidrBlock": f"{n}.0/24", "gateway": f"{n}.1",
+                           "excludeIps": [f"{n}.1", f"{n}.100..{n}.150"]}}
+        pool = {"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+                "metadata": {"name": s.pool, "namespace": s.ns},
+                "spec": {"addresses": [f"{n}.100-{n}.150"], "prefix": 24, "gateway": f"{n}.1"}}
+        net = {"apiVersion": "proxmox.cozystack.io/v1alpha1", "kind": "ProxmoxNetwork",
+               "metadata": {"name": s.net, "namespace": s.ns}, "spec": {"zone": s.zone, "subnet": s.subnet, "ipPool": s.pool}}
+        steps = [
+            lambda: self.co.create_cluster_custom_object(*KUBEOVN, "subnets", subnet),
+            lambda: self.co.create_namespaced_custom_object(*IPAM_POOL, s.ns, "inclusterippools", pool),
+            lambda: self.co.create_namespaced_custom_object(*PX, s.ns, "proxmoxnetworks", net),
+        ]
+        self.rng.shuffle(steps)
+        s.live = True
+        for fn in steps:
+            retry(fn, f"create {s.ns}/{s.net}", ok_statuses=(409,))
+
+    def add_consumer(self, s: Slot) -> None:
+        kind = self.rng.choice(["machine1", "machine2", "claim", "address"])
+        name = f"{s.net}-{kind}-{len(s.consumers)}-{self.rng.randrange(1 << 20):05x}"
+        ref = {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": s.pool}
+        if kind == "machine1":
+            body = {"apiVersion": f"{CAPMOX}/v1alpha1", "kind": "ProxmoxMachine", "metadata": {"name": name, "namespace": s.ns},
+                    "spec": {"network": {"default": {"bridge": "vmbr0"}, "additionalDevices": [
+                        {"name": "net1", "bridge": "vmbr1", "ipv4PoolRef": ref}]}}}
+            fn = lambda: self.co.create_namespaced_custom_object(CAPMOX, "v1alpha1", s.ns, "proxmoxmachines", body)  # noqa: E731
+        elif kind == "machine2":
+            body = {"apiVersion": f"{CAPMOX}/v1alpha2", "kind": "ProxmoxMachine", "metadata": {"name": name, "namespace": s.ns},
+                    "spec": {"network": {"networkDevices": [{"name": "net0", "bridge": "vmbr0"},
+                                                            {"name": "net1", "bridge": "vmbr1", "ipPoolRef": [ref]}]}}}
+            fn = lambda: self.co.create_namespaced_custom_object(CAPMOX, "v1alpha2", s.ns, "proxmoxmachines", body)  # noqa: E731
+        elif kind == "claim":
+            body = {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+                    "metadata": {"name": name, "namespace": s.ns}, "spec": {"poolRef": ref}}
+            fn = lambda: self.co.create_namespaced_custom_object(*IPAM_ADDR, s.ns, "ipaddressclaims", body)  # noqa: E731
+        else:
+            body = {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+                    "metadata": {"name": name, "namespace": s.ns},
+                    "spec": {"address": f"{s.net24}.{140 + len(s.consumers) % 10}", "prefix": 24,
+                             "gateway": f"{s.net24}.1", "claimRef": {"name": name}, "poolRef": ref}}
+            fn = lambda: self.co.create_namespaced_custom_object(*IPAM_ADDR, s.ns, "ipaddresses", body)  # noqa: E731
+        s.consumers.append((kind, name))
+        retry(fn, f"create {kind} {s.ns}/{name}", ok_statuses=(409,))
+
+    def _delete_consumer(self, s: Slot, kind: str, name: str) -> None:
+        if kind.startswith("machine"):
+            fn = lambda: self.co.delete_namespaced_custom_object(CAPMOX, "v1alpha2", s.ns, "proxmoxmachines", name)  # noqa: E731
+        elif kind == "claim":
+            fn = lambda: self.co.delete_namespaced_custom_object(*IPAM_ADDR, s.ns, "ipaddressclaims", name)  # noqa: E731
+        else:
+            fn = lambda: self.co.delete_namespaced_custom_object(*IPAM_ADDR, s.ns, "ipaddresses", name)  # noqa: E731
+        retry(fn, f"delete {kind} {s.ns}/{name}", ok_statuses=(404,))
+
+    def remove_consumer(self, s: Slot) -> None:
+        kind, name = s.consumers.pop(self.rng.randrange(len(s.consumers)))
+        self._delete_consumer(s, kind, name)
+
+    def delete(self, s: Slot) -> None:
+        """Delete the network and everything it uses, in a random order (a network deleted
+        first waits InUse / SubnetStillExists until the rest follows)."""
+        steps: list[Callable[[], Any]] = [
+            lambda: self.co.delete_namespaced_custom_object(*PX, s.ns, "proxmoxnetworks", s.net),
+            lambda: self.co.delete_cluster_custom_object(*KUBEOVN, "subnets", s.subnet),
+            lambda: self.co.delete_namespaced_custom_object(*IPAM_POOL, s.ns, "inclusterippools", s.pool),
+        ]
+        consumers = list(s.consumers)
+        steps += [lambda k=k, n=n: self._delete_consumer(s, k, n) for k, n in consumers]
+        self.rng.shuffle(steps)
+        s.live = False
+        s.consumers = []
+        self.gone.append((s.ns, s.net, s.subnet))
+        for fn in steps:
+            retry(fn, f"delete {s.ns}/{s.net}", ok_statuses=(404,))
+
+
+# --------------------------------------------------------------------------- convergence
+
+
+def condition(obj: dict, ctype: str) -> dict:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return c
+    return {}
+
+
+class Checker:
+    """Reads the API (admin) and says what has not converged yet."""
+
+    def __init__(self, cluster: LocalCluster, namespaces: list[str], providers: set[str]) -> None:
+        self.api = cluster.api_client("admin")
+        self.co = k8s.CustomObjectsApi(self.api)
+        self.namespaces = namespaces
+        self.providers = providers
+
+    def close(self) -> None:
+        self.api.close()
+
+    def pending(self, slots: list[Slot], gone: list[tuple[str, str, str]]) -> list[str]:
+        nets = {}
+        for n in self.co.list_cluster_custom_object(*PX, "proxmoxnetworks", _request_timeout=(5, 30))["items"]:
+            if n["metadata"]["namespace"] in self.namespaces:
+                nets[(n["metadata"]["namespace"], n["metadata"]["name"])] = n
+        vlans = {v["metadata"]["name"]: v
+                 for v in self.co.list_cluster_custom_object(*KUBEOVN, "vlans", _request_timeout=(5, 30))["items"]
+                 if (v.get("spec") or {}).get("provider") in self.providers}
+        out = []
+        live_subnets = set()
+        for s in slots:
+            if not s.live:
+                continue
+            live_subnets.add(s.subnet)
+            n = nets.get((s.ns, s.net))
+            if n is None:
+                out.append(f"{s.ns}/{s.net}: missing")
+                continue
+            ready = condition(n, "Ready")
+            vid = (n.get("status") or {}).get("vlan")
+            v = vlans.get(s.subnet)
+            if ready.get("status") != "True" or ready.get("reason") != "Ready":
+                out.append(f"{s.ns}/{s.net}: Ready={ready.get('status')}/{ready.get('reason')}: {ready.get('message')}")
+            elif v is None or (v.get("spec") or {}).get("id") != vid:
+                out.append(f"{s.ns}/{s.net}: status.vlan {vid} but Vlan {s.subnet} is {v and v.get('spec')}")
+        for ns, net, sub in gone:
+            if (ns, net) in nets:
+                ready = condition(nets[(ns, net)], "Ready")
+                out.append(f"{ns}/{net}: deleting, Ready={ready.get('reason')}: {ready.get('message')}")
+            elif sub in vlans:
+                out.append(f"Vlan {sub} of deleted {ns}/{net} still exists")
+        for name in vlans:
+            if name not in live_subnets and not any(name == g[2] for g in gone):
+                out.append(f"stray Vlan {name}")
+        return out
+
+    def leftovers(self, zones: list[str]) -> list[str]:
+        """After teardown: no Vlan on our providers, no finalizer of ours anywhere we wrote."""
+        out = []
+        for v in self.co.list_cluster_custom_object(*KUBEOVN, "vlans")["items"]:
+            if (v.get("spec") or {}).get("provider") in self.providers:
+                out.append(f"Vlan {v['metadata']['name']} (VLAN {v['spec'].get('id')}) left")
+        for kind, (g, ver, plural) in KINDS.items():
+            for o in self.co.list_cluster_custom_object(g, ver, plural)["items"]:
+                m = o["metadata"]
+                if kind != "vlans" and kind != "subnets" and m.get("namespace") not in self.namespaces:
+                    continue
+                if kind == "subnets" and not m["name"].startswith("cs"):
+                    continue
+                ours = [f for f in m.get("finalizers") or [] if f.startswith(OUR_PREFIX)]
+                if ours:
+                    out.append(f"{kind} {obj_key(o)} keeps finalizer(s) {ours}")
+                elif kind in ("networks",):
+                    out.append(f"{kind} {obj_key(o)} left")
+        for z in zones:
+            try:
+                zobj = self.co.get_cluster_custom_object(*PX, "proxmoxnetworkzones", z)
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            ours = [f for f in zobj["metadata"].get("finalizers") or [] if f.startswith(OUR_PREFIX)]
+            if ours:
+                out.append(f"zone {z} keeps finalizer(s) {ours}")
+        core = k8s.CoreV1Api(self.api)
+        for ns in self.namespaces:
+            ann = (core.read_namespace(ns).metadata.annotations or {}).get("proxmox.cozystack.io/networks")
+            if ann:
+                out.append(f"namespace {ns} still lists networks {ann!r}")
+        return out
+
+
+def wait_converged(checker: Checker, loader: Loader, timeout: float) -> tuple[float | None, list[str]]:
+    """Poll until nothing is pending; returns (monotonic time of convergence or None, last pending)."""
+    end = time.monotonic() + timeout
+    last: list[str] = []
+    while time.monotonic() < end:
+        try:
+            last = checker.pending(loader.slots, loader.gone)
+        except Exception as exc:  # API server still coming back
+            last = [f"check failed: {exc!r}"]
+        else:
+            if not last:
+                return time.monotonic(), []
+        time.sleep(0.25)
+    return None, last
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def nb_groups_of_ours(cluster: LocalCluster) -> list[str]:
+    out = cluster.nbctl("--bare", "--columns=name", "list", "HA_Chassis_Group")
+    return [n for n in out.split() if n.startswith("px-")]
+
+
+def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
+    rng = random.Random(cfg.seed)
+    t_start = time.monotonic()
+    res = ChaosResult(config=asdict(cfg), cores=os.cpu_count() or 0,
+                      machine=f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores".strip(),
+                      started_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    import logging
+
+    logging.getLogger("tests.emulators").setLevel(logging.ERROR)  # NB/API outages make them noisy
+    workdir = Path(cfg.workdir) if cfg.workdir else Path(tempfile.mkdtemp(prefix="chaos-", dir="/tmp"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    logdir = workdir / "logs"
+    logdir.mkdir(exist_ok=True)
+    cluster = LocalCluster(workdir / "bed")
+    sup = mon = loader = checker = None
+    emus: list[Any] = []
+    try:
+        cluster.start()
+        progress(f"bed up in {cluster.start_seconds:.1f}s at {cluster.server} (workdir {workdir})")
+        from tests.emulators.ipam import IpamEmulator
+        from tests.emulators.kubeovn import KubeOvnEmulator
+        from tests.support.objects import Admin
+
+        api = cluster.api_client("admin")
+        admin = Admin(api)
+        run_id = f"{cfg.seed:x}"
+        providers = [f"chaos-pn{i}" for i in range(2)]
+        for p in providers:
+            admin.create_provider_network(p)
+        zones = []
+        for z in range(cfg.zones):
+            name = f"chaos-z{z}"
+            lo = 100 + z * 200
+            admin.create_zone(name, providers[z % 2], [f"{lo}-{lo + 149}"])
+            zones.append(name)
+        namespaces = [f"chaos-{run_id}-ns{i}" for i in range(cfg.namespaces)]
+        for ns in namespaces:
+            admin.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+        slots = [Slot(i, namespaces[i % len(namespaces)], zones[i % len(zones)], run_id) for i in range(cfg.slots)]
+
+        mon = InvariantMonitor(cluster, set(namespaces), set(providers)).start()
+        emus = [KubeOvnEmulator(cluster).start(), IpamEmulator(cluster).start()]
+        sup = Supervisor(cluster, logdir, cfg).start()
+        sup.leader(120)
+        loader = Loader(cluster, slots, rng).start()
+        checker = Checker(cluster, namespaces, set(providers))
+
+        # Initial population.
+        t0 = time.monotonic()
+        for s in rng.sample(slots, min(cfg.initial_networks, len(slots))):
+            loader.create(s)
+            loader._count("create")
+        at, pending = wait_converged(checker, loader, cfg.converge_timeout)
+        if at is None:
+            res.convergence_failures.append(f"initial: {pending[:5]}")
+            raise RuntimeError(f"the initial networks did not converge: {pending[:5]}")
+        res.initial_converge_seconds = round(at - t0, 2)
+        progress(f"{cfg.initial_networks} initial networks Ready in {res.initial_converge_seconds}s")
+
+        for i, kind in enumerate(cfg.schedule(rng), 1):
+            if cfg.duration and time.monotonic() - t_start > cfg.duration:
+                progress(f"--duration {cfg.duration:.0f}s reached after {i - 1} faults")
+                break
+            loader.resume()
+            time.sleep(rng.uniform(*cfg.load_window))  # load runs; the fault lands at a random point of it
+            rec = FaultRecord(kind, time.monotonic(), ops_before=sum(loader.ops.values()))
+            if kind == "kill":
+                victim = sup.kill_leader()
+                rec.at = time.monotonic()
+                rec.detail = f"replica {victim.n}"
+            elif kind == "api":
+                rec.at = time.monotonic()
+                restart_apiserver(cluster, cfg.api_down)
+                sup.outages.append((rec.at, time.monotonic()))
+                rec.detail = f"down {time.monotonic() - rec.at:.1f}s"
+            elif kind == "compact":
+                rec.detail = f"revision {cluster.compact()}"
+                rec.at = time.monotonic()
+            elif kind == "nb":
+                rec.at = time.monotonic()
+                restart_nb(cluster, cfg.nb_down)
+                rec.detail = f"down {time.monotonic() - rec.at:.1f}s"
+            loader.pause()
+            at, pending = wait_converged(checker, loader, cfg.converge_timeout)
+            if at is None:
+                res.convergence_failures.append(f"after {kind} #{i}: {len(pending)} pending, e.g. {pending[:5]}")
+            else:
+                rec.converge_seconds = round(at - rec.at, 2)
+            res.faults.append(rec)
+            mon.judge()
+            progress(f"fault {i} {kind} ({rec.detail}): converged in {rec.converge_seconds}s; "
+                     f"violations {len(mon.violations)}; ops {sum(loader.ops.values())}")
+            if at is None:
+                break
+
+        # Teardown: everything deleted through the controller, then nothing of ours may be left.
+        t0 = time.monotonic()
+        for s in slots:
+            if s.live:
+                loader.delete(s)
+                loader._count("delete")
+        at, pending = wait_converged(checker, loader, cfg.converge_timeout)
+        if at is None:
+            res.convergence_failures.append(f"teardown: {pending[:5]}")
+        for z in zones:
+            retry(lambda z=z: admin.co.delete_cluster_custom_object(*PX, "proxmoxnetworkzones", z), f"delete zone {z}",
+                  ok_statuses=(404,))
+        res.teardown_seconds = round(time.monotonic() - t0, 2)
+        res.teardown_leftovers = checker.leftovers(zones) + [f"HA_Chassis_Group {g}" for g in nb_groups_of_ours(cluster)]
+        api.close()
+    finally:
+        if loader is not None:
+            loader.stop()
+            res.ops = dict(loader.ops)
+            if loader.errors:
+                res.convergence_failures += [f"loader: {e}" for e in loader.errors[:5]]
+        if mon is not None:
+            time.sleep(0.5)  # let the last watch events in (the monitor judges what it has seen)
+            mon.judge()
+            res.vlan_deletions_checked = len(mon.deletions)
+            res.violations = list(mon.violations)
+            res.vlan_events = mon.vlan_events
+            res.monitor_relists = mon.relists
+            mon.stop()
+        if sup is not None:
+            sup.stop()
+            res.replica_exits = sup.exits
+        for e in emus:
+            e.stop()
+        if checker is not None:
+            checker.close()
+        cluster.stop()
+        res.wall_seconds = round(time.monotonic() - t_start, 1)
+        if not cfg.keep_workdir and res.ok:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            progress(f"logs kept in {workdir}")
+    return res
+
+
+# --------------------------------------------------------------------------- report
+
+
+def render_markdown(res: ChaosResult) -> str:
+    def stats(kind: str) -> tuple[int, int, str, str]:
+        times = [f.converge_seconds for f in res.faults if f.kind == kind and f.converge_seconds is not None]
+        total = sum(1 for f in res.faults if f.kind == kind)
+        med = f"{statistics.median(times):.1f}" if times else "–"
+        mx = f"{max(times):.1f}" if times else "–"
+        return len(times), total, med, mx
+
+    cfg = res.config
+    rows = []
+    labels = {"kill": "SIGKILL of the leader", "api": "kube-apiserver killed and restarted",
+              "compact": "etcd compaction", "nb": "OVN NB ovsdb-server stopped and restarted"}
+    for kind in FAULT_KINDS:
+        ok, total, med, mx = stats(kind)
+        rows.append(f"| {labels[kind]} (`{kind}`) | {total} | {ok} | {med} | {mx} |")
+    exits = res.replica_exits
+    killed = sum(1 for e in exits if e["killed"])
+    lost = sum(1 for e in exits if e["expected"] and not e["killed"])
+    return "\n".join([
+        f"Run of {res.started_utc} on {res.machine}; `python hack/chaos.py "
+        f"--kills {cfg['kills']} --api-restarts {cfg['api_restarts']} --compactions {cfg['compactions']} "
+        f"--nb-restarts {cfg['nb_restarts']} --slots {cfg['slots']} --seed {cfg['seed']}`, "
+        f"wall time {res.wall_seconds / 60:.1f} min.",
+        "",
+        "| Fault | Injected | Survived (converged) | Converge median (s) | Converge max (s) |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+        f"* Invariant violations: **{len(res.violations)}** (duplicate VLAN on a provider; Vlan deleted while its "
+        f"pool had a consumer or it listed a live Subnet). Vlan deletions judged: {res.vlan_deletions_checked}; "
+        f"Vlan watch events seen: {res.vlan_events}; monitor relists: {res.monitor_relists}.",
+        f"* Convergence failures: **{len(res.convergence_failures)}**; teardown leftovers (Vlans, "
+        f"`proxmox.cozystack.io/` finalizers, namespace annotations, HA_Chassis_Groups `px-*`): "
+        f"**{len(res.teardown_leftovers)}**.",
+        f"* Replica exits: {len(exits)} — {killed} SIGKILLed by the harness, {lost} after losing the lease during an "
+        f"API outage (exit 1, as designed), **{len(res.unexpected_exits())}** unexpected.",
+        f"* Load: {sum(res.ops.values())} operations ({', '.join(f'{k} {v}' for k, v in sorted(res.ops.items()))}) over "
+        f"{cfg['slots']} network slots, {cfg['zones']} zones on 2 provider networks, {cfg['namespaces']} namespaces; "
+        f"initial {cfg['initial_networks']} networks Ready in {res.initial_converge_seconds}s; teardown "
+        f"{res.teardown_seconds}s.",
+    ])
+
+
+FIGURES_BEGIN = "<!-- chaos-figures:begin -->"
+FIGURES_END = "<!-- chaos-figures:end -->"
+
+
+def write_figures(doc: Path, res: ChaosResult) -> None:
+    text = doc.read_text() if doc.exists() else f"# Reliability\n\n{FIGURES_BEGIN}\n{FIGURES_END}\n"
+    if FIGURES_BEGIN not in text:
+        text += f"\n{FIGURES_BEGIN}\n{FIGURES_END}\n"
+    head, rest = text.split(FIGURES_BEGIN, 1)
+    _, tail = rest.split(FIGURES_END, 1)
+    doc.write_text(f"{head}{FIGURES_BEGIN}\n{render_markdown(res)}\n{FIGURES_END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kills", type=int, default=50)
+    ap.add_argument("--api-restarts", type=int, default=5)
+    ap.add_argument("--compactions", type=int, default=5)
+    ap.add_argument("--nb-restarts", type=int, default=5)
+    ap.add_argument("--slots", type=int, default=30)
+    ap.add_argument("--initial-networks", type=int, default=20)
+    ap.add_argument("--namespaces", type=int, default=4)
+    ap.add_argument("--zones", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    ap.add_argument("--duration", type=float, default=0.0,
+                    help="stop injecting faults after this many seconds (0: inject them all)")
+    ap.add_argument("--converge-timeout", type=float, default=180.0)
+    ap.add_argument("--workdir", default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs) even on success")
+    ap.add_argument("--report", default=str(REPO / "docs" / "reliability.md"),
+                    help="markdown file whose figures block is replaced ('' to skip)")
+    ap.add_argument("--json", default="", help="also write the raw result as JSON here")
+    args = ap.parse_args(argv)
+    cfg = ChaosConfig(kills=args.kills, api_restarts=args.api_restarts, compactions=args.compactions,
+                      nb_restarts=args.nb_restarts, slots=args.slots, initial_networks=args.initial_networks,
+                      namespaces=args.namespaces, zones=args.zones, seed=args.seed,
+                      converge_timeout=args.converge_timeout, workdir=args.workdir, keep_workdir=args.keep)
+    cfg.duration = args.duration
+    try:
+        res = run(cfg)
+    except Exception:
+        traceback.print_exc()
+        return 1
+    print(res.summary())
+    if args.json:
+        Path(args.json).write_text(json.dumps(asdict(res), indent=2, default=str))
+    if args.report:
+        write_figures(Path(args.report), res)
+        print(f"figures written to {args.report}")
+    return 0 if res.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,658 @@
+"""A hypothesis state machine of allocation and the deletion lifecycle, driving the real
+reconcilers against an in-memory API server.
+
+product-decisions.md §6: no VLAN is ever held by two networks of one provider, and no VLAN
+is released while a consumer exists or while Kube-OVN still lists a live subnet on it —
+under restarts, cache lag and kills. Field reports B01 (duplicates, a hand-made Vlan racing
+us), B03 (Kube-OVN prunes late or never: prune timers), B12 (a restart relists), B15
+(consumers).
+
+What is real: ``controller.network.NetworkReconciler`` (its deletion walk), ``ZoneReconciler``
+(orphan collection), ``controller.vlans.VlanManager`` (allocation under the per-provider
+lock, the assumed set, ``split_listed_subnets``/``track_timers``/``release``),
+``controller.allocator`` and ``controller.prune`` — and ``controller.kube.KubeWriter``, whose
+transport (``request``) is the only thing replaced: :class:`FakeApiServer` answers the
+same HTTP paths with Kubernetes semantics (409 on a create of a taken name or a stale
+resourceVersion, 422 on a failed JSON-patch ``test``, finalizers keep a deleted object
+until the last one is removed).
+
+What is fake: the caches (real ``ThreadSafeStore`` objects fed only when the machine
+delivers queued watch events, so they lag arbitrarily), Kube-OVN (binds a Subnet onto its
+Vlan, drops its own Subnet finalizer, prunes a deleted Subnet's name from the Vlan later or
+never), the users (networks, Subnets, pools, machines and IPAddresses appear and leave in
+any order), the clock, and restarts (a new controller with a fresh, synced cache and an
+empty assumed set).
+
+The release invariant is checked by the fake API server itself at the instant a Vlan
+object goes away: at that moment no machine or IPAddress may reference the owning
+network's pool and no Subnet named in the Vlan's ``status.subnets`` may exist.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import json
+import uuid
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from controller import names
+from controller.kube import ApiError, KubeWriter
+from controller.manager import subnet_index_vlan, zone_index_provider
+from controller.network import (
+    Listers,
+    NetworkReconciler,
+    index_namespace,
+    network_index_pool,
+    network_index_subnet,
+    network_index_zone,
+)
+from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
+from controller.zone import ZoneReconciler
+from informers import Resource, ThreadSafeStore
+
+NS = "tenant"
+ZONE = "z1"
+PROVIDER = "physnet1"
+PRUNE_TIMEOUT = 60.0
+N = 4  # network slots; the zone has 3 VLANs, so allocations compete and IDs are reused
+KUBEOVN_FIN = "kube-ovn-controller"
+
+POOLS = Resource("ipam.cluster.x-k8s.io", "v1alpha2", "inclusterippools", namespaced=True, kind="InClusterIPPool")
+MACHINES = Resource("infrastructure.cluster.x-k8s.io", "v1alpha2", "proxmoxmachines", namespaced=True, kind="ProxmoxMachine")
+ADDRESSES = Resource("ipam.cluster.x-k8s.io", "v1beta2", "ipaddresses", namespaced=True, kind="IPAddress")
+CLAIMS = Resource("ipam.cluster.x-k8s.io", "v1beta2", "ipaddressclaims", namespaced=True, kind="IPAddressClaim")
+POOL_REF = {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool"}
+
+# plural -> store key of Listers
+PLURALS = {
+    "proxmoxnetworks": "networks", "proxmoxnetworkzones": "zones", "vlans": "vlans", "namespaces": "namespaces",
+    "provider-networks": "provider_networks", "subnets": "subnets", "inclusterippools": "pools",
+    "proxmoxmachines": "machines", "ipaddresses": "addresses", "ipaddressclaims": "claims",
+}
+
+
+# --------------------------------------------------------------------------- the fake API server
+
+
+def _pointer(path: str) -> list[str]:
+    return [p.replace("~1", "/").replace("~0", "~") for p in path.lstrip("/").split("/")]
+
+
+def _apply_json_patch(obj: dict, ops: list[dict]) -> dict:
+    doc = copy.deepcopy(obj)
+    for op in ops:
+        parts = _pointer(op["path"])
+        parent: Any = doc
+        for p in parts[:-1]:
+            parent = parent[int(p)] if isinstance(parent, list) else parent.get(p)
+            if parent is None:
+                raise ApiError(422, "Invalid", f"path {op['path']} does not exist")
+        last = parts[-1]
+        kind = op["op"]
+        if kind == "test":
+            cur = parent[int(last)] if isinstance(parent, list) and last.isdigit() and int(last) < len(parent) else (
+                parent.get(last) if isinstance(parent, dict) else None)
+            if cur != op["value"]:
+                raise ApiError(422, "Invalid", f"test failed at {op['path']}")
+        elif kind in ("add", "replace"):
+            if isinstance(parent, list):
+                if last == "-":
+                    parent.append(op["value"])
+                else:
+                    parent.insert(int(last), op["value"]) if kind == "add" else parent.__setitem__(int(last), op["value"])
+            else:
+                parent[last] = op["value"]
+        elif kind == "remove":
+            if isinstance(parent, list):
+                if int(last) >= len(parent):
+                    raise ApiError(422, "Invalid", f"no element at {op['path']}")
+                parent.pop(int(last))
+            else:
+                if last not in parent:
+                    raise ApiError(422, "Invalid", f"no member at {op['path']}")
+                del parent[last]
+        else:
+            raise AssertionError(f"unsupported op {kind}")
+    return doc
+
+
+def _merge(dst: dict, patch: dict) -> dict:
+    out = copy.deepcopy(dst)
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def pool_refs(obj: dict) -> list[str]:
+    spec = obj.get("spec") or {}
+    out = []
+    if isinstance(spec.get("poolRef"), dict):
+        out.append(spec["poolRef"].get("name"))
+    for dev in ((spec.get("network") or {}).get("networkDevices") or []):
+        out += [r.get("name") for r in dev.get("ipPoolRef") or []]
+    return out
+
+
+class FakeApiServer:
+    """Objects by (plural, namespace, name); every change queues a watch event."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.events: list[tuple[str, str, dict]] = []  # (plural, type, object)
+        self.rv = 0
+        self.violations: list[str] = []
+        self.releases = 0
+
+    # -- helpers for the test (the "users" and Kube-OVN write here directly) -----------
+    def put(self, plural: str, obj: dict) -> dict:
+        m = obj["metadata"]
+        key = (plural, m.get("namespace", ""), m["name"])
+        self.rv += 1
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        old = self.objects.get(key)
+        if old is None:
+            obj["metadata"].setdefault("uid", str(uuid.uuid4()))
+            obj["metadata"].setdefault("generation", 1)
+            obj["metadata"].setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
+            return self._remove(plural, key, obj)
+        self.objects[key] = obj
+        self.events.append((plural, "ADDED" if old is None else "MODIFIED", copy.deepcopy(obj)))
+        return copy.deepcopy(obj)
+
+    def find(self, plural: str, name: str, ns: str = "") -> dict | None:
+        o = self.objects.get((plural, ns, name))
+        return copy.deepcopy(o) if o else None
+
+    def items(self, plural: str) -> list[dict]:
+        return [copy.deepcopy(o) for (p, _, _), o in sorted(self.objects.items()) if p == plural]
+
+    def delete(self, plural: str, name: str, ns: str = "", now: str = "2026-01-01T00:00:00Z") -> None:
+        o = self.objects.get((plural, ns, name))
+        if o is None:
+            raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
+        if o["metadata"].get("finalizers"):
+            if not o["metadata"].get("deletionTimestamp"):
+                o = copy.deepcopy(o)
+                o["metadata"]["deletionTimestamp"] = now
+                self.put(plural, o)
+            return
+        self._remove(plural, (plural, ns, name), o)
+
+    def _remove(self, plural: str, key: tuple[str, str, str], obj: dict) -> dict:
+        if plural == "vlans":
+            self._judge_release(obj)
+        self.objects.pop(key, None)
+        self.rv += 1
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        self.events.append((plural, "DELETED", obj))
+        return obj
+
+    def _judge_release(self, vlan: dict) -> None:
+        """§6: the moment a Vlan goes, nothing may still use it."""
+        self.releases += 1
+        labels = vlan["metadata"].get("labels") or {}
+        ns, net = labels.get(names.LABEL_NETWORK_NAMESPACE), labels.get(names.LABEL_NETWORK_NAME)
+        vname = vlan["metadata"]["name"]
+        # The owning network may be gone already (zone orphan collection): its pool is named
+        # after its slot, as this machine names everything.
+        pool = f"pool-{net}" if net else None
+        if pool:
+            for plural in ("proxmoxmachines", "ipaddresses", "ipaddressclaims"):
+                for o in self.items(plural):
+                    if o["metadata"].get("namespace") == ns and pool in pool_refs(o):
+                        self.violations.append(f"Vlan {vname} released while {plural} {o['metadata']['name']} "
+                                               f"references pool {pool}")
+        for s in (vlan.get("status") or {}).get("subnets") or []:
+            if ("subnets", "", s) in self.objects:
+                self.violations.append(f"Vlan {vname} released while it lists live Subnet {s}")
+
+    # -- the HTTP surface KubeWriter uses ---------------------------------------------
+    def handle(self, method: str, path: str, body: Any, content_type: str) -> dict:
+        parts = path.strip("/").split("/")
+        parts = parts[2:] if parts[0] == "api" else parts[3:]  # drop /api/v1 or /apis/<g>/<v>
+        ns = ""
+        if parts[0] == "namespaces" and len(parts) >= 3:
+            ns, parts = parts[1], parts[2:]
+        plural = parts[0]
+        name = parts[1] if len(parts) > 1 else None
+        sub = parts[2] if len(parts) > 2 else ""
+        if plural == "namespaces" and name is None and ns:  # /api/v1/namespaces/<name>
+            plural, name, ns = "namespaces", ns, ""
+        if method == "GET":
+            if name is None:
+                return {"items": [o for o in self.items(plural) if not ns or o["metadata"].get("namespace") == ns]}
+            o = self.find(plural, name, ns)
+            if o is None:
+                raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
+            return o
+        if method == "POST":
+            m = body["metadata"]
+            if self.find(plural, m["name"], ns) is not None:
+                raise ApiError(409, "AlreadyExists", f'{plural} "{m["name"]}" already exists')
+            body = copy.deepcopy(body)
+            if ns:
+                body["metadata"]["namespace"] = ns
+            return self.put(plural, body)
+        cur = self.objects.get((plural, ns, name))
+        if cur is None:
+            raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
+        if method == "DELETE":
+            self.delete(plural, name, ns)
+            return {}
+        if method == "PUT":
+            if body["metadata"].get("resourceVersion") != cur["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict", "the object has been modified")
+            new = copy.deepcopy(cur)
+            if sub == "status":
+                new["status"] = copy.deepcopy(body.get("status"))
+            else:
+                new = copy.deepcopy(body)
+            return self.put(plural, new)
+        if method == "PATCH":
+            if "json-patch" in content_type:
+                new = _apply_json_patch(cur, body)
+            else:
+                new = _merge(cur, body)
+            if cur["metadata"].get("deletionTimestamp") and len(new["metadata"].get("finalizers") or []) > len(
+                    cur["metadata"].get("finalizers") or []):
+                raise ApiError(422, "Invalid", "no new finalizers can be added if the object is being deleted")
+            return self.put(plural, new)
+        raise AssertionError(f"unexpected {method} {path}")
+
+
+class FakeWriter(KubeWriter):
+    """The real KubeWriter (paths, patches, finalizer ops) over :class:`FakeApiServer`."""
+
+    def __init__(self, server: FakeApiServer) -> None:
+        super().__init__(None)  # type: ignore[arg-type]
+        self.server = server
+
+    def request(self, method, path, body=None, content_type="application/json", query=None):  # noqa: D102
+        if method != "GET":
+            self.writes += 1
+        return self.server.handle(method, path, copy.deepcopy(body), content_type)
+
+
+# --------------------------------------------------------------------------- the controller
+
+
+def new_stores() -> dict[str, ThreadSafeStore]:
+    return {
+        "networks": ThreadSafeStore({"zone": network_index_zone, "subnet": network_index_subnet,
+                                     "ippool": network_index_pool, "namespace": index_namespace}),
+        "zones": ThreadSafeStore({"provider": zone_index_provider}),
+        "vlans": ThreadSafeStore({"provider": vlan_index_provider, "provider_id": vlan_index_provider_id,
+                                  "zone": vlan_index_zone}),
+        "namespaces": ThreadSafeStore(),
+        "provider_networks": ThreadSafeStore(),
+        "subnets": ThreadSafeStore({"vlan": subnet_index_vlan}),
+        "pools": ThreadSafeStore({"namespace": index_namespace}),
+        "machines": ThreadSafeStore({"namespace": index_namespace}),
+        "addresses": ThreadSafeStore({"namespace": index_namespace}),
+        "claims": ThreadSafeStore({"namespace": index_namespace}),
+    }
+
+
+class Controller:
+    """One controller process: caches synced from the API at start, then fed by deliveries."""
+
+    def __init__(self, server: FakeApiServer, clock) -> None:
+        self.stores = new_stores()
+        for plural, key in PLURALS.items():
+            for o in server.items(plural):
+                self.stores[key].add(o)
+        self.writer = FakeWriter(server)
+        listers = Listers(**self.stores)
+        self.mono = [0.0]
+        self.vlans = VlanManager(self.stores["vlans"], self.stores["zones"], self.writer,
+                                 monotonic=lambda: self.mono[0])
+        consumers = {"pools": POOLS, "machines": MACHINES, "addresses": ADDRESSES, "claims": CLAIMS}
+        self.net = NetworkReconciler(listers, self.writer, self.vlans, manage_gateway=False, now=clock,
+                                     prune_timeout=PRUNE_TIMEOUT, consumer_resources=consumers)
+        self.zone = ZoneReconciler(listers, self.writer, self.vlans, now=clock, prune_timeout=PRUNE_TIMEOUT)
+
+    def deliver(self, plural: str, etype: str, obj: dict) -> None:
+        store = self.stores[PLURALS[plural]]
+        if etype == "DELETED":
+            store.delete(obj)
+        else:
+            store.add(obj)
+        if plural == "vlans":
+            self.vlans.observe(obj)
+        elif plural == "proxmoxnetworks":
+            self.net.recent.observe(obj)
+        elif plural == "proxmoxnetworkzones":
+            self.zone.recent.observe(obj)
+        elif plural == "namespaces":
+            self.net.recent_namespaces.observe(obj)
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+slot = st.integers(0, N - 1)
+
+
+class Lifecycle(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.api = FakeApiServer()
+        self.t = _dt.datetime(2026, 10, 7, 7, 0, 0, tzinfo=_dt.timezone.utc)
+        self.api.put("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+        self.api.put("provider-networks", {"metadata": {"name": PROVIDER}, "spec": {},
+                                           "status": {"ready": True, "readyNodes": ["node-a"]}})
+        self.api.put("proxmoxnetworkzones", {"metadata": {"name": ZONE},
+                                             "spec": {"bridge": "vmbr1", "providerNetwork": PROVIDER,
+                                                      "vlanRanges": ["100-102"]}})
+        # A Vlan made by hand on the provider, not ours (B01): its ID is never handed out.
+        self.api.put("vlans", {"metadata": {"name": "legacy-db"}, "spec": {"id": 101, "provider": PROVIDER}})
+        self.api.events.clear()
+        self.ctl = Controller(self.api, self.clock)
+        self.pending: list[tuple[str, str, dict]] = []  # events not yet delivered to this controller
+        self.gen = [0] * N
+        self.lost: set[str] = set()  # Subnets whose delete Kube-OVN lost (never pruned)
+        self.errors = 0
+
+    def clock(self) -> _dt.datetime:
+        return self.t
+
+    def _sync_events(self) -> None:
+        self.pending += self.api.events
+        self.api.events = []
+
+    def net(self, i: int) -> str:
+        return f"n{i}"
+
+    def subnet(self, i: int) -> str:
+        return f"s{i}"  # reused across generations: adoption and prune-timer carry-over (§7.1)
+
+    def pool(self, i: int) -> str:
+        return f"pool-n{i}"
+
+    # -- users ---------------------------------------------------------------------------
+    @rule(i=slot)
+    def create_network(self, i):
+        if self.api.find("proxmoxnetworks", self.net(i), NS) is None:
+            self.gen[i] += 1
+            self.api.put("proxmoxnetworks", {
+                "apiVersion": "proxmox.cozystack.io/v1alpha1", "kind": "ProxmoxNetwork",
+                "metadata": {"name": self.net(i), "namespace": NS},
+                "spec": {"zone": ZONE, "subnet": self.subnet(i), "ipPool": self.pool(i)}})
+        self._sync_events()
+
+    @rule(i=slot)
+    def create_subnet_and_pool(self, i):
+        if self.api.find("subnets", self.subnet(i)) is None:
+            self.api.put("subnets", {"metadata": {"name": self.subnet(i)},
+                                     "spec": {"vlan": self.subnet(i), "cidrBlock": f"10.0.{i}.0/24",
+                                              "gateway": f"10.0.{i}.1", "excludeIps": [f"10.0.{i}.1", f"10.0.{i}.100..10.0.{i}.150"]}})
+            self.lost.discard(self.subnet(i))
+        if self.api.find("inclusterippools", self.pool(i), NS) is None:
+            self.api.put("inclusterippools", {"metadata": {"name": self.pool(i), "namespace": NS},
+                                              "spec": {"addresses": [f"10.0.{i}.100-10.0.{i}.150"], "prefix": 24,
+                                                       "gateway": f"10.0.{i}.1"}})
+        self._sync_events()
+
+    @rule(i=slot)
+    def delete_network(self, i):
+        if self.api.find("proxmoxnetworks", self.net(i), NS) is not None:
+            self.api.delete("proxmoxnetworks", self.net(i), NS, self.t.strftime("%Y-%m-%dT%H:%M:%SZ"))
+        self._sync_events()
+
+    @rule(i=slot, lost=st.booleans())
+    def delete_subnet(self, i, lost):
+        if self.api.find("subnets", self.subnet(i)) is not None:
+            self.api.delete("subnets", self.subnet(i))
+            if lost:
+                self.lost.add(self.subnet(i))
+        self._sync_events()
+
+    @rule(i=slot, kind=st.sampled_from(["proxmoxmachines", "ipaddresses", "ipaddressclaims"]), k=st.integers(0, 1))
+    def add_consumer(self, i, kind, k):
+        """A consumer appears — also for a network already deleting (nothing forbids it;
+        the network must then hold its VLAN until the consumer leaves)."""
+        name = f"{kind[:4]}-{i}-{k}"
+        if self.api.find(kind, name, NS) is None:
+            ref = dict(POOL_REF, name=self.pool(i))
+            spec = ({"network": {"networkDevices": [{"name": "net1", "ipPoolRef": [ref]}]}}
+                    if kind == "proxmoxmachines" else {"poolRef": ref})
+            self.api.put(kind, {"metadata": {"name": name, "namespace": NS}, "spec": spec})
+        self._sync_events()
+
+    @rule(i=slot, kind=st.sampled_from(["proxmoxmachines", "ipaddresses", "ipaddressclaims"]), k=st.integers(0, 1))
+    def remove_consumer(self, i, kind, k):
+        name = f"{kind[:4]}-{i}-{k}"
+        if self.api.find(kind, name, NS) is not None:
+            self.api.delete(kind, name, NS)
+        self._sync_events()
+
+    @rule(i=slot)
+    def handmade_vlan_races(self, i):
+        """An operator creates a Vlan by hand with the next free ID (B01 race)."""
+        used = {(v.get("spec") or {}).get("id") for v in self.api.items("vlans")}
+        free = [v for v in (100, 102) if v not in used]
+        if free and self.api.find("vlans", f"ops-{i}") is None:
+            self.api.put("vlans", {"metadata": {"name": f"ops-{i}"}, "spec": {"id": free[0], "provider": PROVIDER}})
+        self._sync_events()
+
+    @rule(i=slot)
+    def handmade_vlan_leaves(self, i):
+        if self.api.find("vlans", f"ops-{i}") is not None:
+            self.api.delete("vlans", f"ops-{i}")
+        self._sync_events()
+
+    # -- Kube-OVN ------------------------------------------------------------------------
+    @rule(i=slot)
+    def kubeovn_binds(self, i):
+        """A live Subnet whose Vlan exists: finalizer on, listed in Vlan.status.subnets."""
+        s = self.api.find("subnets", self.subnet(i))
+        v = self.api.find("vlans", self.subnet(i))
+        if s is not None and not s["metadata"].get("deletionTimestamp"):
+            if KUBEOVN_FIN not in (s["metadata"].get("finalizers") or []):
+                s["metadata"]["finalizers"] = (s["metadata"].get("finalizers") or []) + [KUBEOVN_FIN]
+                self.api.put("subnets", s)
+            if v is not None and self.subnet(i) not in ((v.get("status") or {}).get("subnets") or []):
+                v.setdefault("status", {})["subnets"] = ((v.get("status") or {}).get("subnets") or []) + [self.subnet(i)]
+                self.api.put("vlans", v)
+        self._sync_events()
+
+    @rule(i=slot)
+    def kubeovn_drops_its_finalizer(self, i):
+        s = self.api.find("subnets", self.subnet(i))
+        if s is not None and s["metadata"].get("deletionTimestamp") and KUBEOVN_FIN in s["metadata"].get("finalizers", []):
+            s["metadata"]["finalizers"] = [f for f in s["metadata"]["finalizers"] if f != KUBEOVN_FIN]
+            self.api.put("subnets", s)
+        self._sync_events()
+
+    @rule(i=slot)
+    def kubeovn_prunes(self, i):
+        """Late (any time after the Subnet is gone) or never (``lost``): B03."""
+        name = self.subnet(i)
+        if self.api.find("subnets", name) is None and name not in self.lost:
+            for v in self.api.items("vlans"):
+                listed = (v.get("status") or {}).get("subnets") or []
+                if name in listed:
+                    v["status"]["subnets"] = [x for x in listed if x != name]
+                    self.api.put("vlans", v)
+        self._sync_events()
+
+    # -- the controller --------------------------------------------------------------------
+    @rule(n=st.integers(1, 6))
+    def deliver(self, n):
+        """Watch events reach the caches, in order, ``n`` at a time (the rest lag)."""
+        self._sync_events()
+        batch, self.pending = self.pending[:n], self.pending[n:]
+        for plural, etype, obj in batch:
+            self.ctl.deliver(plural, etype, obj)
+
+    @rule(i=slot)
+    def reconcile_network(self, i):
+        try:
+            self.ctl.net.reconcile(f"{NS}/{self.net(i)}")
+        except ApiError:
+            self.errors += 1  # a stale write (409/422): the worker retries with backoff
+        self._sync_events()
+
+    @rule()
+    def reconcile_zone(self):
+        try:
+            self.ctl.zone.reconcile(ZONE)
+        except ApiError:
+            self.errors += 1
+        self._sync_events()
+
+    @rule()
+    def restart(self):
+        """The leader is killed; a new one starts with a fresh LIST (synced cache, empty
+        assumed set); events queued for the old one are moot."""
+        self._sync_events()
+        self.pending = []
+        self.ctl = Controller(self.api, self.clock)
+
+    @rule(seconds=st.sampled_from([1, 10, 30, 61]))
+    def time_passes(self, seconds):
+        self.t += _dt.timedelta(seconds=seconds)
+        self.ctl.mono[0] += seconds
+
+    # -- invariants -------------------------------------------------------------------------
+    @invariant()
+    def no_two_vlans_share_an_id_on_the_provider(self):
+        ids = [(v["spec"]["provider"], v["spec"]["id"]) for v in self.api.items("vlans")
+               if not v["metadata"]["name"].startswith("ops-")]
+        # Our allocations never collide with each other or with hand-made Vlans that were
+        # there first; a hand-made Vlan racing in afterwards is reported, never shared
+        # silently (checked below).
+        assert len(ids) == len(set(ids)), f"duplicate IDs: {sorted(ids)}"
+
+    @invariant()
+    def no_two_networks_hold_one_vlan(self):
+        held = []
+        for n in self.api.items("proxmoxnetworks"):
+            st_ = n.get("status") or {}
+            conds = {c["type"]: c for c in st_.get("conditions") or []}
+            if conds.get("VLANAllocated", {}).get("status") == "True":
+                held.append(st_.get("vlan"))
+        assert len(held) == len(set(held)), f"networks share a VLAN: {held}"
+
+    @invariant()
+    def nothing_released_while_in_use(self):
+        assert self.api.violations == []
+
+    @rule()
+    def settle_and_check_conflicts(self):
+        """Caches catch up and every network is reconciled: a network whose Vlan shares its
+        ID with another Vlan on the provider (a hand-made one that raced a lagging cache,
+        B01) reports ``VLANAllocated=False/VLANConflict`` naming the other Vlan, never Ready."""
+        self.deliver(10_000)
+        for i in range(N):
+            try:
+                self.ctl.net.reconcile(f"{NS}/{self.net(i)}")
+            except ApiError:
+                return  # a stale write: the next pass would retry; nothing to judge now
+            self._sync_events()
+            self.deliver(10_000)
+        vlans = self.api.items("vlans")
+        for n in self.api.items("proxmoxnetworks"):
+            if n["metadata"].get("deletionTimestamp"):
+                continue
+            mine = next((v for v in vlans if v["metadata"]["name"] == n["spec"]["subnet"]), None)
+            if mine is None:
+                continue
+            twins = [v["metadata"]["name"] for v in vlans
+                     if v["spec"]["id"] == mine["spec"]["id"] and v is not mine]
+            conds = {c["type"]: c for c in (n.get("status") or {}).get("conditions") or []}
+            if twins:
+                c = conds.get("VLANAllocated", {})
+                assert (c.get("status"), c.get("reason")) == ("False", "VLANConflict"), (n["metadata"]["name"], c)
+                assert all(t in c.get("message", "") for t in twins), c
+                assert conds.get("Ready", {}).get("status") != "True"
+
+    def teardown(self):
+        """Drain: every network deleted, consumers gone, Kube-OVN catches up, the clock runs
+        past the prune timeout; then the release must have happened and nothing of ours stays."""
+        for kind in ("proxmoxmachines", "ipaddresses", "ipaddressclaims"):
+            for o in self.api.items(kind):
+                self.api.delete(kind, o["metadata"]["name"], NS)
+        for i in range(N):
+            if self.api.find("proxmoxnetworks", self.net(i), NS) is not None:
+                self.api.delete("proxmoxnetworks", self.net(i), NS, self.t.strftime("%Y-%m-%dT%H:%M:%SZ"))
+            if self.api.find("subnets", self.subnet(i)) is not None:
+                self.api.delete("subnets", self.subnet(i))
+        for v in self.api.items("vlans"):
+            if v["metadata"]["name"].startswith("ops-"):
+                self.api.delete("vlans", v["metadata"]["name"])
+        self.restart()
+        for _ in range(8):
+            for i in range(N):
+                self.kubeovn_drops_its_finalizer(i)
+                self.kubeovn_prunes(i)
+            self.deliver(10_000)
+            for i in range(N):
+                try:
+                    self.ctl.net.reconcile(f"{NS}/{self.net(i)}")
+                except ApiError:
+                    pass
+            try:
+                self.ctl.zone.reconcile(ZONE)
+            except ApiError:
+                pass
+            self._sync_events()
+            self.deliver(10_000)
+            self.t += _dt.timedelta(seconds=PRUNE_TIMEOUT / 2)
+        assert self.api.violations == []
+        left = [n["metadata"]["name"] for n in self.api.items("proxmoxnetworks")]
+        assert left == [], f"networks never finished deleting: {left}"
+        ours = [v["metadata"]["name"] for v in self.api.items("vlans") if v["metadata"]["name"] != "legacy-db"]
+        assert ours == [], f"Vlans left after teardown: {ours}"
+        assert self.api.find("vlans", "legacy-db") is not None  # never touched
+        for plural in PLURALS:
+            for o in self.api.items(plural):
+                fins = [f for f in o["metadata"].get("finalizers") or [] if f.startswith("proxmox.cozystack.io/")]
+                assert not fins, f"{plural} {o['metadata']['name']} keeps {fins}"
+
+
+Lifecycle.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+test_lifecycle = Lifecycle.TestCase
+
+
+def test_fake_api_server_speaks_kubernetes():
+    """The stand-in answers like kube-apiserver where the controller relies on it."""
+    api = FakeApiServer()
+    w = FakeWriter(api)
+    vlans = names.VLANS
+    v = w.create(vlans, {"metadata": {"name": "a", "finalizers": [names.FINALIZER]}, "spec": {"id": 1, "provider": "p"}})
+    try:
+        w.create(vlans, {"metadata": {"name": "a"}, "spec": {}})
+    except ApiError as err:
+        assert err.already_exists
+    else:
+        raise AssertionError("create of a taken name must fail")
+    w.delete(vlans, "a")
+    assert api.find("vlans", "a")["metadata"]["deletionTimestamp"]  # held by the finalizer
+    stale = copy.deepcopy(v)
+    try:
+        w.add_finalizer(vlans, stale, "other/x")  # resourceVersion test fails
+    except ApiError as err:
+        assert err.status == 422
+    else:
+        raise AssertionError("stale patch must fail")
+    w.remove_finalizer(vlans, api.find("vlans", "a"), names.FINALIZER)
+    assert api.find("vlans", "a") is None and api.releases == 1
+    w.merge_patch(names.NAMESPACES, "x", {}) if api.find("namespaces", "x") else None
+    api.put("namespaces", {"metadata": {"name": "x"}})
+    w.merge_patch(names.NAMESPACES, "x", {"metadata": {"annotations": {"k": "v"}}})
+    assert api.find("namespaces", "x")["metadata"]["annotations"] == {"k": "v"}
+    assert json.dumps(w.request("GET", MACHINES.path("x"))) == '{"items": []}'
