@@ -209,12 +209,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level, args.log_format)
     if not args.manage_gateway_chassis:
         log.info("not managing gateway chassis groups; VMs on Proxmox networks get no ARP answer from their VPC gateway")
-    else:
-        # The OVN NB step is not in this build yet: say so instead of starting silently.
-        log.warning(
-            "gateway chassis management is not available in this build; GatewayReady is not evaluated and "
-            "networks stay Ready=False/Pending after the subnet and pool checks; run with --manage-gateway-chassis=false"
-        )
     if args.metrics_secure:
         # The reference serves HTTPS with a TokenReview/SubjectAccessReview filter; this build
         # serves plain HTTP only. Refuse rather than expose metrics unprotected by surprise.
@@ -231,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         workers=args.workers,
         resync_period=args.resync_period,
         subnet_prune_timeout=args.subnet_prune_timeout,
+        ovn_nb_address=args.ovn_nb_address,
+        ovn_tls_secret="/".join(args.ovn_tls_secret),
     )
     metrics = Metrics()
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -25,6 +26,15 @@ from controller import names
 from controller.consumers import machine_pool_refs
 from controller.egress import LABEL_GATEWAY, PODS, EgressGatewayPodReconciler
 from controller.events import EventRecorder
+from controller.gateway import (
+    COLLECT_PERIOD,
+    NB_GRACE_PERIOD,
+    GatewayCollector,
+    GatewayStep,
+    networks_for_node,
+    node_index_provider,
+    subnet_index_vpc,
+)
 from controller.kube import ApiError, KubeWriter
 from controller.metrics import Metrics
 from controller.network import (
@@ -40,6 +50,8 @@ from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provid
 from controller.workqueue import RateLimitingQueue
 from controller.zone import ZoneReconciler
 from informers import Resource, SharedInformerFactory, meta_namespace_key
+from ovn.gateway import GatewayApplier
+from ovn.tls import TLSSource
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +76,12 @@ class Options:
     cache_sync_timeout: float = 120.0
     subnet_prune_timeout: float = DEFAULT_PRUNE_TIMEOUT
     events: bool = True
+    # OVN NB (used only with manage_gateway): remotes; "" runs without the NB step.
+    ovn_nb_address: str = ""
+    ovn_tls_secret: str = "cozy-kubeovn/kube-ovn-tls"
+    ovn_tls_dir: str = ""  # private directory for the TLS files; "" = a fresh temporary one
+    nb_grace_period: float = NB_GRACE_PERIOD
+    gateway_collect_period: float = COLLECT_PERIOD
 
 
 def subnet_index_vlan(subnet: Mapping[str, Any]) -> list[str]:
@@ -128,7 +146,7 @@ class Manager:
                                                           "zone": vlan_index_zone})
         self.namespaces = f.informer(names.NAMESPACES)
         self.provider_networks = f.informer(names.PROVIDER_NETWORKS)
-        self.subnets = f.informer(names.SUBNETS, indexers={"vlan": subnet_index_vlan})
+        self.subnets = f.informer(names.SUBNETS, indexers={"vlan": subnet_index_vlan, "vpc": subnet_index_vpc})
         # Only egress-gateway pods are cached (§12).
         self.pods = f.informer(PODS, label_selector=LABEL_GATEWAY)
         self.optional = self._optional_informers()
@@ -145,12 +163,14 @@ class Manager:
             claims=self.optional["claims"].store if "claims" in self.optional else None,
         )
         self.events = EventRecorder(self.writer) if options.events else None
+        self.gateway = self._gateway(options)
         self.vlans = VlanManager(self.listers.vlans, self.listers.zones, self.writer,
                                  on_allocation=self.metrics.vlan_allocation)
         self.network_reconciler = NetworkReconciler(
             self.listers, self.writer, self.vlans, options.manage_gateway,
             events=self.events, prune_timeout=options.subnet_prune_timeout, metrics=self.metrics,
             consumer_resources={k: inf.resource for k, inf in self.optional.items()},
+            gateway=self.gateway,
         )
         self.pod_reconciler = EgressGatewayPodReconciler(self.pods.store, self.writer, self.events)
         self.zone_reconciler = ZoneReconciler(
@@ -166,6 +186,37 @@ class Manager:
         self.resyncs_completed = 0
         self._wire_handlers()
         self.metrics.register_informers({str(inf.resource): inf for inf in self.factory.informers()})
+
+    def _gateway(self, options: Options) -> GatewayStep | None:
+        """The OVN side (§9; only with management on and an NB address): a Node cache,
+        the NB applier (its row changes enqueue networks) and the collector."""
+        self.nodes = None
+        self.collector = None
+        if not (options.manage_gateway and options.ovn_nb_address):
+            return None
+        self.nodes = self.factory.informer(names.NODES, indexers={"provider": node_index_provider})
+        tls_source = None
+        if "ssl:" in options.ovn_nb_address:
+            tls_dir = options.ovn_tls_dir or tempfile.mkdtemp(prefix="pnc-ovn-tls-")
+            tls_source = TLSSource(
+                lambda ns, name: self.writer.get(names.SECRETS, name, ns), options.ovn_tls_secret, tls_dir
+            )
+        applier = GatewayApplier(
+            options.ovn_nb_address, enqueue=lambda key: self.queue.add(NETWORK + key), tls_source=tls_source
+        )
+        self.collector = GatewayCollector(applier, self._network_exists, self.metrics, options.gateway_collect_period)
+        return GatewayStep(applier, self.nodes.store, self.subnets.store, self.metrics, self.events,
+                           grace=options.nb_grace_period)
+
+    def _network_exists(self, ns: str, name: str) -> bool:
+        """Fresh API Get for the collector (§9.6): NotFound -> False, other errors raise."""
+        try:
+            self.writer.get(names.PROXMOX_NETWORKS, name, ns)
+        except ApiError as err:
+            if err.not_found:
+                return False
+            raise
+        return True
 
     def discover_late_kinds(self) -> list[str]:
         """Start informers for optional kinds installed after start (checked every resync).
@@ -322,6 +373,19 @@ class Manager:
                 if ref.get("name"):
                     networks_of_pool(obj["metadata"].get("namespace", ""), str(ref["name"]))
 
+        if self.nodes is not None:
+            def on_node(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+                keys = networks_for_node(
+                    old, new, self.listers.zones.list(),
+                    lambda z: [meta_namespace_key(n) for n in self.listers.networks.by_index("zone", z)],
+                )
+                for k in keys:
+                    q.add(NETWORK + k)
+
+            self.nodes.add_event_handler(
+                on_add=lambda o: on_node(None, o), on_update=on_node, on_delete=lambda o: on_node(o, None)
+            )
+
         self.pods.add_event_handler(
             on_add=lambda o: q.add(POD + meta_namespace_key(o)),
             on_update=lambda old, new: q.add(POD + meta_namespace_key(new)),
@@ -352,6 +416,8 @@ class Manager:
         takeover does not wait for a full list. Raises RuntimeError on timeout."""
         if self.events is not None:
             self.events.start()
+        if self.gateway is not None:
+            self.gateway.applier.start()  # standbys keep a warm NB cache too
         self.factory.start()
         if not self.factory.wait_for_cache_sync(self.options.cache_sync_timeout):
             raise RuntimeError("informer caches did not sync in time")
@@ -369,6 +435,11 @@ class Manager:
         t = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
         t.start()
         self._threads.append(t)
+        if self.collector is not None:
+            # Leader only (workers start only while leading), at start and every period.
+            t = threading.Thread(target=self.collector.run, args=(self._stop,), name="gateway-collector", daemon=True)
+            t.start()
+            self._threads.append(t)
         self.enqueue_all()
 
     def workers_started(self) -> bool:
@@ -399,6 +470,8 @@ class Manager:
                 stack = "".join(traceback.format_stack(frame)) if frame else ""
                 log.error("thread did not stop", thread=t.name, stack=stack)
         self.factory.stop()
+        if self.gateway is not None:
+            self.gateway.applier.stop()
         if self.events is not None:
             self.events.stop()
 

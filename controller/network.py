@@ -52,6 +52,8 @@ GATEWAY_DISABLED_MESSAGE = (
 )
 WAITING_FOR_VLAN = "waits for a VLAN to be allocated"
 RESYNC_PERIOD = 600.0  # §5.10 with management off
+GATEWAY_RETRY = 30.0  # gatewayRetryPeriod (§5.10)
+GATEWAY_RESYNC = 300.0  # gatewayResyncPeriod (§5.10)
 IN_USE_RETRY = 30.0
 SUBNET_EXISTS_RETRY = 30.0
 SUBNET_DELETING_RETRY = 10.0
@@ -123,6 +125,19 @@ def network_index_pool(net: Mapping[str, Any]) -> list[str]:
     p = (net.get("spec") or {}).get("ipPool")
     ns = (net.get("metadata") or {}).get("namespace")
     return [f"{ns}/{p}"] if isinstance(p, str) and p and ns else []
+
+
+def requeue_after(manage_gateway: bool, status: Mapping[str, Any]) -> float:
+    """§5.10: 10 min with management off; 30 s while an NB failure is recorded or
+    GatewayReady waits for the NB or the router port; 5 min otherwise."""
+    if not manage_gateway:
+        return RESYNC_PERIOD
+    if status.get("gatewayFailingSince"):
+        return GATEWAY_RETRY
+    gw = find(status.get("conditions"), names.GATEWAY_READY)
+    if gw is not None and gw.get("reason") in ("NBUnavailable", "RouterPortMissing"):
+        return GATEWAY_RETRY
+    return GATEWAY_RESYNC
 
 
 def set_not_ready(
@@ -206,6 +221,7 @@ class NetworkReconciler:
         on_status: Callable[[dict[str, Any]], None] | None = None,
         consumer_resources: Mapping[str, Resource] | None = None,
         metrics: Metrics | None = None,
+        gateway: Any = None,
     ) -> None:
         self.l = listers
         self.writer = writer
@@ -214,7 +230,10 @@ class NetworkReconciler:
         self.now = now
         self.events = events
         self.prune_timeout = prune_timeout if prune_timeout > 0 else DEFAULT_PRUNE_TIMEOUT
-        self.gateway_release = gateway_release or (lambda net: None)
+        # controller.gateway.GatewayStep (None: GatewayReady is not evaluated past the
+        # subnet check, and deletion holds nothing for the NB).
+        self.gateway = gateway
+        self.gateway_release = gateway_release or (gateway.release if gateway is not None else (lambda net: None))
         self.on_status = on_status or (lambda net: None)
         # Served versions of pools, machines, addresses and claims, for the fresh LIST that
         # confirms "no consumer" before a release (field report B15).
@@ -248,6 +267,8 @@ class NetworkReconciler:
             ns, _, name = key.partition("/")
             self.metrics.forget_network(ns, name)
             self._last_triple.pop(key, None)
+            if self.gateway is not None:
+                self.gateway.applier.forget(key)
             self._sync_namespace(ns, fresh=True)
             return Result()
         meta = net["metadata"]
@@ -262,7 +283,7 @@ class NetworkReconciler:
         status = copy.deepcopy(old_status)
         status["observedGeneration"] = gen
         conds: list[dict[str, Any]] = status.setdefault("conditions", [])
-        self._fill(net, status, conds, gen)
+        self._fill(net, status, conds, gen, old_status)
         ready = find(conds, names.READY)
         if ready is not None and ready.get("status") != TRUE:
             self.metrics.reconcile_error(ready.get("reason", ""))
@@ -274,7 +295,7 @@ class NetworkReconciler:
         self._record_metrics(net, status)
         self.on_status(net)
         self._maybe_sync_namespace(meta["namespace"], key, triple)
-        return Result(RESYNC_PERIOD if not self.manage_gateway else None)
+        return Result(requeue_after(self.manage_gateway, status))
 
     def _record_metrics(self, net: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         """Network series of reference-behaviour.md §13 from the status just computed."""
@@ -314,7 +335,10 @@ class NetworkReconciler:
         return written
 
     # -- the non-deleting pass (§5.2-§5.8) ---------------------------------------------
-    def _fill(self, net: dict[str, Any], status: dict[str, Any], conds: list[dict[str, Any]], gen: int) -> None:
+    def _fill(
+        self, net: dict[str, Any], status: dict[str, Any], conds: list[dict[str, Any]], gen: int,
+        old_status: Mapping[str, Any] | None = None,
+    ) -> None:
         meta, spec = net["metadata"], net.get("spec") or {}
         ns, name = meta["namespace"], meta["name"]
         now = self.now
@@ -379,10 +403,11 @@ class NetworkReconciler:
         subnet = self._subnet_step(net, status, conds, gen, status["vlanName"])
         self._pool_step(net, status, conds, gen, subnet)
         if self.manage_gateway:
-            # The OVN NB step plugs in here; until it lands only the unbound case is decided.
             if subnet is None:
                 set_condition(conds, names.GATEWAY_READY, UNKNOWN, "SubnetUnavailable",
                               "the router port is looked up once the subnet is bound", gen, now)
+            elif self.gateway is not None:
+                self.gateway.evaluate(net, zone, subnet, status, conds, old_status or {}, gen, now)
             else:
                 c = find(conds, names.GATEWAY_READY)
                 if c is not None and c.get("reason") in ("SubnetUnavailable", "WaitingForVLAN"):

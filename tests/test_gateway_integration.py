@@ -1,0 +1,354 @@
+"""The gateway step of the controller end to end: real kube-apiserver, real OVN NB (and SB
+with ovn-northd), Nodes as trunk nodes, the controller user with the manifests' RBAC.
+
+Expected values: reference-behaviour.md §9 (messages, priorities from the §9.3 vectors:
+for ``vpc/vpc-x`` worker5 > worker4 > worker1 > worker2), §5.10, §9.5;
+product-decisions.md §4.6-§4.8; issue "OVN Northbound gateway management".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import secrets
+
+import pytest
+from kubernetes import client as k8s
+
+from controller.gateway import FAILING_SINCE
+from tests.support.controller import running_controller
+from tests.support.objects import Admin, reason, unique
+from tests.support.ovsdb import NBServer
+from tests.support.wait import wait_for
+from tests.test_lifecycle_integration import Env
+
+pytestmark = pytest.mark.integration
+
+VPC = "vpc-x"
+CHASSIS_ANNOTATION = "ovn.kubernetes.io/chassis"
+PRUNE = 4.0
+
+
+@pytest.fixture
+def admin(admin_client):
+    return Admin(admin_client)
+
+
+class Trunk:
+    """Nodes ``worker<N>`` with chassis ``ch-worker<N>``, labelled ready per provider."""
+
+    def __init__(self, admin_client, provider: str) -> None:
+        self.core = k8s.CoreV1Api(admin_client)
+        self.label = f"{provider}.provider-network.kubernetes.io/ready"
+
+    def join(self, *workers: str) -> None:
+        for w in workers:
+            body = {"metadata": {"name": w, "labels": {self.label: "true"},
+                                 "annotations": {CHASSIS_ANNOTATION: f"ch-{w}"}}}
+            try:
+                self.core.create_node(body)
+            except k8s.ApiException as exc:
+                if exc.status != 409:
+                    raise
+                self.core.patch_node(w, body)
+
+    def leave(self, *workers: str) -> None:
+        for w in workers:
+            self.core.patch_node(w, {"metadata": {"labels": {self.label: None}}})
+
+
+class Router:
+    """The router port Kube-OVN would make for a Subnet of VPC ``vpc-x`` (played by hand)."""
+
+    def __init__(self, nbctl, subnet: str) -> None:
+        self.nbctl = nbctl
+        self.router = f"lr-{secrets.token_hex(3)}"
+        self.lrp = f"{VPC}-{subnet}"
+        self.group = f"px-{self.lrp}"
+
+    def create(self) -> None:
+        self.nbctl("lr-add", self.router)
+        self.nbctl("lrp-add", self.router, self.lrp, "00:00:00:00:dd:01", "10.20.0.1/24")
+
+    def pointer(self) -> str:
+        return self.nbctl("--bare", "--columns=ha_chassis_group", "find", "Logical_Router_Port",
+                          f"name={self.lrp}").strip()
+
+    def group_rows(self) -> list[dict]:
+        out = json.loads(self.nbctl("--format=json", "--columns=_uuid,external_ids,ha_chassis", "find",
+                                    "HA_Chassis_Group", f"name={self.group}"))
+        rows = []
+        for uuid, ids, chassis in out["data"]:
+            members = chassis[1] if chassis[0] == "set" else [chassis]
+            prio = {}
+            for m in members:
+                ch = json.loads(self.nbctl("--format=json", "--columns=chassis_name,priority", "list",
+                                           "HA_Chassis", m[1]))
+                for name, p in ch["data"]:
+                    prio[name] = p
+            rows.append({"uuid": uuid[1], "external_ids": dict(ids[1]), "chassis": prio})
+        return rows
+
+    def chassis(self) -> dict[str, int] | None:
+        rows = self.group_rows()
+        return rows[0]["chassis"] if rows else None
+
+    def cleanup(self) -> None:
+        self.nbctl("--if-exists", "lr-del", self.router)
+        for u in self.nbctl("--bare", "--columns=_uuid", "find", "HA_Chassis_Group", f"name={self.group}").split():
+            self.nbctl("--if-exists", "destroy", "HA_Chassis_Group", u)
+
+
+def bound_network(env: Env, net: str, sub: str, pool: str, vpc: str = VPC) -> dict:
+    """Network + a bound, Ready Subnet in ``vpc`` + a fine pool; returns the network once
+    VLANAllocated."""
+    env.a.create_network(env.ns, net, env.zone, sub, pool)
+    env.wait(net, "VLANAllocated", "Allocated")
+    env.subnet(sub, sub, vpc=vpc)
+    env.subnet_conditions(sub, ("Validated", "True", ""), ("Ready", "True", ""))
+    env.pool(pool)
+    return env.wait(net, "IPPoolReady", "Ready")
+
+
+def assigned(lrp: str, group: str, chassis: list[tuple[str, int]]) -> str:
+    parts = ", ".join(f"{c}={p}" for c, p in chassis)
+    return (f'router port "{lrp}" has HA chassis group "{group}" with {len(chassis)} chassis ({parts}); '
+            "the highest priority is active")
+
+
+def test_network_gets_its_group_and_keeps_it_in_shape(admin, admin_client, cluster, unique_namespace):
+    env = Env(admin, unique_namespace)
+    trunk = Trunk(admin_client, env.provider)
+    ns, net, sub, pool = unique_namespace, "gw", unique("sub"), "p"
+    r = Router(cluster.nbctl, sub)
+    trunk.join("worker1", "worker2")
+    try:
+        with running_controller(cluster, manage_gateway=True, ovn_nb_address=cluster.nb_tcp,
+                                subnet_prune_timeout=PRUNE) as mgr:
+            bound_network(env, net, sub, pool)
+            # No router port yet.
+            obj = env.wait(net, "GatewayReady", "RouterPortMissing")
+            assert reason(obj, "GatewayReady") == ("False", "RouterPortMissing",
+                                                   f'OVN has no logical router port "{r.lrp}" yet')
+            assert reason(obj, "Ready")[:2] == ("False", "RouterPortMissing")
+            # Kube-OVN makes the port: the NB event brings the network back at once.
+            r.create()
+            obj = env.wait(net, "Ready", "Ready")
+            assert reason(obj, "GatewayReady") == (
+                "True", "ChassisAssigned", assigned(r.lrp, r.group, [("ch-worker1", 100), ("ch-worker2", 90)]))
+            rows = r.group_rows()
+            assert len(rows) == 1
+            assert rows[0]["external_ids"] == {"owner": "proxmox-network", "network": f"{ns}/{net}"}
+            assert rows[0]["chassis"] == {"ch-worker1": 100, "ch-worker2": 90}
+            assert r.pointer() == rows[0]["uuid"]
+            # northd turns the port into a distributed gateway port: cr-<port> in the SB.
+            wait_for(lambda: cluster.sbctl("--bare", "--columns=type", "find", "Port_Binding",
+                                           f"logical_port=cr-{r.lrp}").strip() == "chassisredirect",
+                     timeout=20, what="cr- port in the SB")
+            m = mgr.metrics
+            assert m.network_gateway_chassis.labels(ns, net)._value.get() == 2
+            assert m.network_gateway_ready.labels(ns, net)._value.get() == 1
+
+            # Drift: the pointer cleared by hand is repaired from the NB event (resync is 1 h here).
+            r.nbctl("clear", "Logical_Router_Port", r.lrp, "ha_chassis_group")
+            wait_for(lambda: r.pointer() == rows[0]["uuid"], timeout=15, what="pointer repaired")
+
+            # A node joining does not move the active chassis (worker5 tops the hash).
+            trunk.join("worker5")
+            wait_for(lambda: r.chassis() == {"ch-worker1": 100, "ch-worker5": 90, "ch-worker2": 80},
+                     timeout=15, what="worker5 added below the active chassis")
+            # The active node leaving moves it.
+            trunk.leave("worker1")
+            wait_for(lambda: r.chassis() == {"ch-worker5": 100, "ch-worker2": 90}, timeout=15,
+                     what="active moved to worker5")
+            obj = env.wait(net, "Ready", "Ready")
+            assert reason(obj, "GatewayReady")[2] == assigned(r.lrp, r.group, [("ch-worker5", 100), ("ch-worker2", 90)])
+
+            # Steady state: a full resync writes nothing to the NB.
+            n = mgr.gateway.applier.transactions
+            done = mgr.resyncs_completed
+            mgr.enqueue_all()
+            wait_for(lambda: mgr.resyncs_completed > done, timeout=30, what="resync")
+            assert mgr.gateway.applier.transactions == n
+
+            # No trunk node left: the group stays as it is, GatewayReady False.
+            trunk.leave("worker2")
+            wait_for(lambda: r.chassis() == {"ch-worker5": 100}, timeout=15, what="worker2 dropped")
+            trunk.leave("worker5")
+            obj = env.wait(net, "GatewayReady", "NoTrunkNodes")
+            assert reason(obj, "Ready")[:2] == ("False", "NoTrunkNodes")
+            assert r.chassis() == {"ch-worker5": 100}  # never emptied (B06)
+            trunk.join("worker2")
+            env.wait(net, "Ready", "Ready")
+
+            # Deletion: the group goes before the VLAN.
+            admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", net)
+            env.wait(net, "Ready", "SubnetStillExists")
+            assert r.group_rows()  # still there while the network waits
+            env.delete_subnet(sub)
+            env.vlan_subnets(sub, [])
+            env.gone(net)
+            assert r.group_rows() == [] and r.pointer() == ""
+            assert not env.vlan_exists(sub)
+    finally:
+        trunk.leave("worker1", "worker2", "worker5")
+        r.cleanup()
+
+
+def test_subnet_without_vpc_and_foreign_group(admin, admin_client, cluster, unique_namespace):
+    env = Env(admin, unique_namespace)
+    trunk = Trunk(admin_client, env.provider)
+    trunk.join("worker1")
+    sub1, sub2 = unique("sub"), unique("sub")
+    r = Router(cluster.nbctl, sub2)
+    try:
+        with running_controller(cluster, manage_gateway=True, ovn_nb_address=cluster.nb_tcp):
+            bound_network(env, "novpc", sub1, "p1", vpc="")
+            obj = env.wait("novpc", "GatewayReady", "RouterPortMissing")
+            assert reason(obj, "GatewayReady")[2] == f'Subnet "{sub1}" has no spec.vpc yet, so its router port is unknown'
+
+            r.create()
+            r.nbctl("ha-chassis-group-add", r.group)
+            r.nbctl("set", "HA_Chassis_Group", r.group, "external_ids:owner=kube-ovn")
+            bound_network(env, "foreign", sub2, "p2")
+            obj = env.wait("foreign", "GatewayReady", "ForeignGroup")
+            msg = f'OVN HA_Chassis_Group "{r.group}" belongs to "kube-ovn"; the controller leaves it alone'
+            assert reason(obj, "GatewayReady") == ("False", "ForeignGroup", msg)
+            assert reason(obj, "Ready") == ("False", "ForeignGroup", msg)
+            assert r.pointer() == ""
+            # The owner lets go of it (owner key removed): adopted in place on the NB event.
+            uuid = r.group_rows()[0]["uuid"]
+            r.nbctl("remove", "HA_Chassis_Group", r.group, "external_ids", "owner")
+            env.wait("foreign", "Ready", "Ready")
+            assert r.group_rows()[0]["uuid"] == uuid and r.pointer() == uuid
+    finally:
+        trunk.leave("worker1")
+        r.cleanup()
+
+
+def test_collector_deletes_groups_of_networks_that_are_gone(admin, cluster, unique_namespace):
+    sfx = secrets.token_hex(3)
+    gone, live, bad = f"px-gone-{sfx}", f"px-live-{sfx}", f"px-bad-{sfx}"
+    env = Env(admin, unique_namespace)
+    admin.create_network(unique_namespace, "alive", env.zone, unique("sub"))
+    for name, network in ((gone, f"{unique_namespace}/deleted"), (live, f"{unique_namespace}/alive"),
+                          (bad, "no-slash")):
+        cluster.nbctl("ha-chassis-group-add", name)
+        cluster.nbctl("set", "HA_Chassis_Group", name, "external_ids:owner=proxmox-network",
+                      f"external_ids:network={network}")
+    try:
+        with running_controller(cluster, manage_gateway=True, ovn_nb_address=cluster.nb_tcp) as mgr:
+            wait_for(lambda: mgr.collector.runs >= 1, timeout=30, what="collector ran at start")
+
+            def exists(name):
+                return bool(cluster.nbctl("--bare", "--columns=_uuid", "find", "HA_Chassis_Group",
+                                          f"name={name}").strip())
+
+            assert not exists(gone)
+            assert exists(live) and exists(bad)
+            assert mgr.metrics.gateway_groups_collected._value.get() >= 1
+    finally:
+        for name in (gone, live, bad):
+            for u in cluster.nbctl("--bare", "--columns=_uuid", "find", "HA_Chassis_Group", f"name={name}").split():
+                cluster.nbctl("--if-exists", "destroy", "HA_Chassis_Group", u)
+
+
+class NBBed:
+    """The cluster, with nbctl/nb pointing at a private NB server this test may stop."""
+
+    def __init__(self, cluster, server: NBServer) -> None:
+        self.cluster = cluster
+        self.server = server
+
+    def nbctl(self, *args: str) -> str:
+        return self.server.nbctl(*args)
+
+
+def _time(value: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def test_nb_outage_grace_survives_a_restart_and_recovers(admin, admin_client, cluster, unique_namespace, tmp_path):
+    """§9.5 with the start kept in the object (product-decisions.md §4.6): a Ready network
+    stays Ready for the grace, then NBUnavailable; a restart in between keeps the
+    deadline; recovery restores it."""
+    grace = 8.0
+    server = NBServer(tmp_path / "nb").start()
+    env = Env(admin, unique_namespace)
+    trunk = Trunk(admin_client, env.provider)
+    trunk.join("worker1")
+    ns, net, sub = unique_namespace, "out", unique("sub")
+    r = Router(server.nbctl, sub)
+    key = f"network:{ns}/{net}"
+    opts = dict(manage_gateway=True, ovn_nb_address=server.remote, nb_grace_period=grace)
+    try:
+        with running_controller(cluster, **opts) as mgr:
+            r.create()
+            bound_network(env, net, sub, "p")
+            env.wait(net, "Ready", "Ready")
+            server.stop()
+            wait_for(lambda: not mgr.gateway.applier.synced(), timeout=15, what="NB lost")
+            mgr.queue.add(key)
+            obj = wait_for(lambda: (o := admin.network(ns, net))["status"].get(FAILING_SINCE) and o,
+                           timeout=15, what="failure recorded")
+            since = obj["status"][FAILING_SINCE]
+            assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")  # kept within the grace
+            assert reason(obj, "Ready")[:2] == ("True", "Ready")
+        # A restart during the grace: the recorded start stays, so does the deadline.
+        with running_controller(cluster, **opts) as mgr:
+            def after_grace():
+                mgr.queue.add(key)
+                o = admin.network(ns, net)
+                return reason(o, "Ready")[:2] == ("False", "NBUnavailable") and o
+
+            obj = wait_for(after_grace, timeout=40, interval=0.5, what="grace over")
+            assert obj["status"][FAILING_SINCE] == since
+            gw = next(c for c in obj["status"]["conditions"] if c["type"] == "GatewayReady")
+            assert (gw["status"], gw["reason"]) == ("False", "NBUnavailable")
+            assert gw["message"].startswith(
+                f'could not bring the HA chassis group of router port "{r.lrp}" up to date in OVN NB since {since}: ')
+            assert _time(gw["lastTransitionTime"]) >= _time(since) + dt.timedelta(seconds=grace)
+            assert mgr.metrics.gateway_nb_errors._value.get() >= 1
+            # Recovery: the same rows are found again; no failure record is left.
+            server.start()
+            obj = wait_for(lambda: (o := admin.network(ns, net)) and reason(o, "Ready")[:2] == ("True", "Ready") and o,
+                           timeout=40, what="recovered")
+            assert FAILING_SINCE not in obj["status"]
+            assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
+    finally:
+        trunk.leave("worker1")
+        server.stop()
+
+
+def test_never_up_network_fails_at_once_and_release_waits_for_the_nb(admin, admin_client, cluster,
+                                                                      unique_namespace, tmp_path):
+    server = NBServer(tmp_path / "nb").start()
+    env = Env(admin, unique_namespace)
+    trunk = Trunk(admin_client, env.provider)
+    trunk.join("worker1")
+    ns, net, sub = unique_namespace, "never", unique("sub")
+    r = Router(server.nbctl, sub)
+    try:
+        with running_controller(cluster, manage_gateway=True, ovn_nb_address=server.remote,
+                                subnet_prune_timeout=PRUNE) as mgr:
+            wait_for(mgr.gateway.applier.synced, timeout=15, what="NB synced")
+            server.stop()
+            r2 = None
+            bound_network(env, net, sub, "p")
+            obj = env.wait(net, "GatewayReady", "NBUnavailable")
+            assert reason(obj, "GatewayReady")[0] == "False"  # never up: no grace
+            assert reason(obj, "Ready")[:2] == ("False", "NBUnavailable")
+            # Deleting while the NB is down: the VLAN is held (GatewayReleasePending).
+            admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", net)
+            env.delete_subnet(sub)
+            env.vlan_subnets(sub, [])
+            obj = env.wait(net, "Ready", "GatewayReleasePending")
+            assert reason(obj, "Ready")[2].startswith("could not delete the network's HA chassis group from OVN NB: ")
+            assert env.vlan_exists(sub)
+            server.start()
+            env.gone(net, timeout=60)
+            assert not env.vlan_exists(sub)
+            assert r2 is None
+    finally:
+        trunk.leave("worker1")
+        server.stop()

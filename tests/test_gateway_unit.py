@@ -1,0 +1,137 @@
+"""The NB failure grace (reference-behaviour.md §9.5, start kept in the object per
+product-decisions.md §4.6), the Node event predicate and mapping (§9.7), the requeue
+table (§5.10)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.gateway import (
+    NB_GRACE_PERIOD,
+    gateway_failed,
+    gateway_key,
+    networks_for_node,
+    node_index_provider,
+    node_providers,
+)
+from controller.network import requeue_after
+
+T0 = dt.datetime(2026, 10, 7, 8, 0, 0, tzinfo=dt.timezone.utc)
+LRP = "vpc-x-sub"
+GRACE = dt.timedelta(seconds=NB_GRACE_PERIOD)
+
+
+def cond(status, reason, message="m", ltt="2026-10-07T07:00:00Z"):
+    return {"type": "GatewayReady", "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": ltt}
+
+
+READY_TRUE = {"type": "Ready", "status": "True", "reason": "Ready"}
+READY_FALSE = {"type": "Ready", "status": "False", "reason": "Pending"}
+
+
+def test_true_network_is_kept_exactly_within_the_grace():
+    prev = cond("True", "ChassisAssigned", "router port has a group")
+    f = gateway_failed(T0, prev, READY_TRUE, None, "connection refused", LRP)
+    assert f.keep_previous and (f.status, f.reason, f.message) == ("True", "ChassisAssigned", "router port has a group")
+    assert f.since == T0
+
+
+def test_true_network_fails_at_the_deadline_of_the_recorded_start():
+    prev = cond("True", "ChassisAssigned")
+    since = T0 - GRACE
+    f = gateway_failed(T0, prev, READY_TRUE, since, "connection refused", LRP)
+    assert (f.status, f.reason) == ("False", "NBUnavailable")
+    assert f.message == (
+        f'could not bring the HA chassis group of router port "{LRP}" up to date in OVN NB since '
+        "2026-10-07T07:50:00Z: connection refused")
+    # One second earlier it was still kept (the recorded start decides, not this process).
+    assert gateway_failed(T0 - dt.timedelta(seconds=1), prev, READY_TRUE, since, "x", LRP).keep_previous
+
+
+def test_unknown_grace_is_timed_from_the_condition_transition():
+    ltt = T0 - dt.timedelta(minutes=4)
+    prev = cond("Unknown", "NBUnavailable", ltt=ltt.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    f = gateway_failed(T0, prev, READY_TRUE, None, "refused", LRP)
+    deadline = ltt + GRACE
+    assert (f.status, f.reason, f.since) == ("Unknown", "NBUnavailable", ltt)
+    assert f.message == (
+        f"OVN NB has not answered since {ltt.strftime('%Y-%m-%dT%H:%M:%SZ')}, so the HA chassis group of router "
+        f'port "{LRP}" is not known; the network stays Ready until {deadline.strftime("%Y-%m-%dT%H:%M:%SZ")}: refused')
+    f = gateway_failed(ltt + GRACE, prev, READY_TRUE, None, "refused", LRP)
+    assert (f.status, f.reason) == ("False", "NBUnavailable")
+
+
+def test_management_just_switched_on_counts_ready_as_up():
+    for prev in (None, cond("Unknown", "Disabled")):
+        up = gateway_failed(T0, prev, READY_TRUE, None, "e", LRP)
+        assert (up.status, up.reason) == ("Unknown", "NBUnavailable")
+        down = gateway_failed(T0, prev, READY_FALSE, None, "e", LRP)
+        assert (down.status, down.reason) == ("False", "NBUnavailable")
+
+
+def test_never_up_fails_at_once():
+    for prev in (cond("False", "RouterPortMissing"), cond("False", "NBUnavailable"),
+                 cond("Unknown", "SubnetUnavailable"), cond("Unknown", "WaitingForVLAN"),
+                 cond("False", "ForeignGroup")):
+        f = gateway_failed(T0, prev, READY_TRUE, None, "e", LRP)
+        assert (f.status, f.reason, f.keep_previous) == ("False", "NBUnavailable", False)
+
+
+@given(st.integers(min_value=0, max_value=3 * int(NB_GRACE_PERIOD)),
+       st.integers(min_value=0, max_value=3 * int(NB_GRACE_PERIOD)))
+def test_grace_never_extends_past_the_first_failure(first_offset, later):
+    """Whatever pass happens when, a once-Ready network is down exactly from since+grace."""
+    since = T0 + dt.timedelta(seconds=first_offset)
+    now = since + dt.timedelta(seconds=later)
+    f = gateway_failed(now, cond("True", "ChassisAssigned"), READY_TRUE, since, "e", LRP)
+    assert f.keep_previous == (later < NB_GRACE_PERIOD)
+    assert f.since == since
+
+
+def node(labels=None, chassis=None, deleting=False):
+    meta = {"name": "n1", "labels": labels or {}, "annotations": {}}
+    if chassis is not None:
+        meta["annotations"]["ovn.kubernetes.io/chassis"] = chassis
+    if deleting:
+        meta["deletionTimestamp"] = "2026-10-07T08:00:00Z"
+    return {"metadata": meta}
+
+
+READY = "physnet1.provider-network.kubernetes.io/ready"
+
+
+def test_node_predicate_and_mapping():
+    zones = [{"metadata": {"name": "z1"}, "spec": {"providerNetwork": "physnet1"}},
+             {"metadata": {"name": "z2"}, "spec": {"providerNetwork": "other"}}]
+    by_zone = {"z1": ["ns/a", "ns/b"], "z2": ["ns/c"]}
+    m = lambda old, new: networks_for_node(old, new, zones, lambda z: by_zone[z])  # noqa: E731
+    base = node({READY: "true", "team": "x"}, "ch1")
+    assert m(None, base) == ["ns/a", "ns/b"]  # create
+    assert m(base, None) == ["ns/a", "ns/b"]  # delete
+    assert m(base, node({READY: "true", "team": "y"}, "ch1")) == []  # unrelated label
+    assert m(base, node({READY: "false", "team": "x"}, "ch1")) == ["ns/a", "ns/b"]  # ready flipped
+    assert m(base, node({"team": "x"}, "ch1")) == ["ns/a", "ns/b"]  # label removed: old still maps
+    assert m(base, node({READY: "true", "team": "x"}, "ch2")) == ["ns/a", "ns/b"]  # chassis changed
+    assert m(base, node({READY: "true", "team": "x"}, "ch1", deleting=True)) == ["ns/a", "ns/b"]
+    assert m(None, node({"team": "x"}, "ch1")) == []  # not a trunk node of any provider
+    assert gateway_key(base) == (f"{READY}=true|ch1", False)
+
+
+def test_provider_index_only_counts_ready_true():
+    assert node_index_provider(node({READY: "true"})) == ["physnet1"]
+    assert node_index_provider(node({READY: "false"})) == []
+    assert node_providers(node({READY: "false"})) == {"physnet1"}
+    assert node_providers(node({".provider-network.kubernetes.io/ready": "true"})) == set()
+
+
+def test_requeue_table():
+    assert requeue_after(False, {}) == 600
+    assert requeue_after(True, {"gatewayFailingSince": "2026-10-07T08:00:00Z"}) == 30
+    for r in ("NBUnavailable", "RouterPortMissing"):
+        assert requeue_after(True, {"conditions": [cond("False", r)]}) == 30
+    assert requeue_after(True, {"conditions": [cond("True", "ChassisAssigned")]}) == 300
+    assert requeue_after(True, {"conditions": [cond("False", "NoTrunkNodes")]}) == 300
