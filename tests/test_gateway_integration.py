@@ -19,6 +19,7 @@ from controller.gateway import FAILING_SINCE
 from tests.support.controller import running_controller
 from tests.support.objects import Admin, reason, unique
 from tests.support.ovsdb import NBServer
+from tests.support.pki import CA, kube_ovn_secret
 from tests.support.wait import wait_for
 from tests.test_lifecycle_integration import Env
 
@@ -352,3 +353,58 @@ def test_never_up_network_fails_at_once_and_release_waits_for_the_nb(admin, admi
     finally:
         trunk.leave("worker1")
         server.stop()
+
+
+def _apply_tls_role(cluster) -> None:
+    import yaml
+    from pathlib import Path
+
+    role = Path(__file__).resolve().parent.parent / "manifests" / "ovn" / "tls-secret-role.yaml"
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cozy-kubeovn"}}
+    cluster.apply_docs([ns, *[d for d in yaml.safe_load_all(role.read_text()) if d]], "OVN TLS Role")
+
+
+def test_tls_from_the_kube_ovn_secret_and_its_rotation(admin, admin_client, cluster, unique_namespace, tmp_path):
+    """§11 with certificates made like Kube-OVN's (CN ovn, no SAN, no EKU): the controller
+    user reads the Secret through the Role of manifests/ovn/; a wrong CA is refused with
+    the certificate message; the fixed Secret is picked up without a restart."""
+    _apply_tls_role(cluster)
+    ca, other = CA("ovn-ca"), CA("unrelated-ca")
+    leaf = ca.issue("ovn")
+    server = NBServer(tmp_path / "nb", tls={"key": leaf.key, "cert": leaf.cert, "ca": ca.cert_pem}).start()
+    core = k8s.CoreV1Api(admin_client)
+
+    def put_secret(cacert: bytes) -> None:
+        body = kube_ovn_secret(cacert, leaf)
+        body["metadata"].pop("resourceVersion")
+        try:
+            core.create_namespaced_secret("cozy-kubeovn", body)
+        except k8s.ApiException as exc:
+            if exc.status != 409:
+                raise
+            core.replace_namespaced_secret("kube-ovn-tls", "cozy-kubeovn", body)
+
+    env = Env(admin, unique_namespace)
+    trunk = Trunk(admin_client, env.provider)
+    trunk.join("worker1")
+    sub = unique("sub")
+    r = Router(server.nbctl, sub)
+    r.create()
+    put_secret(other.cert_pem)  # wrong CA first
+    try:
+        with running_controller(cluster, manage_gateway=True, ovn_nb_address=server.remote,
+                                ovn_tls_dir=str(tmp_path / "tls")) as mgr:
+            bound_network(env, "tls", sub, "p")
+            obj = env.wait("tls", "GatewayReady", "NBUnavailable")
+            msg = reason(obj, "GatewayReady")[2]
+            assert f"{server.remote}: TLS handshake: OVN NB certificate: " in msg, msg
+            assert "BEGIN" not in msg
+            put_secret(ca.cert_pem)
+            obj = env.wait("tls", "Ready", "Ready", timeout=60)
+            assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
+            assert mgr.gateway.applier.nb.remote == server.remote
+            assert r.chassis() == {"ch-worker1": 100}
+    finally:
+        trunk.leave("worker1")
+        server.stop()
+        core.delete_namespaced_secret("kube-ovn-tls", "cozy-kubeovn")
