@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--manage-gateway-chassis", type=parse_bool, nargs="?", const=True, default=True)
     p.add_argument("--ovn-nb-address", default="ssl:ovn-nb.cozy-kubeovn.svc:6641")
     p.add_argument("--ovn-tls-secret", type=parse_tls_secret, default=("cozy-kubeovn", "kube-ovn-tls"))
+    p.add_argument("--ovn-tls-dir", default="",
+                   help="private directory (created 0700) for the TLS files python-ovs reads; "
+                        "default: a new temporary directory")
     p.add_argument("--workers", type=int, default=4, help="reconcile workers")
     p.add_argument(
         "--resync-period", type=parse_duration, default=600.0, help="full resync of every key (Go duration)"
@@ -227,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         subnet_prune_timeout=args.subnet_prune_timeout,
         ovn_nb_address=args.ovn_nb_address,
         ovn_tls_secret="/".join(args.ovn_tls_secret),
+        ovn_tls_dir=args.ovn_tls_dir,
     )
     metrics = Metrics()
     try:

@@ -59,6 +59,21 @@ def converged(cluster: LocalCluster, expected_networks: int) -> bool:
     return all((z.get("status") or {}).get("allocatedVLANs") is not None for z in zones)
 
 
+def gateway_table(cluster: LocalCluster) -> str:
+    """HA_Chassis_Group name, its network and members (chassis=priority), one line each."""
+    chassis = json.loads(cluster.nbctl("--format=json", "--columns=_uuid,chassis_name,priority", "list", "HA_Chassis"))
+    members = {row[0][1]: (row[1], row[2]) for row in chassis["data"]}
+    groups = json.loads(cluster.nbctl("--format=json", "--columns=name,external_ids,ha_chassis", "list",
+                                      "HA_Chassis_Group"))
+    lines = [f"{'GROUP':44} {'NETWORK':24} CHASSIS=PRIORITY"]
+    for name, ids, refs in sorted(groups["data"]):
+        uuids = [r[1] for r in refs[1]] if refs[0] == "set" else [refs[1]]
+        ms = sorted((members[u] for u in uuids if u in members), key=lambda m: -m[1])
+        network = dict(ids[1]).get("network", "")
+        lines.append(f"{name:44} {network:24} " + ", ".join(f"{c}={p}" for c, p in ms))
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default=str(REPO / ".run" / "demo"))
@@ -72,15 +87,16 @@ def main() -> int:
             LocalCluster.attach(workdir).stop()
         except Exception:
             pass
-    print("==> starting kube-apiserver + etcd on 127.0.0.1 (CRDs and RBAC from manifests/)", flush=True)
-    cluster = LocalCluster(workdir, with_nb=False, detach=args.keep)
+    print("==> starting kube-apiserver + etcd + OVN NB/SB + ovn-northd on 127.0.0.1 (CRDs and RBAC from manifests/)",
+          flush=True)
+    cluster = LocalCluster(workdir, detach=args.keep)
     cluster.start()
     controller = None
     peers: list = []
     try:
         print(f"    control plane up in {cluster.start_seconds:.1f}s at {cluster.server}", flush=True)
         print("==> starting the Kube-OVN and IPAM emulators (tests/emulators/) as the peers", flush=True)
-        peers = [KubeOvnEmulator(cluster, manage_nb=False).start(), IpamEmulator(cluster).start()]
+        peers = [KubeOvnEmulator(cluster, manage_nb=True).start(), IpamEmulator(cluster).start()]
         samples = load_samples()
         print(f"==> applying {len(samples)} sample objects from hack/sample/", flush=True)
         cluster.apply_docs(samples, "sample objects")
@@ -95,7 +111,8 @@ def main() -> int:
             [
                 sys.executable, "-m", "controller.main",
                 f"--kubeconfig={cluster.controller_kubeconfig}",
-                "--manage-gateway-chassis=false",
+                "--manage-gateway-chassis=true",
+                f"--ovn-nb-address={cluster.nb_tcp}",
                 "--metrics-bind-address=0",
                 "--health-probe-bind-address=0",
                 "--log-format=console",
@@ -128,6 +145,12 @@ def main() -> int:
             ).stdout.decode(),
             flush=True,
         )
+        print("==> OVN NB: the HA_Chassis_Group of each Ready network's router port (highest priority is active)",
+              flush=True)
+        print(gateway_table(cluster), flush=True)
+        print("==> OVN SB (ovn-northd): the chassis-redirect ports that answer the VMs' ARP", flush=True)
+        cr = cluster.sbctl("--bare", "--columns=logical_port", "find", "Port_Binding", "type=chassisredirect")
+        print("\n".join(sorted(cr.split())) + "\n", flush=True)
         if args.keep:
             print(f"==> left running; KUBECONFIG={cluster.admin_kubeconfig} {cluster.kubectl} get pxnet -A")
             print(f"    stop with: python hack/cluster.py stop --dir {workdir} (and kill {controller.pid})")
