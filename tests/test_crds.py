@@ -314,7 +314,10 @@ def test_network_status(network):
         "prefix",
         "ipPool",
         "conditions",
+        # product-decisions.md §4.6: the NB grace start is kept in the object.
+        "gatewayFailingSince",
     }
+    assert (props["gatewayFailingSince"]["type"], props["gatewayFailingSince"]["format"]) == ("string", "date-time")
     assert "required" not in st
     assert (props["observedGeneration"]["type"], props["observedGeneration"]["format"]) == ("integer", "int64")
     for f in ("vlan", "prefix"):
