@@ -202,7 +202,8 @@ class Manager:
                 lambda ns, name: self.writer.get(names.SECRETS, name, ns), options.ovn_tls_secret, tls_dir
             )
         applier = GatewayApplier(
-            options.ovn_nb_address, enqueue=lambda key: self.queue.add(NETWORK + key), tls_source=tls_source
+            options.ovn_nb_address, enqueue=lambda key: self.queue.add(NETWORK + key), tls_source=tls_source,
+            on_commit=self.metrics.gateway_nb_transaction,
         )
         self.collector = GatewayCollector(applier, self._network_exists, self.metrics, options.gateway_collect_period)
         return GatewayStep(applier, self.nodes.store, self.subnets.store, self.metrics, self.events,

@@ -279,6 +279,12 @@ class Metrics:
         self.gateway_nb_errors = Counter(
             "cozy_proxmox_gateway_nb_errors_total",
             "Gateway ensures and releases that could not reach or update the OVN NB.", registry=reg)
+        # Ours, beyond the reference (field report B07 asks for NB write counts): zero in
+        # a steady state.
+        self.gateway_nb_transactions = Counter(
+            "cozy_proxmox_gateway_nb_transactions_total",
+            "OVN NB write transactions committed by the controller, by operation (ensure, release, collect).",
+            ["op"], registry=reg)
 
         # -- reconcile --------------------------------------------------------
         self.vlan_allocations = Counter(
@@ -425,6 +431,10 @@ class Metrics:
         """HA chassis groups deleted by collection."""
         if count:
             self.gateway_groups_collected.inc(count)
+
+    def gateway_nb_transaction(self, op: str) -> None:
+        """One committed NB write transaction of ``op`` (``ensure``/``release``/``collect``)."""
+        self.gateway_nb_transactions.labels(op).inc()
 
     def gateway_nb_error(self) -> None:
         """One failed ensure or release (not collection errors)."""

@@ -116,8 +116,10 @@ class GatewayApplier:
         tls_source: Any = None,
         leader_only: bool = True,
         pass_timeout: float = PASS_TIMEOUT,
+        on_commit: Callable[[str], None] | None = None,
     ) -> None:
         self.enqueue = enqueue or (lambda key: None)
+        self.on_commit = on_commit or (lambda op: None)
         self.pass_timeout = pass_timeout
         self.lrp_by_name = RowIndex(LRP, lambda r: [r.name])
         self.lrp_by_group = RowIndex(LRP, lambda r: [_uuid(g) for g in _refs(r, "ha_chassis_group")])
@@ -137,6 +139,10 @@ class GatewayApplier:
                      self.group_by_chassis],
             tls_source=tls_source,
         )
+
+    def _committed(self, op: str) -> None:
+        self.transactions += 1
+        self.on_commit(op)
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> "GatewayApplier":
@@ -222,7 +228,7 @@ class GatewayApplier:
             state: GatewayState = res.value
             if res.status in (SUCCESS, UNCHANGED):
                 if res.status == SUCCESS:
-                    self.transactions += 1
+                    self._committed("ensure")
                     log.info("updated OVN HA chassis group", group=planner.group_name(vpc, subnet),
                              routerPort=lrp, chassis=state.message, created=state.created, adopted=state.adopted)
                 return state
@@ -362,7 +368,7 @@ class GatewayApplier:
             res = self.nb.transact(lambda txn, idl: self._delete_first_txn(txn, idl, network_key),
                                    timeout=self.pass_timeout)
             if res.status == SUCCESS:
-                self.transactions += 1
+                self._committed("release")
                 deleted += 1
                 name, ports = res.value
                 log.info("deleted OVN HA chassis group", group=name, network=network_key, clearedRouterPorts=ports)
@@ -430,7 +436,7 @@ class GatewayApplier:
 
             res = self.nb.transact(txn_fn, timeout=self.pass_timeout)
             if res.status == SUCCESS:
-                self.transactions += 1
+                self._committed("collect")
                 deleted += 1
                 log.info("deleted OVN HA chassis group", group=name, network=network,
                          clearedRouterPorts=(res.value or ("", []))[1])

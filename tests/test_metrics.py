@@ -33,6 +33,7 @@ SERIES: dict[str, tuple[str, frozenset[str]]] = {
     "cozy_proxmox_network_gateway_ready": ("gauge", frozenset({"namespace", "network"})),
     "cozy_proxmox_gateway_groups_collected_total": ("counter", frozenset()),
     "cozy_proxmox_gateway_nb_errors_total": ("counter", frozenset()),
+    "cozy_proxmox_gateway_nb_transactions_total": ("counter", frozenset({"op"})),
     "cozy_proxmox_vlan_allocations_total": ("counter", frozenset({"zone", "result"})),
     "cozy_proxmox_network_reconcile_errors_total": ("counter", frozenset({"reason"})),
     "cozy_proxmox_network_reconcile_duration_seconds": ("histogram", frozenset()),
@@ -99,6 +100,7 @@ def populate(m: Metrics) -> None:
     m.set_gateway_ready("tenant-a", "net-1", True)
     m.gateway_group_collected()
     m.gateway_nb_error()
+    m.gateway_nb_transaction("ensure")
     m.vlan_allocation("zone-a", "allocated")
     m.reconcile_error("error")
     m.observe_reconcile(0.03)
