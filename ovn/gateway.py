@@ -129,6 +129,10 @@ class GatewayApplier:
         # Router port name -> networks that manage it (filled by ensure), for LRP events.
         self._port_networks: dict[str, set[str]] = {}
         self._lock = threading.Lock()
+        # Per-VPC votes for the active chassis (owner thread only): recounting every
+        # group of a VPC on each pass would make a resync quadratic in the VPC's size.
+        # An entry is dropped when a group or chassis row of the VPC changes.
+        self._votes: dict[str, tuple[frozenset[str], dict[str, tuple[int, int]]]] = {}
         self.transactions = 0  # write transactions committed (benchmarks, tests)
         self.nb = NBClient(
             addresses,
@@ -163,6 +167,11 @@ class GatewayApplier:
                 keys.add(key)
         return {k for k in keys if k}
 
+    def _forget_votes(self, group_name: str) -> None:
+        # Over-invalidation is harmless ("px-a-" also matches VPC "a-b"'s groups).
+        for vpc in [v for v in self._votes if group_name.startswith(f"{planner.GROUP_PREFIX}{v}-")]:
+            del self._votes[vpc]
+
     def _on_row(self, event: str, row: ovs.db.idl.Row) -> None:
         table = row._table.name
         keys: set[str] = set()
@@ -170,15 +179,18 @@ class GatewayApplier:
             with self._lock:
                 keys |= self._port_networks.get(str(getattr(row, "name", "")), set())
         elif table == GROUP:
+            self._forget_votes(str(getattr(row, "name", "")))
             keys |= self._networks_of_group(row)
         elif table == CHASSIS:
             idl = row._idl
             for g in self.group_by_chassis.get(idl, str(row.uuid)):
+                self._forget_votes(str(g.name))
                 keys |= self._networks_of_group(g)
         for key in sorted(keys):
             self.enqueue(key)
 
     def _on_sync(self) -> None:
+        self._votes.clear()
         # After a (re)connect every network we manage re-checks its rows: anything may
         # have changed while we were away.
         with self._lock:
@@ -295,11 +307,7 @@ class GatewayApplier:
                 NO_TRUNK_NODES, "no node of the zone's provider network is ready with an OVN chassis", len(have)
             )
 
-        vpc_groups = []
-        for s in [subnet, *siblings]:
-            for g in self.group_by_name.get(idl, planner.group_name(vpc, s)):
-                vpc_groups.append(_group_view(g))
-        wanted = planner.wanted_chassis(vpc, trunk, vpc_groups)
+        wanted = planner.wanted_chassis(vpc, trunk, votes=self._vpc_votes(idl, vpc, subnet, siblings))
         wanted_names = {c for c, _ in wanted}
         message = planner.assigned_message(lrp_name, gname, wanted)
         active = wanted[0][0] if wanted else ""
@@ -350,6 +358,16 @@ class GatewayApplier:
         if changed:
             self.before_commit(txn, idl)
         return GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, changed and not created, active)
+
+    def _vpc_votes(self, idl, vpc: str, subnet: str, siblings: list[str]) -> dict[str, tuple[int, int]]:
+        subnets = frozenset([subnet, *siblings])
+        cached = self._votes.get(vpc)
+        if cached is not None and cached[0] == subnets:
+            return cached[1]
+        views = [_group_view(g) for s in sorted(subnets) for g in self.group_by_name.get(idl, planner.group_name(vpc, s))]
+        votes = planner.tally_votes(views)
+        self._votes[vpc] = (subnets, votes)
+        return votes
 
     def before_commit(self, txn: ovs.db.idl.Transaction, idl: ovs.db.idl.Idl) -> None:
         """Runs on the owner thread right before a write is committed (nothing here; a

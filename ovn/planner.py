@@ -237,6 +237,29 @@ def foreign_message(reason: str) -> str:
 # --------------------------------------------------------------------------- sticky active
 
 
+def tally_votes(vpc_groups: Iterable[GroupView | Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
+    """Votes for the VPC's active chassis: each group we own votes with its top chassis
+    (highest priority, ties by name). chassis -> (groups topped, highest priority)."""
+    votes: dict[str, tuple[int, int]] = {}
+    for g in map(as_group, vpc_groups):
+        if g.owner != OWNER:
+            continue
+        top = g.top()
+        if top is None:
+            continue
+        n, p = votes.get(top[0], (0, 0))
+        votes[top[0]] = (n + 1, max(p, top[1]))
+    return votes
+
+
+def pick_active(votes: Mapping[str, tuple[int, int]], eligible: Iterable[str]) -> str | None:
+    """The eligible chassis with the most votes; ties by the higher priority, then name."""
+    cands = [c for c in set(eligible) if c in votes]
+    if not cands:
+        return None
+    return min(cands, key=lambda c: (-votes[c][0], -votes[c][1], c))
+
+
 def current_active(vpc_groups: Iterable[GroupView | Mapping[str, Any]], eligible: Iterable[str]) -> str | None:
     """The VPC's current active chassis that is still eligible, or None.
 
@@ -244,34 +267,23 @@ def current_active(vpc_groups: Iterable[GroupView | Mapping[str, Any]], eligible
     priority, ties by name) when that chassis is eligible. The chassis that tops
     the most groups wins; ties by the higher priority, then by chassis name.
     """
-    elig = set(eligible)
-    votes: dict[str, list[int]] = {}
-    for g in map(as_group, vpc_groups):
-        if g.owner != OWNER:
-            continue
-        top = g.top()
-        if top is None or top[0] not in elig:
-            continue
-        v = votes.setdefault(top[0], [0, 0])
-        v[0] += 1
-        v[1] = max(v[1], top[1])
-    if not votes:
-        return None
-    return min(votes, key=lambda c: (-votes[c][0], -votes[c][1], c))
+    return pick_active(tally_votes(vpc_groups), eligible)
 
 
 def wanted_chassis(
     vpc: str,
     trunk: Sequence[TrunkNode],
     vpc_groups: Iterable[GroupView | Mapping[str, Any]] = (),
+    votes: Mapping[str, tuple[int, int]] | None = None,
 ) -> list[tuple[str, int]]:
     """Wanted (chassis, priority) for any router port of ``vpc``.
 
     Rendezvous order over ``vpc/<vpc>``; the VPC's current active chassis (see
-    ``current_active``) is moved to the top while it is still in ``trunk``.
+    ``current_active``; ``votes`` from ``tally_votes`` may be passed instead of the
+    groups) is moved to the top while it is still in ``trunk``.
     """
     order = [t.chassis for t in rendezvous_order(rendezvous_key(vpc), trunk)]
-    active = current_active(vpc_groups, order)
+    active = pick_active(votes if votes is not None else tally_votes(vpc_groups), order)
     if active is not None:
         order.remove(active)
         order.insert(0, active)
