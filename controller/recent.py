@@ -3,9 +3,16 @@
 After the controller writes an object, the watch brings the new version back a moment
 later; a pass in between would read the old version, recompute a status that is already
 stored, and fail with 409 Conflict (a wasted write and a backoff). :class:`RecentWrites`
-keeps the object the API server returned for our last write of each key until the watch
-delivers that exact resourceVersion (resourceVersions are opaque: only equality is used,
-never order), the key sees a Conflict, or ``ttl`` seconds pass.
+keeps the object the API server returned for our last write of each key until the cache
+holds that resourceVersion or a newer one, the key sees a Conflict, or ``ttl`` seconds pass.
+
+"Newer" is decided as client-go's mutation cache does (``etcdObjectVersioner``): when both
+resourceVersions are decimal integers (every etcd3-backed API server), the larger one is
+newer; otherwise only equality counts. Equality alone is not enough: after a relist (410
+Gone, field report B12) the watch never delivers the version we wrote, only a later one,
+and a pass reading our stale copy would not see, for example, a deletion that came after
+it (found by hack/chaos.py: a network deleted just after our status write, then an API
+server restart, stayed "live" until the next full resync).
 """
 
 from __future__ import annotations
@@ -42,6 +49,12 @@ class RecentWrites:
         if (cached.get("metadata") or {}).get("uid") != (entry[0].get("metadata") or {}).get("uid"):
             self.forget(key)
             return cached
+        # The cache already holds our write or something written after it.
+        if _not_older(cached, entry[0]):
+            with self._lock:
+                if self._objs.get(key) is entry:
+                    del self._objs[key]
+            return cached
         return entry[0]
 
     def wrote(self, obj: Mapping[str, Any]) -> None:
@@ -56,8 +69,18 @@ class RecentWrites:
     def observe(self, obj: Mapping[str, Any]) -> None:
         """Informer event: the cache now holds ``obj``; drop our copy once it is ours."""
         key = meta_namespace_key(dict(obj))
-        rv = (obj.get("metadata") or {}).get("resourceVersion")
         with self._lock:
             entry = self._objs.get(key)
-            if entry is not None and entry[0].get("metadata", {}).get("resourceVersion") == rv:
+            if entry is not None and _not_older(obj, entry[0]):
                 del self._objs[key]
+
+
+def _not_older(cached: Mapping[str, Any], ours: Mapping[str, Any]) -> bool:
+    """True when ``cached`` is our written version or a later one (see the module docstring)."""
+    a = (cached.get("metadata") or {}).get("resourceVersion")
+    b = (ours.get("metadata") or {}).get("resourceVersion")
+    if a == b:
+        return True
+    if isinstance(a, str) and isinstance(b, str) and a.isdigit() and b.isdigit():
+        return int(a) > int(b)
+    return False

@@ -823,6 +823,62 @@ class Loader:
             retry(fn, f"delete {s.ns}/{s.net}", ok_statuses=(404,))
 
 
+# --------------------------------------------------------------------------- garbage collector
+
+
+class GarbageCollector:
+    """The bed runs no kube-controller-manager, so nobody deletes an IPAddress whose owning
+    IPAddressClaim is gone (the IPAM emulator sets that ownerReference, as CAPI does). This
+    plays the garbage collector for exactly that: every second, an IPAddress in our
+    namespaces whose IPAddressClaim owner (by UID) no longer exists is deleted; the IPAM
+    emulator then releases its ProtectAddress finalizer. Without it, a claim deleted while
+    the emulator was fulfilling it leaves an address that (rightly) holds its network InUse
+    for ever."""
+
+    def __init__(self, cluster: LocalCluster, namespaces: list[str]) -> None:
+        self.api = cluster.api_client("admin")
+        self.co = k8s.CustomObjectsApi(self.api)
+        self.namespaces = set(namespaces)
+        self.collected = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gc", daemon=True)
+
+    def start(self) -> "GarbageCollector":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self.api.close()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                self.sweep()
+            except Exception:  # noqa: BLE001 - API server down: next round
+                pass
+
+    def sweep(self) -> None:
+        kw = {"_request_timeout": (5, 30)}
+        # Addresses first: an address's owner claim was created before it, so a claim list
+        # taken afterwards holds every owner still alive.
+        addrs = self.co.list_cluster_custom_object(*IPAM_ADDR, "ipaddresses", **kw)["items"]
+        claims = {c["metadata"]["uid"] for c in self.co.list_cluster_custom_object(*IPAM_ADDR, "ipaddressclaims", **kw)["items"]}
+        for a in addrs:
+            m = a["metadata"]
+            if m.get("namespace") not in self.namespaces or m.get("deletionTimestamp"):
+                continue
+            owners = [o for o in m.get("ownerReferences") or [] if o.get("kind") == "IPAddressClaim"]
+            if owners and all(o.get("uid") not in claims for o in owners):
+                try:
+                    self.co.delete_namespaced_custom_object(*IPAM_ADDR, m["namespace"], "ipaddresses", m["name"], **kw)
+                    self.collected += 1
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+
+
 # --------------------------------------------------------------------------- convergence
 
 
@@ -955,7 +1011,7 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
     logdir = workdir / "logs"
     logdir.mkdir(exist_ok=True)
     cluster = LocalCluster(workdir / "bed")
-    sup = mon = loader = checker = None
+    sup = mon = loader = checker = gc = None
     emus: list[Any] = []
     try:
         cluster.start()
@@ -983,6 +1039,7 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
 
         mon = InvariantMonitor(cluster, set(namespaces), set(providers)).start()
         emus = [KubeOvnEmulator(cluster).start(), IpamEmulator(cluster).start()]
+        gc = GarbageCollector(cluster, namespaces).start()
         sup = Supervisor(cluster, logdir, cfg).start()
         sup.leader(120)
         loader = Loader(cluster, slots, rng).start()
@@ -1068,6 +1125,8 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
         if sup is not None:
             sup.stop()
             res.replica_exits = sup.exits
+        if gc is not None:
+            gc.stop()
         for e in emus:
             e.stop()
         if checker is not None:
@@ -1141,6 +1200,9 @@ def write_figures(doc: Path, res: ChaosResult) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack on stderr
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=50)
     ap.add_argument("--api-restarts", type=int, default=5)

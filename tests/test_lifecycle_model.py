@@ -522,6 +522,24 @@ class Lifecycle(RuleBasedStateMachine):
         self.pending = []
         self.ctl = Controller(self.api, self.clock)
 
+    @rule()
+    def relist(self):
+        """B12: the watch of every kind gets 410 (an API server restart or a compaction
+        during a gap) and the informers relist: the stores are replaced by the API's current
+        state, the undelivered events are never seen one by one (the versions in between are
+        skipped), and the handlers see an update or a synthesized delete for every key. The
+        process keeps running: its assumed set and read-your-writes overlay stay."""
+        self._sync_events()
+        self.pending = []
+        for plural, key in PLURALS.items():
+            store = self.ctl.stores[key]
+            current = {o["metadata"].get("namespace", "") + "/" + o["metadata"]["name"]: o for o in self.api.items(plural)}
+            for old in list(store.list()):
+                if old["metadata"].get("namespace", "") + "/" + old["metadata"]["name"] not in current:
+                    self.ctl.deliver(plural, "DELETED", old)
+            for o in current.values():
+                self.ctl.deliver(plural, "MODIFIED", o)
+
     @rule(seconds=st.sampled_from([1, 10, 30, 61]))
     def time_passes(self, seconds):
         self.t += _dt.timedelta(seconds=seconds)
@@ -594,7 +612,8 @@ class Lifecycle(RuleBasedStateMachine):
         for v in self.api.items("vlans"):
             if v["metadata"]["name"].startswith("ops-"):
                 self.api.delete("vlans", v["metadata"]["name"])
-        self.restart()
+        # No restart here: the running process must drain by itself (a stale cache or
+        # overlay that only a restart would clear is a liveness bug).
         for _ in range(8):
             for i in range(N):
                 self.kubeovn_drops_its_finalizer(i)
@@ -656,3 +675,24 @@ def test_fake_api_server_speaks_kubernetes():
     w.merge_patch(names.NAMESPACES, "x", {"metadata": {"annotations": {"k": "v"}}})
     assert api.find("namespaces", "x")["metadata"]["annotations"] == {"k": "v"}
     assert json.dumps(w.request("GET", MACHINES.path("x"))) == '{"items": []}'
+
+
+def test_a_deletion_seen_only_through_a_relist_is_not_hidden_by_our_last_write():
+    """Regression (found by hack/chaos.py, B12): our status write, then the user deletes the
+    network, then the watch gets 410 and relists — the version we wrote is never delivered,
+    only the later deleting one. The read-your-writes overlay used to keep serving our
+    non-deleting copy (it waited for exactly our resourceVersion), so the deletion pass did
+    not run and the network waited for the next 10-minute resync."""
+    m = Lifecycle()
+    m.create_subnet_and_pool(0)
+    m.create_network(0)
+    m.deliver(100)
+    m.reconcile_network(0)  # finalizer and status written; the watch has not brought them back
+    m.delete_network(0)
+    m.relist()
+    res = m.ctl.net.reconcile(f"{NS}/n0")
+    net = m.api.find("proxmoxnetworks", "n0", NS)
+    ready = next(c for c in net["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["reason"], ready["message"]) == ("SubnetStillExists",
+                                                   'Subnet "s0" still exists; VLAN 100 is released after it is deleted')
+    assert res.requeue_after == 30.0  # the deletion walk's retry, not the 600 s resync of a live network

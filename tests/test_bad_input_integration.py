@@ -1,0 +1,440 @@
+"""The bad-input corpus (product-decisions.md §6: "Bad input never crashes the controller or
+loses data: it becomes a condition with a reason and a message that says what to fix").
+
+Every case is fed to a running controller (as its own user) with the Kube-OVN and IPAM
+emulators: malformed zones (ranges, reserved and static VLANs, selectors), networks,
+pools and their addresses, Subnet fields, the prune-timer annotation on a Vlan, the
+namespace annotation ``proxmox.cozystack.io/networks``, and OVN NB rows we do not own.
+Each ends in the condition the spec names (reference-behaviour.md §4, §5.3-§5.6, §7) or is
+ignored; input the CRD schema refuses is answered 422 by the API server and never reaches
+the controller. Throughout, no reconcile may crash (the log never says
+``reconcile crashed``), the workers stay alive, and no allocated VLAN or finalizer is lost.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from tests.emulators.ipam import IpamEmulator
+from tests.emulators.kubeovn import KubeOvnEmulator
+from tests.support.controller import running_controller
+from tests.support.objects import Admin, condition, reason, unique
+from tests.support.wait import wait_for
+
+pytestmark = pytest.mark.integration
+
+FINALIZER = "proxmox.cozystack.io/network"
+KUBEOVN = ("kubeovn.io", "v1")
+IPAM = ("ipam.cluster.x-k8s.io", "v1alpha2")
+PX = ("proxmox.cozystack.io", "v1alpha1")
+DELETED_SUBNETS = "proxmox.cozystack.io/deleted-subnets"
+NS_ANNOTATION = "proxmox.cozystack.io/networks"
+
+
+@pytest.fixture
+def admin(admin_client):
+    return Admin(admin_client)
+
+
+class Bed:
+    """A namespace, zones on providers of their own, and helpers to build networks with a
+    Subnet and a pool (shaped like Kube-OVN's and CAPI's, sound unless a case breaks them)."""
+
+    def __init__(self, admin: Admin, ns: str) -> None:
+        self.a = admin
+        self.ns = ns
+        self.octet = 0
+
+    def zone(self, ranges: list[str], **spec) -> tuple[str, str]:
+        provider = unique("pn")[:12]
+        name = unique("bad-zone")
+        self.a.create_provider_network(provider)
+        self.a.create_zone(name, provider, ranges, **spec)
+        return name, provider
+
+    def subnet(self, name: str, **overrides) -> None:
+        self.octet += 1
+        n = f"10.77.{self.octet}"
+        spec = {"vlan": name, "cidrBlock": f"{n}.0/24", "gateway": f"{n}.1", "excludeIps": [f"{n}.1", f"{n}.100..{n}.150"]}
+        spec.update(overrides)
+        self.a.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
+            "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name}, "spec": spec})
+
+    def pool(self, name: str, **overrides) -> None:
+        n = f"10.77.{self.octet}"
+        spec = {"addresses": [f"{n}.100-{n}.150"], "prefix": 24, "gateway": f"{n}.1"}
+        spec.update(overrides)
+        self.a.co.create_namespaced_custom_object(*IPAM, self.ns, "inclusterippools", {
+            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+            "metadata": {"name": name, "namespace": self.ns}, "spec": spec})
+
+    def network(self, name: str, zone: str, subnet_overrides: dict | None = None, pool_overrides: dict | None = None,
+                with_subnet: bool = True, with_pool: bool = True) -> tuple[str, str]:
+        sub, pool = unique(f"{name}-s"), f"{name}-pool"
+        if with_subnet:
+            self.subnet(sub, **(subnet_overrides or {}))
+        if with_pool:
+            self.pool(pool, **(pool_overrides or {}))
+        self.a.create_network(self.ns, name, zone, sub, pool)
+        return sub, pool
+
+    def wait(self, name: str, ctype: str, expected: str, timeout: float = 40) -> tuple[dict, dict]:
+        def check():
+            obj = self.a.network(self.ns, name)
+            c = condition(obj, ctype)
+            gen = obj["metadata"].get("generation")
+            return (obj, c) if c and c.get("reason") == expected and c.get("observedGeneration") == gen else None
+        return wait_for(check, timeout=timeout, what=f"{ctype}={expected} on {self.ns}/{name}")
+
+    def zone_ready(self, zone: str, expected: str, timeout: float = 40) -> dict:
+        def check():
+            z = self.a.zone(zone)
+            c = condition(z, "Ready")
+            return c if c and c.get("reason") == expected else None
+        return wait_for(check, timeout=timeout, what=f"zone {zone} Ready={expected}")
+
+
+@pytest.fixture
+def bed(admin, unique_namespace):
+    return Bed(admin, unique_namespace)
+
+
+@pytest.fixture
+def controller(cluster, capfd):
+    """Controller + emulators; afterwards: no reconcile crashed, every worker alive."""
+    with KubeOvnEmulator(cluster), IpamEmulator(cluster), running_controller(cluster, subnet_prune_timeout=30) as mgr:
+        yield mgr
+        assert mgr.healthy(), "a worker or the resync thread died"
+        assert mgr.caches_fresh()
+    out, err = capfd.readouterr()
+    assert "reconcile crashed" not in out + err, (out + err)[-4000:]
+
+
+def full_resync(mgr) -> None:
+    """Queue every key and wait until all of them have been processed."""
+    before = mgr.resyncs_completed
+    mgr.enqueue_all()
+    wait_for(lambda: mgr.resyncs_completed > before, what="a full resync")
+
+
+def refused(fn) -> ApiException:
+    with pytest.raises(ApiException) as exc:
+        fn()
+    assert exc.value.status == 422, exc.value.body
+    return exc.value
+
+
+# --------------------------------------------------------------------------- zones
+
+
+@pytest.mark.parametrize("ranges, message", [
+    (["0"], 'vlan range "0": 0 is outside 1-4094'),
+    (["4095"], 'vlan range "4095": 4095 is outside 1-4094'),
+    (["120", "300-200"], 'vlan range "300-200" ends before it starts'),
+    (["0-5"], 'vlan range "0-5": 0 is outside 1-4094'),
+])
+def test_zone_ranges_the_schema_admits_end_in_zone_invalid(admin, bed, controller, ranges, message):
+    zone, _ = bed.zone(ranges)
+    c = bed.zone_ready(zone, "ZoneInvalid")
+    assert (c["status"], c["message"]) == ("False", message)
+    bed.network("n1", zone)
+    obj, c = bed.wait("n1", "VLANAllocated", "ZoneInvalid")
+    assert (c["status"], c["message"]) == ("False", message)
+    assert reason(obj, "Ready")[:2] == ("False", "ZoneInvalid")
+    assert "vlan" not in obj["status"]
+    # Fixing the zone is all it takes: the network then gets the lowest free ID.
+    admin.patch_zone(zone, {"spec": {"vlanRanges": ["130-131"]}})
+    obj, c = bed.wait("n1", "VLANAllocated", "Allocated")
+    assert obj["status"]["vlan"] == 130
+
+
+@pytest.mark.parametrize("spec", [
+    {"vlanRanges": ["abc"]},
+    {"vlanRanges": ["-5"]},
+    {"vlanRanges": ["1 - 5"]},
+    {"vlanRanges": []},
+    {"vlanRanges": ["100"], "reservedVLANs": [0]},
+    {"vlanRanges": ["100"], "reservedVLANs": [4095]},
+    {"vlanRanges": ["100"], "staticAssignments": [{"namespace": "a", "name": "b", "vlan": 5000}]},
+    {"vlanRanges": ["100"], "staticAssignments": [{"namespace": "a", "vlan": 7}]},
+    {"vlanRanges": ["100"], "mtu": 100},
+])
+def test_zone_input_the_schema_refuses_never_reaches_the_controller(admin, spec):
+    body = {"bridge": "vmbr1", "providerNetwork": "pn-x", **spec}
+    refused(lambda: admin.co.create_cluster_custom_object(*PX, "proxmoxnetworkzones", {
+        "apiVersion": "proxmox.cozystack.io/v1alpha1", "kind": "ProxmoxNetworkZone",
+        "metadata": {"name": unique("refused")}, "spec": body}))
+
+
+def test_reserved_vlans_covering_the_range_exhaust_the_zone(bed, controller):
+    zone, _ = bed.zone(["300-301"], reservedVLANs=[300, 301, 999])  # 999 lies outside: ignored
+    bed.network("n1", zone)
+    _, c = bed.wait("n1", "VLANAllocated", "ZoneExhausted")
+    assert c["message"] == f'zone "{zone}" has no free VLAN in 300-301'
+    z = bed.zone_ready(zone, "Ready")
+    assert z["message"].startswith("0 of 0 VLANs free")
+
+
+def test_static_assignment_to_a_reserved_vlan(bed, controller):
+    zone, _ = bed.zone(["400-401"], reservedVLANs=[401],
+                       staticAssignments=[{"namespace": bed.ns, "name": "pinned", "vlan": 401}])
+    bed.network("pinned", zone)
+    _, c = bed.wait("pinned", "VLANAllocated", "StaticVLANReserved")
+    assert c["message"] == f'static VLAN 401 is reserved in zone "{zone}"'
+
+
+def test_static_assignment_to_a_vlan_in_use_and_two_pins_on_one_vlan(admin, bed, controller):
+    zone, provider = bed.zone(["410-412"], staticAssignments=[
+        {"namespace": bed.ns, "name": "taken", "vlan": 500},
+        {"namespace": bed.ns, "name": "first", "vlan": 501},
+        {"namespace": bed.ns, "name": "second", "vlan": 501},
+    ])
+    admin.create_vlan(unique("handmade"), 500, provider)  # not ours: still used (B01)
+    bed.network("taken", zone)
+    _, c = bed.wait("taken", "VLANAllocated", "StaticVLANInUse")
+    assert c["message"] == f'static VLAN 500 is already used on provider "{provider}"'
+    bed.network("first", zone)
+    obj, _ = bed.wait("first", "VLANAllocated", "Allocated")
+    assert obj["status"]["vlan"] == 501
+    bed.network("second", zone)
+    _, c = bed.wait("second", "VLANAllocated", "StaticVLANInUse")
+    assert c["message"] == f'static VLAN 501 is already used on provider "{provider}"'
+    # A dynamic network never gets a pinned ID.
+    bed.network("dyn", zone)
+    obj, _ = bed.wait("dyn", "VLANAllocated", "Allocated")
+    assert obj["status"]["vlan"] == 410
+
+
+@pytest.mark.parametrize("selector", [
+    {"matchExpressions": [{"key": "team", "operator": "Sideways", "values": ["a"]}]},
+    {"matchExpressions": [{"key": "team", "operator": "In", "values": []}]},
+    {"matchExpressions": [{"key": "team", "operator": "Exists", "values": ["a"]}]},
+])
+def test_a_selector_that_cannot_be_evaluated_admits_nobody(bed, controller, selector):
+    zone, _ = bed.zone(["420"], namespaceSelector=selector)
+    bed.network("n1", zone)
+    obj, c = bed.wait("n1", "VLANAllocated", "NamespaceNotAllowed")
+    assert c["message"] == f'namespace "{bed.ns}" does not match the namespaceSelector of zone "{zone}"'
+    assert "vlan" not in obj["status"]
+
+
+# --------------------------------------------------------------------------- networks
+
+
+def test_network_naming_a_missing_zone(bed, controller):
+    bed.network("lost", "no-such-zone-" + unique("z"))
+    _, c = bed.wait("lost", "VLANAllocated", "ZoneNotFound")
+    assert c["message"].startswith('ProxmoxNetworkZone "no-such-zone-') and c["message"].endswith('" does not exist')
+
+
+def test_network_whose_vlan_name_belongs_to_another_network(admin, bed, controller):
+    zone, provider = bed.zone(["430-431"])
+    sub, _ = bed.network("n1", zone, with_subnet=False)
+    admin.create_vlan(sub, 431, provider, labels={"proxmox.cozystack.io/network-namespace": "elsewhere",
+                                                  "proxmox.cozystack.io/network-name": "other"})
+    _, c = bed.wait("n1", "VLANAllocated", "VLANNameTaken")
+    assert c["message"] == f'Kube-OVN Vlan "{sub}" exists and belongs to elsewhere/other'
+    assert admin.vlan(sub)["spec"]["id"] == 431 and not admin.vlan(sub)["metadata"].get("finalizers")  # untouched
+
+
+def test_network_without_subnet_or_pool(bed, controller):
+    zone, _ = bed.zone(["440-441"])
+    sub, pool = bed.network("bare", zone, with_subnet=False, with_pool=False)
+    obj, c = bed.wait("bare", "SubnetReady", "SubnetNotFound")
+    assert c["message"] == f'Kube-OVN Subnet "{sub}" does not exist'
+    c = condition(obj, "IPPoolReady")
+    assert (c["reason"], c["message"]) == ("PoolNotFound", f'InClusterIPPool "{pool}" does not exist in this namespace')
+    assert obj["status"]["vlan"] == 440  # the VLAN is allocated meanwhile and kept
+
+
+def test_subnet_bound_to_another_vlan(bed, controller):
+    zone, _ = bed.zone(["450"])
+    sub, _ = bed.network("nb", zone, subnet_overrides={"vlan": "someone-elses-vlan"})
+    _, c = bed.wait("nb", "SubnetReady", "SubnetNotBound")
+    assert c["message"] == f'Subnet "{sub}" has spec.vlan "someone-elses-vlan", expected "{sub}"'
+    s = bed.a.co.get_cluster_custom_object(*KUBEOVN, "subnets", sub)
+    assert FINALIZER not in (s["metadata"].get("finalizers") or [])  # never held when not bound
+
+
+# --------------------------------------------------------------------------- Subnet fields and pools
+
+
+def test_subnet_fields_kube_ovn_refuses(bed, controller):
+    zone, _ = bed.zone(["460-462"])
+    bed.network("cidr", zone, subnet_overrides={"cidrBlock": "10.77.0.0/33"})
+    obj, c = bed.wait("cidr", "IPPoolReady", "SubnetCIDRInvalid")
+    assert c["message"].startswith('subnet cidrBlock "10.77.0.0/33": ')
+    assert reason(obj, "SubnetReady")[:2] == ("False", "SubnetInvalid")
+    bed.network("excl", zone, subnet_overrides={"excludeIps": ["banana..10.77.9.9"]})
+    _, c = bed.wait("excl", "IPPoolReady", "SubnetExcludeIPsInvalid")
+    assert c["message"] == '"banana..10.77.9.9": bad start address'
+
+
+def test_pools_that_do_not_fit_their_subnet(bed, controller):
+    zone, _ = bed.zone(["470-479"])
+    bed.network("prefix", zone, pool_overrides={"prefix": 16})
+    _, c = bed.wait("prefix", "IPPoolReady", "PoolPrefixMismatch")
+    assert c["message"] == f"pool prefix /16 differs from subnet 10.77.{bed.octet}.0/24"
+
+    bed.network("gw", zone, pool_overrides={"gateway": "10.77.99.254"})
+    _, c = bed.wait("gw", "IPPoolReady", "PoolGatewayMismatch")
+    assert c["message"] == f'pool gateway "10.77.99.254" differs from subnet gateway "10.77.{bed.octet}.1"'
+
+    bed.network("garbage", zone, pool_overrides={"addresses": ["not-an-ip"]})
+    _, c = bed.wait("garbage", "IPPoolReady", "PoolAddressInvalid")
+    assert c["message"] == '"not-an-ip" is not an address, range or CIDR'
+
+    bed.network("outside", zone, pool_overrides={"addresses": ["10.9.9.9"]})
+    _, c = bed.wait("outside", "IPPoolReady", "PoolOutsideSubnet")
+    assert c["message"] == f'pool address "10.9.9.9" is outside 10.77.{bed.octet}.0/24'
+
+    bed.network("overlap", zone, pool_overrides={"addresses": [f"10.77.{bed.octet + 1}.90-10.77.{bed.octet + 1}.120"]})
+    o = bed.octet
+    _, c = bed.wait("overlap", "IPPoolReady", "PoolOverlapsSubnet")
+    assert c["message"] == (f'pool address "10.77.{o}.90-10.77.{o}.120" is not in the subnet\'s excludeIps, '
+                            "so Kube-OVN may hand it to a pod")
+    for name in ("prefix", "gw", "garbage", "outside", "overlap"):
+        obj = bed.a.network(bed.ns, name)
+        assert reason(obj, "Ready")[:2] == ("False", reason(obj, "IPPoolReady")[1])  # first unmet condition
+        assert obj["status"]["vlan"] in range(470, 480)  # allocated and kept whatever the pool says
+
+
+def test_malformed_consumers_hold_nothing_and_crash_nothing(admin, bed, controller):
+    """ProxmoxMachines and IPAddresses with references of the wrong shape are no consumers
+    (controller.consumers never raises); a deleting network is released."""
+    zone, _ = bed.zone(["480"])
+    sub, pool = bed.network("n1", zone)
+    bed.wait("n1", "Ready", "Ready")
+    capmox = "infrastructure.cluster.x-k8s.io"
+    for i, network in enumerate([
+        {"networkDevices": [{"name": "net1", "ipPoolRef": [{"kind": "Wrong", "name": pool}]}]},
+        {"networkDevices": [{"name": "net1"}]},
+        {},
+    ]):
+        admin.co.create_namespaced_custom_object(capmox, "v1alpha2", bed.ns, "proxmoxmachines", {
+            "apiVersion": f"{capmox}/v1alpha2", "kind": "ProxmoxMachine",
+            "metadata": {"name": f"odd-{i}", "namespace": bed.ns}, "spec": {"network": network}})
+    admin.co.delete_namespaced_custom_object(*PX, bed.ns, "proxmoxnetworks", "n1")
+    obj, _ = bed.wait("n1", "Ready", "SubnetStillExists")
+    admin.co.delete_cluster_custom_object(*KUBEOVN, "subnets", sub)
+
+    def gone():
+        try:
+            admin.network(bed.ns, "n1")
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+    wait_for(gone, timeout=60, what="n1 released")
+
+
+# --------------------------------------------------------------------------- annotations
+
+
+@pytest.mark.parametrize("value", ["!!!,,,", "vmbr9/9999/ghost-pool", ",", "x" * 300])
+def test_garbage_in_the_namespace_annotation_is_replaced_by_the_truth(admin, bed, controller, value):
+    admin.core.patch_namespace(bed.ns, {"metadata": {"annotations": {NS_ANNOTATION: value}}})
+    zone, _ = bed.zone(["490"])
+    _, pool = bed.network("n1", zone)
+    obj, _ = bed.wait("n1", "VLANAllocated", "Allocated")
+    want = f"vmbr1/490/{pool}"
+    wait_for(lambda: (admin.core.read_namespace(bed.ns).metadata.annotations or {}).get(NS_ANNOTATION) == want,
+             what="namespace annotation repaired")
+
+
+def test_namespace_annotation_of_a_namespace_without_networks_is_left_alone(admin, unique_namespace, controller):
+    """A namespace we have no network in is not ours to edit: its annotation stays."""
+    admin.core.patch_namespace(unique_namespace, {"metadata": {"annotations": {NS_ANNOTATION: "??"}}})
+    full_resync(controller)
+    assert admin.core.read_namespace(unique_namespace).metadata.annotations[NS_ANNOTATION] == "??"
+
+
+@pytest.mark.parametrize("stored", [
+    "not json at all",
+    json.dumps({"SUB": 5}),
+    json.dumps(["SUB"]),
+    json.dumps({"SUB": "2999-01-01T00:00:00Z"}),  # in the future: restarts now
+    json.dumps({"SUB": "yesterday"}),
+])
+def test_garbage_prune_timer_annotation_restarts_the_timer(admin, bed, cluster, capfd, stored):
+    """Kube-OVN lost the Subnet delete (B03): the name stays listed on the Vlan. Whatever
+    sits in the ``deleted-subnets`` annotation, an unreadable timer restarts at now, so the
+    VLAN is held for the full prune timeout (never released early, never held for ever),
+    and the annotation is rewritten in the spec's format."""
+    timeout = 8
+    with KubeOvnEmulator(cluster, delete_mode="lost"), IpamEmulator(cluster), \
+            running_controller(cluster, subnet_prune_timeout=timeout) as mgr:
+        zone, _ = bed.zone(["495"])
+        sub, _ = bed.network("n1", zone)
+        obj, _ = bed.wait("n1", "Ready", "Ready")
+        admin.co.patch_cluster_custom_object(*KUBEOVN, "vlans", sub, {
+            "metadata": {"annotations": {DELETED_SUBNETS: stored.replace("SUB", sub)}}})
+        admin.co.delete_namespaced_custom_object(*PX, bed.ns, "proxmoxnetworks", "n1")
+        admin.co.delete_cluster_custom_object(*KUBEOVN, "subnets", sub)
+        obj, c = bed.wait("n1", "Ready", "SwitchDeleting")
+        ann = admin.vlan(sub)["metadata"]["annotations"][DELETED_SUBNETS]
+        timers = json.loads(ann)
+        assert list(timers) == [sub] and timers[sub].endswith("Z") and len(timers[sub]) == 20
+        assert not timers[sub].startswith("2999")
+        assert c["message"].startswith(f'Kube-OVN still lists deleted subnets [{sub}] on Vlan "{sub}" until it has '
+                                       "deleted their logical switches; VLAN 495 is released then, or at ")
+
+        def gone():
+            try:
+                admin.network(bed.ns, "n1")
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+        wait_for(gone, timeout=timeout + 40, what="released after the prune timeout")
+        assert mgr.healthy()
+    out, err = capfd.readouterr()
+    assert "reconcile crashed" not in out + err
+
+
+# --------------------------------------------------------------------------- NB rows we do not own
+
+
+def test_foreign_ha_chassis_groups_are_left_alone(cluster, bed, controller):
+    """HA_Chassis_Group rows someone else wrote — one even named like ours (``px-…``) but
+    without our ownership mark — are never modified or deleted (field-reports invariant 4:
+    only rows we own). With --manage-gateway-chassis=false nothing is written to the NB."""
+    names = [unique("foreign-grp"), "px-" + unique("vpc") + "-" + unique("sub")]
+    for n in names:
+        cluster.nbctl("ha-chassis-group-add", n)
+        cluster.nbctl("ha-chassis-group-add-chassis", n, "chassis-x", "10")
+        cluster.nbctl("set", "HA_Chassis_Group", n, "external_ids:owner=someone-else")
+    before = {n: cluster.nbctl("--bare", "--columns=_uuid,external_ids", "find", "HA_Chassis_Group", f"name={n}")
+              for n in names}
+    zone, _ = bed.zone(["498"])
+    bed.network("n1", zone)
+    bed.wait("n1", "Ready", "Ready")
+    full_resync(controller)
+    after = {n: cluster.nbctl("--bare", "--columns=_uuid,external_ids", "find", "HA_Chassis_Group", f"name={n}")
+             for n in names}
+    assert after == before
+    for n in names:
+        cluster.nbctl("ha-chassis-group-del", n)
+
+
+# --------------------------------------------------------------------------- nothing lost
+
+
+def test_bad_input_next_to_good_networks_loses_nothing(admin, bed, controller):
+    """A zone broken after allocation keeps its networks' VLANs and finalizers (adoption
+    keeps an ID even when it is no longer in the ranges, reference-behaviour.md §4.3)."""
+    zone, provider = bed.zone(["600-601"])
+    sub, _ = bed.network("keep", zone)
+    obj, _ = bed.wait("keep", "Ready", "Ready")
+    vid = obj["status"]["vlan"]
+    admin.patch_zone(zone, {"spec": {"vlanRanges": ["0"]}})
+    bed.zone_ready(zone, "ZoneInvalid")
+    full_resync(controller)
+    obj = admin.network(bed.ns, "keep")
+    assert obj["status"]["vlan"] == vid
+    assert FINALIZER in obj["metadata"]["finalizers"]
+    v = admin.vlan(sub)
+    assert v["spec"]["id"] == vid and FINALIZER in v["metadata"]["finalizers"]
+    s = admin.co.get_cluster_custom_object(*KUBEOVN, "subnets", sub)
+    assert FINALIZER in s["metadata"]["finalizers"]
