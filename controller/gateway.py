@@ -29,8 +29,6 @@ from ovn.nb import NBError
 log = structlog.get_logger(__name__)
 
 NB_GRACE_PERIOD = 600.0  # gatewayNBGracePeriod, seconds (§9.5)
-RETRY_PERIOD = 30.0  # gatewayRetryPeriod (§5.10)
-RESYNC_PERIOD = 300.0  # gatewayResyncPeriod (§5.10)
 COLLECT_PERIOD = 300.0  # DefaultGatewayCollectPeriod (§9.6)
 FAILING_SINCE = "gatewayFailingSince"  # status field holding the failure start
 
@@ -180,9 +178,10 @@ class GatewayStep:
         old_status: Mapping[str, Any],
         gen: int,
         now: Clock,
-    ) -> float:
-        """Set GatewayReady (and ``status.gatewayFailingSince``); returns the requeue in
-        seconds (§5.10). Never raises for NB trouble: that is the grace's business."""
+    ) -> None:
+        """Set GatewayReady (and ``status.gatewayFailingSince``; the requeue of §5.10 is
+        derived from them by ``controller.network.requeue_after``). Never raises for NB
+        trouble: that is the grace's business."""
         meta = net["metadata"]
         ns, name = meta["namespace"], meta["name"]
         key = f"{ns}/{name}"
@@ -193,7 +192,7 @@ class GatewayStep:
             set_condition(conds, names.GATEWAY_READY, FALSE, ROUTER_PORT_MISSING,
                           f'Subnet "{sname}" has no spec.vpc yet, so its router port is unknown', gen, now)
             self.metrics.set_gateway_chassis(ns, name, 0)
-            return RETRY_PERIOD
+            return
         provider = str((zone.get("spec") or {}).get("providerNetwork") or "")
         trunk = planner.trunk_nodes(self.nodes.by_index("provider", provider), provider) if provider else []
         siblings = [str(s["metadata"]["name"]) for s in self.subnets.by_index("vpc", vpc)] if self.subnets else []
@@ -207,7 +206,9 @@ class GatewayStep:
             since = parse_time(old_status.get(FAILING_SINCE))
             f = gateway_failed(now(), prev, find(old_conds, names.READY), since, str(err), lrp, self.grace)
             log.error("could not bring the OVN HA chassis group up to date", routerPort=lrp,
-                      failingSince=rfc3339(f.since), kept=f.keep_previous, error=str(err))
+                      failingSince=rfc3339(f.since),
+                      keptUntil=rfc3339(f.since + _dt.timedelta(seconds=self.grace)),
+                      kept=f.keep_previous or f.status == UNKNOWN, error=str(err))
             status[FAILING_SINCE] = rfc3339(f.since)
             if f.keep_previous and prev is not None:
                 cur = find(conds, names.GATEWAY_READY)
@@ -220,7 +221,7 @@ class GatewayStep:
                 set_condition(conds, names.GATEWAY_READY, f.status, f.reason, f.message, gen, now)
             if since is None:
                 self._event(net, WARNING, "NBUnavailable", f"OVN NB unavailable for router port \"{lrp}\": {err}")
-            return RETRY_PERIOD
+            return
         recovered = FAILING_SINCE in old_status
         status.pop(FAILING_SINCE, None)
         self.metrics.set_gateway_chassis(ns, name, state.chassis)
@@ -233,9 +234,6 @@ class GatewayStep:
             self._event(net, NORMAL, "GatewayGroupAdopted", state.message)
         elif state.updated:
             self._event(net, NORMAL, "GatewayGroupUpdated", state.message)
-        if state.reason == ROUTER_PORT_MISSING:
-            return RETRY_PERIOD
-        return RESYNC_PERIOD
 
     def release(self, net: Mapping[str, Any]) -> str | None:
         """§6 step 3 / §9.6: delete the network's groups. None when gone, else the error."""

@@ -212,6 +212,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level, args.log_format)
     if not args.manage_gateway_chassis:
         log.info("not managing gateway chassis groups; VMs on Proxmox networks get no ARP answer from their VPC gateway")
+    if args.manage_gateway_chassis:
+        from ovn.nb import NBError, parse_addresses
+
+        try:
+            parse_addresses(args.ovn_nb_address)  # §10: a bad list stops the start
+        except NBError as err:
+            log.error("unable to set up the OVN NB client", error=str(err))
+            return 1
     if args.metrics_secure:
         # The reference serves HTTPS with a TokenReview/SubjectAccessReview filter; this build
         # serves plain HTTP only. Refuse rather than expose metrics unprotected by surprise.

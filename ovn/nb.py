@@ -1,4 +1,4 @@
-"""OVN Northbound client over the python-ovs IDL (skeleton).
+"""OVN Northbound client over the python-ovs IDL.
 
 * One thread (``NBClient`` owner thread) owns the ``ovs.db.idl.Idl``; everyone
   else talks to it through ``snapshot()``, ``transact()`` and ``call()``, which

@@ -54,3 +54,26 @@ def test_doctor_reports_an_unreadable_cluster_without_a_traceback(capsys):
     assert doctor.main(["--kubeconfig=/nonexistent"]) == 1
     assert capsys.readouterr().err.startswith("doctor: cannot read the cluster:")
     assert doctor.main(["--subnet-prune-timeout=soon"]) == 2
+
+
+@pytest.mark.parametrize("address, message", [
+    ("", "no OVSDB address given"),
+    (" , ", "no OVSDB address given"),
+    ("http://nb:6641", 'OVSDB address "http://nb:6641": want ssl:<host>:<port>'),
+    ("tcp:nb", 'OVSDB address "tcp:nb": missing port in address'),
+])
+def test_bad_nb_address_stops_the_start(address, message, capsys):
+    """reference-behaviour.md §10: the address list is checked before anything starts."""
+    import json
+
+    assert main([f"--ovn-nb-address={address}", "--kubeconfig=/nonexistent", "--log-format=json"]) == 1
+    lines = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
+    errors = [ln for ln in lines if ln["event"] == "unable to set up the OVN NB client"]
+    assert len(errors) == 1 and errors[0]["error"].startswith(message)
+
+
+def test_bad_nb_address_is_not_checked_with_management_off(capsys):
+    # Management off: no NB client at all (§9.8); the start fails later, on the kubeconfig.
+    assert main(["--manage-gateway-chassis=false", "--ovn-nb-address=", "--kubeconfig=/nonexistent",
+                 "--log-format=json"]) == 1
+    assert "OVSDB" not in capsys.readouterr().err

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 
 import pytest
 
@@ -18,20 +17,11 @@ from ovn import planner
 from ovn.gateway import GatewayApplier
 from ovn.nb import NBError, NBNotSynced
 
+from tests.support.wait import wait_for
+
 pytestmark = pytest.mark.integration
 
 VPC = "vpc-x"  # the spec's test-vector VPC; router ports are unique per test by subnet
-
-
-def _eventually(fn, timeout: float = 10.0, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
 
 
 def trunk(*workers: str) -> list[planner.TrunkNode]:
@@ -68,6 +58,12 @@ class Bed:
             self.nbctl("ha-chassis-group-add-chassis", name, ch, str(prio))
         return self.uuid("HA_Chassis_Group", name)
 
+    def with_group(self, *workers: str):
+        """The router port, then our group over ``workers`` (through the applier)."""
+        self.add_port()
+        self.barrier()
+        return ensure(self, *workers)
+
     def uuid(self, table: str, name: str) -> str:
         return self.nbctl("--bare", "--columns=_uuid", "find", table, f"name={name}")
 
@@ -77,7 +73,7 @@ class Bed:
         marker = f"sync-{secrets.token_hex(4)}"
         self.nbctl("ha-chassis-group-add", marker)
         ix = self.applier.group_by_name
-        _eventually(lambda: self.applier.nb.call(lambda idl: bool(ix.get(idl, marker))))
+        wait_for(lambda: self.applier.nb.call(lambda idl: bool(ix.get(idl, marker))))
         self.nbctl("ha-chassis-group-del", marker)
 
     def rows(self) -> dict:
@@ -380,13 +376,11 @@ def test_a_concurrent_priority_edit_is_not_overwritten_blindly(cluster):
 
 
 def test_cleared_pointer_enqueues_the_network_and_the_next_pass_repairs_it(bed):
-    bed.add_port()
-    bed.barrier()
-    ensure(bed, "worker1")
+    bed.with_group("worker1")
     uuid = bed.rows()["groups"][0]["uuid"]
     bed.applier.enqueued.clear()
     bed.nbctl("clear", "Logical_Router_Port", bed.lrp, "ha_chassis_group")
-    _eventually(lambda: bed.key in bed.applier.enqueued)
+    wait_for(lambda: bed.key in bed.applier.enqueued)
     st = ensure(bed, "worker1")
     assert st.reason == "ChassisAssigned"
     assert bed.rows()["port_group"] == uuid  # the same group is reused
@@ -399,13 +393,11 @@ def test_edit_of_our_chassis_row_enqueues_the_network(bed):
     bed.applier.enqueued.clear()
     ch = bed.nbctl("--bare", "--columns=_uuid", "find", "HA_Chassis", "chassis_name=ch-worker2").split()
     bed.nbctl("set", "HA_Chassis", ch[-1], "priority=1")
-    _eventually(lambda: bed.key in bed.applier.enqueued)
+    wait_for(lambda: bed.key in bed.applier.enqueued)
 
 
 def test_unrelated_rows_enqueue_nothing(bed):
-    bed.add_port()
-    bed.barrier()
-    ensure(bed, "worker1")
+    bed.with_group("worker1")
     bed.applier.enqueued.clear()
     other = Bed(bed.cluster, bed.applier)
     try:
@@ -421,14 +413,10 @@ def test_unrelated_rows_enqueue_nothing(bed):
 
 
 def test_release_clears_the_pointer_and_deletes_only_our_groups(bed, cluster, applier):
-    bed.add_port()
-    bed.barrier()
-    ensure(bed, "worker1")
+    bed.with_group("worker1")
     neighbour = Bed(cluster, applier)
     try:
-        neighbour.add_port()
-        neighbour.barrier()
-        ensure(neighbour, "worker1")
+        neighbour.with_group("worker1")
         foreign = bed.add_group(f"hand-{secrets.token_hex(3)}", {"owner": "proxmox-network"})  # no network key
         bed.barrier()
         assert applier.release(bed.key) == 1
@@ -441,15 +429,11 @@ def test_release_clears_the_pointer_and_deletes_only_our_groups(bed, cluster, ap
 
 
 def test_collect_deletes_groups_of_missing_networks_only(bed, cluster, applier):
-    bed.add_port()
-    bed.barrier()
-    ensure(bed, "worker1")
+    bed.with_group("worker1")
     kept = Bed(cluster, applier)
     bad = f"hand-{secrets.token_hex(3)}"
     try:
-        kept.add_port()
-        kept.barrier()
-        ensure(kept, "worker1")
+        kept.with_group("worker1")
         bed.add_group(bad, {"owner": "proxmox-network", "network": "no-slash"})
         bed.barrier()
         live = {tuple(kept.key.split("/"))}
@@ -470,9 +454,7 @@ def test_collect_deletes_groups_of_missing_networks_only(bed, cluster, applier):
 
 
 def test_collect_stops_at_the_first_api_error(bed, applier):
-    bed.add_port()
-    bed.barrier()
-    ensure(bed, "worker1")
+    bed.with_group("worker1")
 
     def failing(ns, name):
         raise RuntimeError("apiserver unavailable")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import secrets
 import socket
-import time
 
 import pytest
 
 from ovn import planner
 from ovn.nb import SUCCESS, NBClient, NBError, NBNotSynced, parse_addresses
+
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -21,17 +22,6 @@ def _free_tcp_address() -> str:
     port = s.getsockname()[1]
     s.close()
     return f"tcp:127.0.0.1:{port}"
-
-
-def _eventually(fn, timeout: float = 10.0, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
 
 
 @pytest.fixture
@@ -98,7 +88,7 @@ def test_router_port_appears_in_snapshot(cluster, nb, names):
             rows = [r for r in nb.snapshot()["Logical_Router_Port"].values() if r["name"] == lrp]
             return rows[0] if rows else None
 
-        row = _eventually(seen)
+        row = wait_for(seen)
         assert row["ha_chassis_group"] == []
         assert row["gateway_chassis"] == []
         assert set(row) == {"_uuid", "name", "ha_chassis_group", "gateway_chassis"}
@@ -114,7 +104,7 @@ def test_transact_creates_group_with_two_chassis(cluster, nb, names):
     cluster.nbctl("lr-add", names["router"])
     try:
         cluster.nbctl("lrp-add", names["router"], lrp, "00:00:00:00:ab:02", "10.9.1.1/24")
-        _eventually(lambda: any(r["name"] == lrp for r in nb.snapshot()["Logical_Router_Port"].values()))
+        wait_for(lambda: any(r["name"] == lrp for r in nb.snapshot()["Logical_Router_Port"].values()))
 
         plan = planner.plan_group(network, vpc, subnet, trunk, [])
         assert plan.allowed and plan.name == f"px-{vpc}-{subnet}"
@@ -165,7 +155,7 @@ def test_transact_creates_group_with_two_chassis(cluster, nb, names):
         def resolved():
             return planner.groups_from_snapshot(nb.snapshot()).get(plan.name)
 
-        view = _eventually(resolved)
+        view = wait_for(resolved)
         assert view.uuid == group_uuid
         assert sorted(view.chassis) == sorted(plan.chassis)
         again = planner.plan_group(network, vpc, subnet, trunk, [view])
@@ -195,8 +185,8 @@ def test_resync_after_connection_reset(cluster, names):
             lrp = planner.router_port_name(names["vpc"], names["subnet"])
             cluster.nbctl("lr-add", names["router"])  # changed while we may be away
             cluster.nbctl("lrp-add", names["router"], lrp, "00:00:00:00:ab:04", "10.9.3.1/24")
-            _eventually(lambda: c.sync_count >= 2 and c.synced(), timeout=20)
-            _eventually(lambda: any(r["name"] == lrp for r in c.snapshot()["Logical_Router_Port"].values()))
+            wait_for(lambda: c.sync_count >= 2 and c.synced(), timeout=20)
+            wait_for(lambda: any(r["name"] == lrp for r in c.snapshot()["Logical_Router_Port"].values()))
         finally:
             c.stop()
             cluster.nbctl("--if-exists", "lr-del", names["router"])
@@ -210,12 +200,12 @@ def test_silent_drop_is_detected_and_cache_not_served(cluster):
         try:
             assert c.wait_synced(15), c.last_error
             proxy.blackhole()
-            _eventually(lambda: not c.synced(), timeout=20)
+            wait_for(lambda: not c.synced(), timeout=20)
             with pytest.raises(NBNotSynced):
                 c.snapshot()
             proxy.restore()
             proxy.cut()  # the frozen connections are dead anyway
-            _eventually(c.synced, timeout=30)
+            wait_for(c.synced, timeout=30)
             assert c.snapshot() is not None
         finally:
             c.stop()
@@ -230,7 +220,7 @@ def test_on_change_sees_router_port_rows(cluster, names):
         cluster.nbctl("lr-add", names["router"])
         cluster.nbctl("lrp-add", names["router"], lrp, "00:00:00:00:ab:03", "10.9.2.1/24")
         uuid = cluster.nbctl("--bare", "--columns=_uuid", "find", "Logical_Router_Port", f"name={lrp}").strip()
-        _eventually(lambda: ("create", "Logical_Router_Port", uuid) in events)
+        wait_for(lambda: ("create", "Logical_Router_Port", uuid) in events)
         # Logical_Router is not registered: no events for it
         assert all(t in ("Logical_Router_Port", "HA_Chassis_Group", "HA_Chassis") for _, t, _ in events)
     finally:
@@ -326,7 +316,7 @@ def ssl_nb(tmp_path):
             finally:
                 s.close()
 
-        _eventually(listening)
+        wait_for(listening)
         yield f"ssl:127.0.0.1:{port}", pki, tmp_path
     finally:
         proc.terminate()
