@@ -175,6 +175,7 @@ class ChaosResult:
     replica_exits: list[dict[str, Any]] = field(default_factory=list)
     ops: dict[str, int] = field(default_factory=dict)
     vlan_deletions_checked: int = 0
+    uncertain: list[str] = field(default_factory=list)  # judgements a relist gap left open
     vlan_events: int = 0
     monitor_relists: int = 0
     wall_seconds: float = 0.0
@@ -205,7 +206,8 @@ class ChaosResult:
                              f"{max(times) if times else float('nan'):.1f}s")
         lines.append(f"violations {len(self.violations)}, convergence failures {len(self.convergence_failures)}, "
                      f"teardown leftovers {len(self.teardown_leftovers)}, replica exits {len(self.replica_exits)} "
-                     f"(unexpected {len(self.unexpected_exits())}), Vlan deletions checked {self.vlan_deletions_checked}")
+                     f"(unexpected {len(self.unexpected_exits())}), Vlan deletions checked {self.vlan_deletions_checked}, "
+                     f"left open by a relist gap {len(self.uncertain)}")
         for v in self.violations + self.convergence_failures + self.teardown_leftovers:
             lines.append(f"  ! {v}")
         for e in self.unexpected_exits():
@@ -468,7 +470,9 @@ class InvariantMonitor:
         self.providers = providers
         self.lock = threading.Lock()
         self.current: dict[str, dict[str, dict]] = {k: {} for k in KINDS}
-        self.history: dict[str, dict[str, list[tuple[int, dict | None]]]] = {k: {} for k in KINDS}
+        # key -> [(resourceVersion, object or None for deleted, synthesized by a relist)]
+        self.history: dict[str, dict[str, list[tuple[int, dict | None, bool]]]] = {k: {} for k in KINDS}
+        self.uncertain: list[str] = []
         self.net_specs: dict[str, dict] = {}  # last known spec of every network key, kept after delete
         self.deletions: list[Deletion] = []
         self.violations: list[str] = []
@@ -570,10 +574,10 @@ class InvariantMonitor:
         hist = self.history[kind].setdefault(key, [])
         if etype == "DELETED":
             self.current[kind].pop(key, None)
-            hist.append((rv, None))
+            hist.append((rv, None, synthesized))
         else:
             self.current[kind][key] = obj
-            hist.append((rv, obj))
+            hist.append((rv, obj, synthesized))
         if kind == "networks" and etype != "DELETED":
             self.net_specs[key] = obj.get("spec") or {}
         if kind != "vlans":
@@ -595,15 +599,27 @@ class InvariantMonitor:
                     f"duplicate VLAN {spec.get('id')} on provider {spec.get('provider')}: {same} (rv {rv})")
 
     # -- judging deletions ---------------------------------------------------------------
-    def _present_at(self, kind: str, key: str, rv: int) -> dict | None:
-        """The object as of resourceVersion ``rv`` (None: absent). Entries from a relist carry
-        the object's own resourceVersion (it existed at least since then) and, for a
-        synthesized delete, the list's (it was gone by then)."""
-        best: tuple[int, dict | None] | None = None
-        for r, obj in self.history[kind].get(key, []):
-            if r <= rv and (best is None or r >= best[0]):
-                best = (r, obj)
-        return best[1] if best else None
+    def _present_at(self, kind: str, key: str, rv: int) -> tuple[dict | None, bool]:
+        """The object as of resourceVersion ``rv`` (None: absent) and whether that is certain.
+
+        Entries from a relist carry the object's own resourceVersion (it existed at least
+        since then); a delete synthesized by a relist carries the list's resourceVersion,
+        but the object may have gone at any point since its previous entry. So an object
+        present at ``rv`` whose next entry is such a synthesized delete may already have
+        been gone at ``rv``: uncertain (after an API server restart the kinds relist at
+        different resourceVersions)."""
+        entries = sorted(self.history[kind].get(key, []), key=lambda e: e[0])
+        best = None
+        nxt = None
+        for e in entries:
+            if e[0] <= rv:
+                best = e
+            elif nxt is None:
+                nxt = e
+        if best is None or best[1] is None:
+            return None, True
+        certain = not (nxt is not None and nxt[1] is None and nxt[2])
+        return best[1], certain
 
     def judge(self) -> int:
         """Judge every Vlan deletion not judged yet; returns how many were judged. Call when
@@ -625,14 +641,15 @@ class InvariantMonitor:
                         for key in self.history[kind]:
                             if not key.startswith(ns + "/"):
                                 continue
-                            obj = self._present_at(kind, key, d.rv)
+                            obj, certain = self._present_at(kind, key, d.rv)
                             if obj is not None and pool in pool_refs(obj):
-                                self.violations.append(
+                                (self.violations if certain else self.uncertain).append(
                                     f"Vlan {name} (VLAN {(d.vlan.get('spec') or {}).get('id')}) deleted at rv {d.rv} "
                                     f"({how}) while {kind[:-1]} {key} referenced pool {ns}/{pool}")
                 for sub in (d.vlan.get("status") or {}).get("subnets") or []:
-                    if self._present_at("subnets", sub, d.rv) is not None:
-                        self.violations.append(
+                    obj, certain = self._present_at("subnets", sub, d.rv)
+                    if obj is not None:
+                        (self.violations if certain else self.uncertain).append(
                             f"Vlan {name} deleted at rv {d.rv} ({how}) while it listed live Subnet {sub}")
         return n
 
@@ -1119,6 +1136,7 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
             mon.judge()
             res.vlan_deletions_checked = len(mon.deletions)
             res.violations = list(mon.violations)
+            res.uncertain = list(mon.uncertain)
             res.vlan_events = mon.vlan_events
             res.monitor_relists = mon.relists
             mon.stop()
@@ -1173,7 +1191,8 @@ def render_markdown(res: ChaosResult) -> str:
         "",
         f"* Invariant violations: **{len(res.violations)}** (duplicate VLAN on a provider; Vlan deleted while its "
         f"pool had a consumer or it listed a live Subnet). Vlan deletions judged: {res.vlan_deletions_checked}; "
-        f"Vlan watch events seen: {res.vlan_events}; monitor relists: {res.monitor_relists}.",
+        f"Vlan watch events seen: {res.vlan_events}; monitor relists: {res.monitor_relists}; judgements a relist "
+        f"gap left open (a consumer whose delete was only seen by a later relist): {len(res.uncertain)}.",
         f"* Convergence failures: **{len(res.convergence_failures)}**; teardown leftovers (Vlans, "
         f"`proxmox.cozystack.io/` finalizers, namespace annotations, HA_Chassis_Groups `px-*`): "
         f"**{len(res.teardown_leftovers)}**.",
