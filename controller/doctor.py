@@ -19,6 +19,7 @@ from typing import Any
 from controller import names
 from controller.conditions import find
 from controller.consumers import count_consumers
+from controller.gateway import NB_GRACE_PERIOD
 from controller.kube import ApiError, KubeWriter
 from controller.manager import OPTIONAL_KINDS, discover
 from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
@@ -92,6 +93,14 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
                 lines.append(f"  prune timer for {s}: started {start}, VLAN released at {until} at the latest")
             except ValueError:
                 lines.append(f"  prune timer for {s}: unreadable start {start!r} (restarts at the next pass)")
+    failing = st.get("gatewayFailingSince")
+    if failing:
+        try:
+            t0 = _dt.datetime.fromisoformat(str(failing).replace("Z", "+00:00"))
+            until = (t0 + _dt.timedelta(seconds=NB_GRACE_PERIOD)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            lines.append(f"  OVN NB failing since {failing}; a network whose gateway was up stays Ready until {until}")
+        except ValueError:
+            lines.append(f"  OVN NB failing since an unreadable time {failing!r}")
     for c in conds:
         if c.get("type") == names.READY or c.get("status") == "True":
             continue

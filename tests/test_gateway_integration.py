@@ -269,7 +269,8 @@ def _time(value: str) -> dt.datetime:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def test_nb_outage_grace_survives_a_restart_and_recovers(admin, admin_client, cluster, unique_namespace, tmp_path):
+def test_nb_outage_grace_survives_a_restart_and_recovers(admin, admin_client, cluster, unique_namespace, tmp_path,
+                                                          capsys):
     """§9.5 with the start kept in the object (product-decisions.md §4.6): a Ready network
     stays Ready for the grace, then NBUnavailable; a restart in between keeps the
     deadline; recovery restores it."""
@@ -295,6 +296,13 @@ def test_nb_outage_grace_survives_a_restart_and_recovers(admin, admin_client, cl
             since = obj["status"][FAILING_SINCE]
             assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")  # kept within the grace
             assert reason(obj, "Ready")[:2] == ("True", "Ready")
+            # doctor tells the operator until when (with the deployed 10 min grace).
+            from controller import doctor
+
+            assert doctor.main(["--kubeconfig", str(cluster.admin_kubeconfig), "-n", ns, net]) == 0
+            until = (_time(since) + dt.timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            assert (f"OVN NB failing since {since}; a network whose gateway was up stays Ready until {until}"
+                    in capsys.readouterr().out)
         # A restart during the grace: the recorded start stays, so does the deadline.
         with running_controller(cluster, **opts) as mgr:
             def after_grace():
