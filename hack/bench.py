@@ -22,6 +22,19 @@ For each size N, on a fresh LocalCluster (etcd + kube-apiserver on loopback, no 
 
 One size (``--profile-size``) runs the converging controller under yappi (hack/bench/
 profiled_main.py; all threads, CPU clock) and the report lists the top functions.
+
+Gateway runs (``--gateway 250x10,1000x1``: N networks spread over VPCS VPCs), each on a fresh
+LocalCluster with an OVN NB (no SB/northd) and gateway management on; see ``run_gateway``:
+start → every network RouterPortMissing; all router ports made in one NB transaction → time
+until every network is GatewayReady=True, NB write transactions (the controller's
+``cozy_proxmox_gateway_nb_transactions_total``), CPU, API writes; then a restart pass and a
+periodic pass (NB transactions, API writes, CPU). ``--gateway-profile NxV`` runs one more
+restart of that run under yappi.
+
+    python hack/bench.py --sizes 100,500,2000 --profile-size 2000 \
+        --gateway 250x10,500x10,1000x10,250x1,500x1,1000x1 --gateway-profile 1000x1 \
+        --out docs/performance.md --json results.json
+    python hack/bench.py --sizes '' --gateway 1000x1 --merge-json results.json --out ...  # redo a part
 """
 
 from __future__ import annotations
@@ -78,12 +91,14 @@ def rss_mib(pid: int) -> float:
 class Controller:
     """The controller as a child process with a JSON log we tail."""
 
-    def __init__(self, cluster: LocalCluster, log_path: Path, resync: str = "10m", profile: Path | None = None):
+    def __init__(self, cluster: LocalCluster, log_path: Path, resync: str = "10m", profile: Path | None = None,
+                 nb: str | None = None):
         self.log_path = log_path
         self.metrics_port = _free_ports(1)[0]
+        gw = ["--manage-gateway-chassis=true", f"--ovn-nb-address={nb}"] if nb else ["--manage-gateway-chassis=false"]
         flags = [
             f"--kubeconfig={cluster.controller_kubeconfig}",
-            "--manage-gateway-chassis=false",
+            *gw,
             "--leader-elect=false",
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
             "--health-probe-bind-address=0",
@@ -151,6 +166,19 @@ class Controller:
             if line.startswith(name) and not line.startswith("#"):
                 total = (total or 0.0) + float(line.rsplit(" ", 1)[1])
         return total
+
+    def metric_by_label(self, name: str) -> dict[str, float]:
+        """``{labels: value}`` of every sample of ``name`` (``""`` for an unlabelled one)."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line.startswith("#"):
+                continue
+            head, _, value = line.rpartition(" ")
+            metric, _, labels = head.partition("{")
+            if metric == name:
+                out[labels.rstrip("}")] = float(value)
+        return out
 
     def stop(self, timeout: float = 60.0) -> None:
         if self.proc.poll() is None:
@@ -423,6 +451,257 @@ def _ts(line: dict) -> _dt.datetime:
     return _dt.datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00"))
 
 
+# --------------------------------------------------------------------------- gateway
+
+
+NB_TXN = "cozy_proxmox_gateway_nb_transactions_total"
+TRUNK_NODES = 3
+CHASSIS_ANNOTATION = "ovn.kubernetes.io/chassis"
+
+
+def nb_txns(ctl: Controller) -> dict[str, float]:
+    """NB write transactions the controller committed so far, by op (the metric)."""
+    out: dict[str, float] = {}
+    for labels, v in ctl.metric_by_label(NB_TXN).items():
+        op = labels.partition('op="')[2].partition('"')[0] or labels
+        out[op] = out.get(op, 0.0) + v
+    return out
+
+
+def nb_total(ctl: Controller) -> int:
+    return int(sum(nb_txns(ctl).values()))
+
+
+def gw_subnet(i: int) -> str:
+    return network_body("net", i, "")[1]["spec"]["subnet"]
+
+
+def gw_vpc(i: int, vpcs: int) -> str:
+    return f"vpc-{i % vpcs}"
+
+
+def setup_gateway_objects(cluster: LocalCluster, n: int, zones: int, vpcs: int, threads: int) -> None:
+    """Trunk nodes, one pool per namespace, N bound Ready Subnets in ``vpcs`` VPCs, N networks,
+    one logical router per VPC in the NB (router ports come later)."""
+    from kubernetes import client
+
+    api = cluster.api_client("admin")
+    try:
+        core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        labels = {f"bench-pn-{z}.provider-network.kubernetes.io/ready": "true" for z in range(zones)}
+        for k in range(TRUNK_NODES):
+            core.create_node({"metadata": {"name": f"bench-node-{k}", "labels": labels,
+                                           "annotations": {CHASSIS_ANNOTATION: f"ch-bench-{k}"}}})
+        for j in range(NAMESPACES):
+            ns = f"bench-{j}"
+            co.create_namespaced_custom_object("ipam.cluster.x-k8s.io", "v1alpha2", ns, "inclusterippools", {
+                "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+                "metadata": {"name": "pool", "namespace": ns},
+                "spec": {"addresses": ["10.20.0.200-10.20.0.250"], "prefix": 24, "gateway": "10.20.0.1"}})
+            co.patch_namespaced_custom_object_status("ipam.cluster.x-k8s.io", "v1alpha2", ns, "inclusterippools", "pool",
+                                                     {"status": {"ipAddresses": {"total": 51, "used": 0, "free": 51}}})
+    finally:
+        api.close()
+    conds = {"status": {"conditions": [
+        {"type": t, "status": "True", "reason": "Bench", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        for t in ("Validated", "Ready")]}}
+
+    def one(co, i: int) -> None:
+        sub = gw_subnet(i)
+        co.create_cluster_custom_object("kubeovn.io", "v1", "subnets", {
+            "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": sub},
+            "spec": {"vlan": sub, "cidrBlock": "10.20.0.0/24", "gateway": "10.20.0.1",
+                     "excludeIps": ["10.20.0.1", "10.20.0.200..10.20.0.250"], "vpc": gw_vpc(i, vpcs)}})
+        co.patch_cluster_custom_object_status("kubeovn.io", "v1", "subnets", sub, conds)
+        ns, body = network_body("net", i, f"bench-z{i % zones}")
+        co.create_namespaced_custom_object(GROUP, VERSION, ns, "proxmoxnetworks", body)
+
+    in_threads(cluster, threads, n, one)
+    args: list[str] = []
+    for v in range(vpcs):
+        args += ["--", "lr-add", f"vpc-{v}"]
+    cluster.nbctl(*args[1:], timeout=60)
+
+
+def create_router_ports(cluster: LocalCluster, n: int, vpcs: int) -> None:
+    """Every network's router port ``<vpc>-<subnet>`` in one NB transaction (one ovn-nbctl run)."""
+    args: list[str] = []
+    for i in range(n):
+        vpc = gw_vpc(i, vpcs)
+        mac = f"00:00:00:{(i >> 16) & 255:02x}:{(i >> 8) & 255:02x}:{i & 255:02x}"
+        args += ["--", "lrp-add", vpc, f"{vpc}-{gw_subnet(i)}", mac, f"10.{(i >> 8) & 255}.{i & 255}.1/24"]
+    cluster.nbctl(*args[1:], timeout=120)
+
+
+def gateway_count(co, n: int) -> tuple[int, int]:
+    """(GatewayReady True/ChassisAssigned, GatewayReady False/RouterPortMissing) among the
+    ``net-*`` networks, current generation only. Raw JSON: cheaper than the client's models."""
+    resp = co.list_cluster_custom_object(GROUP, VERSION, "proxmoxnetworks", _preload_content=False)
+    items = json.loads(resp.data)["items"]
+    ready = missing = 0
+    for net in items:
+        st = net.get("status") or {}
+        if st.get("observedGeneration") != net["metadata"].get("generation"):
+            continue
+        for c in st.get("conditions") or []:
+            if c.get("type") == "GatewayReady":
+                if c.get("status") == "True" and c.get("reason") == "ChassisAssigned":
+                    ready += 1
+                elif c.get("reason") == "RouterPortMissing":
+                    missing += 1
+                break
+    return ready, missing
+
+
+def nb_group_count(cluster: LocalCluster) -> int:
+    out = cluster.nbctl("--bare", "--columns=_uuid", "list", "HA_Chassis_Group", timeout=60)
+    return len(out.split())
+
+
+def wait_until(what: str, fn, timeout: float, ctl: Controller, interval: float = 0.5) -> float:
+    t0 = time.monotonic()
+    while not fn():
+        if ctl.proc.poll() is not None:
+            raise RuntimeError(f"controller exited; see {ctl.log_path}")
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError(f"{what} not within {timeout}s; see {ctl.log_path}")
+        time.sleep(interval)
+    return time.monotonic() - t0
+
+
+def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, profile: Path | None,
+                log=print, profile_phase: str = "restart") -> dict:
+    """Gateway management on, OVN NB on loopback (no SB/northd).
+
+    1. Objects: trunk nodes, pools, N Ready Subnets in ``vpcs`` VPCs, N networks; no router ports.
+    2. Controller start: every network reaches GatewayReady=False/RouterPortMissing.
+    3. All router ports appear in one NB transaction; time until GatewayReady=True for all,
+       NB write transactions (metric), controller CPU, API writes.
+    4. Restart (resync 30s): the start pass and the next periodic pass: NB transactions,
+       API writes, CPU and wall per pass.
+    5. ``profile``: one more restart under yappi (start pass + one periodic pass); with
+       ``profile_phase="converge"`` the first controller (steps 2-3) runs under yappi instead
+       (its figures are then slowed by the profiler).
+    """
+    from kubernetes import client
+
+    tag = f"N={n} vpcs={vpcs}"
+    r: dict = {"n": n, "vpcs": vpcs, "per_vpc": n // vpcs, "trunk_nodes": TRUNK_NODES}
+    cluster = LocalCluster(workdir, with_nb=True, with_sb=False)
+    ctl: Controller | None = None
+    admin = None
+    try:
+        cluster.start()
+        setup_objects(cluster, zones)
+        t = time.monotonic()
+        setup_gateway_objects(cluster, n, zones, vpcs, threads)
+        log(f"[gw {tag}] cluster up in {cluster.start_seconds:.1f}s, objects in {time.monotonic() - t:.1f}s")
+        admin = cluster.api_client("admin")
+        co = client.CustomObjectsApi(admin)
+        nb = cluster.nb_tcp
+
+        # -- first start: everything but the router ports ---------------------------------
+        m0 = audit.write_marker(cluster)
+        audit.wait_for_marker(cluster, m0)
+        ctl = Controller(cluster, workdir / "controller-1.log", nb=nb,
+                         profile=profile if profile_phase == "converge" else None)
+        r["first_s"] = wait_until("RouterPortMissing everywhere", lambda: gateway_count(co, n)[1] >= n,
+                                  max(300.0, n * 0.5), ctl)
+        ctl.wait_event("resync complete", 120)
+        time.sleep(1)
+        r["first_nb_txns"] = nb_total(ctl)
+        w = audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=m0, timeout=60)
+        r["first_writes"] = len(w)
+        r["first_writes_by"] = writes_by_resource(w)
+        r["rss_first_mib"] = rss_mib(ctl.pid)
+        log(f"[gw {tag}] start → RouterPortMissing for all: {r['first_s']:.1f}s, {r['first_writes']} API writes, "
+            f"{r['first_nb_txns']} NB txns")
+
+        # -- router ports appear: the groups converge -----------------------------------
+        m1 = audit.write_marker(cluster)
+        audit.wait_for_marker(cluster, m1)
+        tx0, cpu0 = nb_total(ctl), cpu_seconds(ctl.pid)
+        nbpid = cluster._read_pids().get("ovsdb-nb")
+        nbcpu0 = cpu_seconds(nbpid) if nbpid else 0.0
+        t0 = time.monotonic()
+        create_router_ports(cluster, n, vpcs)
+        r["ports_create_s"] = time.monotonic() - t0
+        r["gw_converge_s"] = wait_until("GatewayReady everywhere", lambda: gateway_count(co, n)[0] >= n,
+                                        max(300.0, n * 0.5), ctl) + r["ports_create_s"]
+        r["gw_converge_cpu_s"] = cpu_seconds(ctl.pid) - cpu0
+        r["gw_converge_nb_txns"] = nb_total(ctl) - tx0
+        r["gw_converge_nb_cpu_s"] = (cpu_seconds(nbpid) - nbcpu0) if nbpid else None
+        time.sleep(2)  # trailing Events
+        r["gw_converge_nb_txns_2s_later"] = nb_total(ctl) - tx0
+        w = audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=m1, timeout=60)
+        r["gw_converge_writes"] = len(w)
+        r["gw_converge_writes_by"] = writes_by_resource(w)
+        r["groups_in_nb"] = nb_group_count(cluster)
+        r["rss_converged_mib"] = rss_mib(ctl.pid)
+        log(f"[gw {tag}] ports → GatewayReady for all: {r['gw_converge_s']:.2f}s, {r['gw_converge_nb_txns']} NB txns, "
+            f"{r['gw_converge_cpu_s']:.2f} CPU-s, {r['gw_converge_writes']} API writes, {r['groups_in_nb']} groups")
+
+        # -- restart: start pass and the next periodic pass ------------------------------
+        ctl.stop()
+        m2 = audit.write_marker(cluster)
+        audit.wait_for_marker(cluster, m2)
+        ctl = Controller(cluster, workdir / "controller-2.log", resync="30s", nb=nb)
+        synced = ctl.wait_event("caches synced", 120)
+        first = ctl.wait_event("resync complete", max(120.0, n * 0.2))
+        r["restart_s"] = time.monotonic() - ctl.started
+        r["restart_after_sync_s"] = (_ts(first) - _ts(synced)).total_seconds()
+        r["restart_cpu_s"] = cpu_seconds(ctl.pid)
+        time.sleep(1)
+        r["restart_nb_txns"] = nb_total(ctl)
+        w = audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=m2, timeout=60)
+        r["restart_writes"] = len(w)
+        r["restart_writes_by"] = writes_by_resource(w)
+        r["rss_restarted_mib"] = rss_mib(ctl.pid)
+        ctl.poll_log()
+        r["restart_nb_not_synced"] = sum(1 for ln in ctl.lines if "not synced" in str(ln.get("error", "")))
+        log(f"[gw {tag}] restart pass {r['restart_after_sync_s']:.2f}s after caches synced, "
+            f"{r['restart_nb_txns']} NB txns, {r['restart_writes']} API writes")
+
+        m3 = audit.write_marker(cluster)
+        audit.wait_for_marker(cluster, m3)
+        marks: dict[str, float] = {}
+
+        def on_line(ln: dict) -> None:
+            if ln.get("event") == "resync started" and "cpu" not in marks:
+                marks["cpu"] = cpu_seconds(ctl.pid)
+                marks["t"] = time.monotonic()
+                marks["tx"] = nb_total(ctl)
+
+        ctl.wait_event("resync started", 90, on_line=on_line)
+        second = ctl.wait_event("resync complete", max(120.0, n * 0.2), count=2, on_line=on_line)
+        r["steady_cpu_s"] = cpu_seconds(ctl.pid) - marks["cpu"]
+        r["steady_wall_s"] = time.monotonic() - marks["t"]
+        r["steady_pass_log_s"] = (_ts(second) - _ts(next(ln for ln in ctl.lines if ln.get("event") == "resync started"))).total_seconds()
+        r["steady_nb_txns"] = nb_total(ctl) - marks["tx"]
+        w = audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=m3, timeout=60)
+        r["steady_writes"] = len(w)
+        r["steady_writes_by"] = writes_by_resource(w)
+        r["rss_steady_mib"] = rss_mib(ctl.pid)
+        log(f"[gw {tag}] periodic pass: {r['steady_cpu_s']:.2f} CPU-s, {r['steady_pass_log_s']:.2f}s, "
+            f"{r['steady_nb_txns']} NB txns, {r['steady_writes']} API writes; RSS {r['rss_steady_mib']:.1f} MiB")
+        ctl.stop()
+        ctl = None
+
+        if profile is not None and profile_phase == "restart":
+            ctl = Controller(cluster, workdir / "controller-3.log", resync="20s", nb=nb, profile=profile)
+            ctl.wait_event("resync complete", max(180.0, n * 0.5))
+            ctl.wait_event("resync complete", max(180.0, n * 0.5), count=2)
+            ctl.stop()
+            ctl = None
+        return r
+    finally:
+        if ctl is not None:
+            ctl.stop()
+        if admin is not None:
+            admin.close()
+        cluster.stop()
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -435,13 +714,10 @@ def profile_top(path: Path, limit: int = 25) -> str:
     return out.getvalue()
 
 
-def render(results: list[dict], zones: int, threads: int, profile_n: int | None, profile_text: str | None) -> str:
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def render_main(results: list[dict], zones: int, threads: int, profile_n: int | None, profile_text: str | None) -> list[str]:
     L = [
-        "# Performance", "",
-        f"Measured {now} on a machine with `nproc` = {os.cpu_count()}, by `python hack/bench.py` "
-        f"({zones} zones, {threads} creating threads, controller with 4 workers, all on loopback; "
-        "other work was running on the same machine, so treat single figures as ±30%).", "",
+        "## Convergence, restart, steady state, memory (gateway management off)", "",
+        f"{zones} zones, {threads} creating threads, controller with 4 workers, no OVN NB.", "",
         "| N | create N (admin) s | convergence s | floor s | controller/floor | floor+events+ns s | controller/floor+ | controller CPU during convergence s |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -459,42 +735,162 @@ def render(results: list[dict], zones: int, threads: int, profile_n: int | None,
     for r in results:
         by = ", ".join(f"{k}: {v}" for k, v in r["converge_writes_by"].items())
         L.append(f"| {r['n']} | {r['rss_converged_mib']:.1f} | {r['rss_restarted_mib']:.1f} | {r['rss_steady_mib']:.1f} | {r['converge_writes']} ({by}) |")
-    L += ["", "Raw results (JSON):", "", "```json", json.dumps(results, indent=1), "```", ""]
+    L.append("")
     if profile_text:
-        L += [f"## Profile (N={profile_n}, converging controller (create → converge → SIGTERM) under yappi, CPU clock, all threads)", "",
+        L += [f"### Profile (N={profile_n}, converging controller (create → converge → SIGTERM) under yappi, CPU clock, all threads)", "",
               "```", profile_text.strip(), "```", ""]
+    return L
+
+
+def render_gateway(results: list[dict], zones: int, profile_tag: str | None, profile_text: str | None,
+                   converge_tag: str | None = None, converge_text: str | None = None) -> list[str]:
+    L = [
+        "## Gateway (HA_Chassis_Group per network in OVN NB)", "",
+        f"Gateway management on (`--manage-gateway-chassis=true`, NB over tcp on loopback, no SB/northd), {zones} zones, "
+        f"{TRUNK_NODES} trunk nodes, controller with 4 workers. NB transactions from the controller's "
+        f"`{NB_TXN}` metric; API writes from the audit log.", "",
+        "| N | VPCs | networks per VPC | start → all RouterPortMissing s | router ports → all GatewayReady s | NB txns | "
+        "NB txns per network | controller CPU s | CPU ms per network | ovsdb-server CPU s | API writes | groups in NB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in results:
+        by = ", ".join(f"{k}: {v}" for k, v in r["gw_converge_writes_by"].items())
+        nbcpu = r.get("gw_converge_nb_cpu_s")
+        L.append(f"| {r['n']} | {r['vpcs']} | {r['per_vpc']} | {r['first_s']:.1f} | {r['gw_converge_s']:.2f} | "
+                 f"{r['gw_converge_nb_txns']} | {r['gw_converge_nb_txns'] / r['n']:.2f} | {r['gw_converge_cpu_s']:.2f} | "
+                 f"{1000 * r['gw_converge_cpu_s'] / r['n']:.1f} | {'' if nbcpu is None else f'{nbcpu:.2f}'} | "
+                 f"{r['gw_converge_writes']} ({by}) | {r['groups_in_nb']} |")
+    L += ["", "| N | VPCs | restart: caches synced→resync complete s | restart pass NB txns | restart pass API writes | "
+          "periodic pass s | periodic pass CPU s | CPU ms per network | periodic pass NB txns | periodic pass API writes | "
+          "RSS converged MiB | RSS after periodic pass MiB |",
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        L.append(f"| {r['n']} | {r['vpcs']} | {r['restart_after_sync_s']:.2f} | {r['restart_nb_txns']} | {r['restart_writes']} | "
+                 f"{r['steady_pass_log_s']:.2f} | {r['steady_cpu_s']:.2f} | {1000 * r['steady_cpu_s'] / r['n']:.2f} | "
+                 f"{r['steady_nb_txns']} | {r['steady_writes']} | {r['rss_converged_mib']:.1f} | {r['rss_steady_mib']:.1f} |")
+    L.append("")
+    if profile_text:
+        L += [f"### Profile ({profile_tag}: a restarted controller's start pass and one periodic pass under yappi, "
+              "CPU clock, all threads)", "", "```", profile_text.strip(), "```", ""]
+    if converge_text:
+        L += [f"### Profile ({converge_tag}: the first controller, start → RouterPortMissing → router ports → "
+              "GatewayReady, under yappi, CPU clock, all threads)", "", "```", converge_text.strip(), "```", ""]
+    return L
+
+
+def render(data: dict) -> str:
+    now = data["meta"]["date"]
+    L = [
+        "# Performance", "",
+        f"Measured {now} on a machine with `nproc` = {data['meta']['nproc']}, by `python hack/bench.py` "
+        f"(code at {data['meta']['commit']}{' + uncommitted changes in ' + data['meta']['dirty'] if data['meta'].get('dirty') else ''}; "
+        "all on loopback). The machine was shared with other engineers' test runs, so single figures "
+        "vary by ±30%: compare ratios within one table rather than absolute seconds. "
+        "The targets, the reading of the profiles and the findings are under [Reading](#reading) below.", "",
+    ]
+    if data.get("main"):
+        L += render_main(data["main"], data["meta"]["zones"], data["meta"]["threads"], data.get("main_profile_n"),
+                         data.get("main_profile"))
+    if data.get("gateway"):
+        L += render_gateway(data["gateway"], data["meta"]["zones"], data.get("gateway_profile_tag"),
+                            data.get("gateway_profile"), data.get("gateway_converge_profile_tag"),
+                            data.get("gateway_converge_profile"))
+    slim = {k: v for k, v in data.items() if not k.endswith("_profile")}
+    L += ["<details><summary>Raw results (JSON)</summary>", "", "```json", json.dumps(slim, indent=1), "```", "",
+          "</details>", ""]
     return "\n".join(L)
+
+
+def parse_gateway(spec: str) -> list[tuple[int, int]]:
+    out = []
+    for part in spec.split(","):
+        if part:
+            n, _, v = part.partition("x")
+            out.append((int(n), int(v or 10)))
+    return out
+
+
+def _meta(args) -> dict:
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout
+
+    dirty = git("status", "--porcelain", "--", "controller", "ovn", "informers")
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": os.cpu_count(), "zones": args.zones, "threads": args.threads,
+        "commit": git("rev-parse", "--short", "HEAD").strip(),
+        "dirty": ", ".join(line[3:] for line in dirty.splitlines()),
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="100,500")
+    ap.add_argument("--sizes", default="100,500", help="main benchmark sizes ('' to skip)")
     ap.add_argument("--zones", type=int, default=5)
     ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--gateway", default="", help="gateway runs as NxVPCS,... e.g. 250x10,500x10,1000x10,1000x1")
+    ap.add_argument("--gateway-profile", default="", help="one gateway run (NxVPCS) profiled with yappi")
+    ap.add_argument("--gateway-profile-phase", choices=("restart", "converge"), default="restart",
+                    help="restart: one more restart (start pass + a periodic pass) under yappi; "
+                         "converge: the first controller (start, router ports → GatewayReady) under yappi")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown tables here")
     ap.add_argument("--json", type=Path, default=None, help="also write raw results here")
+    ap.add_argument("--merge-json", type=Path, action="append", default=[],
+                    help="start from the results in this JSON file (runs of this invocation replace its sections)")
     ap.add_argument("--profile-size", type=int, default=None,
                     help="run this N's converging controller under yappi (its figures are then slowed by the profiler)")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, audit)")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    gw_runs = parse_gateway(args.gateway)
     base = args.workdir or Path(tempfile.mkdtemp(prefix="pnc-bench-"))
     base.mkdir(parents=True, exist_ok=True)
-    results, prof_text = [], None
+    data: dict = {}
+    for path in args.merge_json:
+        loaded = json.loads(path.read_text())
+        data.update(loaded if isinstance(loaded, dict) else {"main": loaded})
+    data["meta"] = {**data.get("meta", {}), **_meta(args)}
+    say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+
+    def save() -> None:
+        if args.json:
+            args.json.write_text(json.dumps(data, indent=1))
+
     try:
-        for n in sizes:
-            prof = base / f"profile-{n}.pstat" if args.profile_size == n else None
-            results.append(run_size(n, args.zones, args.threads, base / f"n{n}", prof,
-                                    log=lambda s: print(s, file=sys.stderr, flush=True)))
-            if prof is not None and prof.exists():
-                prof_text = profile_top(prof)
-            if args.json:
-                args.json.write_text(json.dumps(results, indent=1))
+        if sizes:
+            for n in sizes:
+                prof = base / f"profile-{n}.pstat" if args.profile_size == n else None
+                r = run_size(n, args.zones, args.threads, base / f"n{n}", prof, log=say)
+                r["date"] = _meta(args)["date"]
+                data["main"] = sorted([x for x in data.get("main", []) if x["n"] != n] + [r], key=lambda x: x["n"])
+                if prof is not None and prof.exists():
+                    data["main_profile"], data["main_profile_n"] = profile_top(prof), n
+                save()
+        if gw_runs:
+            for n, vpcs in gw_runs:
+                tag = f"{n}x{vpcs}"
+                prof = base / f"gw-profile-{tag}.pstat" if args.gateway_profile == tag else None
+                r = run_gateway(n, vpcs, args.zones, args.threads, base / f"g{tag}", prof, log=say,
+                                profile_phase=args.gateway_profile_phase)
+                r["date"] = _meta(args)["date"]
+                if prof is not None and prof.exists():
+                    key = "gateway_profile" if args.gateway_profile_phase == "restart" else "gateway_converge_profile"
+                    data[key] = profile_top(prof)
+                    data[key + "_tag"] = f"N={n}, {vpcs} VPC{'s' if vpcs != 1 else ''}"
+                if prof is not None and args.gateway_profile_phase == "converge":
+                    # Slowed by the profiler: kept apart from the tables.
+                    data["gateway_converge_profiled_run"] = r
+                else:
+                    data["gateway"] = sorted(
+                        [x for x in data.get("gateway", []) if (x["n"], x["vpcs"]) != (n, vpcs)] + [r],
+                        key=lambda x: (-x["vpcs"], x["n"]))
+                save()
     finally:
+        save()
         if not args.keep and args.workdir is None:
             shutil.rmtree(base, ignore_errors=True)
-    text = render(results, args.zones, args.threads, args.profile_size, prof_text)
+    text = render(data)
     if args.out:
         # Hand-written text after the marker survives a re-run.
         keep = ""
