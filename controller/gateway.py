@@ -195,7 +195,7 @@ class GatewayStep:
             return
         provider = str((zone.get("spec") or {}).get("providerNetwork") or "")
         trunk = planner.trunk_nodes(self.nodes.by_index("provider", provider), provider) if provider else []
-        siblings = [str(s["metadata"]["name"]) for s in self.subnets.by_index("vpc", vpc)] if self.subnets else []
+        siblings = self.subnets.index_key_set("vpc", vpc) if self.subnets else frozenset()
         lrp = planner.router_port_name(vpc, sname)
         old_conds = old_status.get("conditions") or []
         prev = find(old_conds, names.GATEWAY_READY)

@@ -82,6 +82,7 @@ class Options:
     ovn_tls_dir: str = ""  # private directory for the TLS files; "" = a fresh temporary one
     nb_grace_period: float = NB_GRACE_PERIOD
     gateway_collect_period: float = COLLECT_PERIOD
+    nb_first_sync_timeout: float = 10.0  # seconds the first workers wait for the NB's first sync
 
 
 def subnet_index_vlan(subnet: Mapping[str, Any]) -> list[str]:
@@ -204,6 +205,7 @@ class Manager:
         applier = GatewayApplier(
             options.ovn_nb_address, enqueue=lambda key: self.queue.add(NETWORK + key), tls_source=tls_source,
             on_commit=self.metrics.gateway_nb_transaction,
+            enqueue_after=lambda key, delay: self.queue.add_after(NETWORK + key, delay),
         )
         self.collector = GatewayCollector(applier, self._network_exists, self.metrics, options.gateway_collect_period)
         return GatewayStep(applier, self.nodes.store, self.subnets.store, self.metrics, self.events,
@@ -429,6 +431,11 @@ class Manager:
         every cache has synced: product-decisions.md §4.4, field report B01."""
         if not self.factory.has_synced():
             raise RuntimeError("workers must not start before the caches have synced")
+        if self.gateway is not None and not self.gateway.applier.nb.wait_synced(self.options.nb_first_sync_timeout):
+            # Passes before the NB's first full copy would count as NB failures (a status
+            # write and an Event per network on every restart); past this bound the NB
+            # is really unreachable and the grace of §9.5 takes over.
+            log.info("OVN NB not synced yet; starting workers anyway", error=self.gateway.applier.nb.last_error)
         for i in range(max(1, self.options.workers)):
             t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
             t.start()

@@ -115,6 +115,12 @@ class ThreadSafeStore:
         with self._lock:
             return sorted(self._index(index_name).get(value, ()))
 
+    def index_key_set(self, index_name: str, value: str) -> frozenset[str]:
+        """Keys of the objects :meth:`by_index` would return, unsorted (no per-call sort
+        for callers that only test membership or compare sets)."""
+        with self._lock:
+            return frozenset(self._index(index_name).get(value, ()))
+
     def list_index_values(self, index_name: str) -> list[str]:
         """Every value that currently has at least one object in the index."""
         with self._lock:

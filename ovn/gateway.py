@@ -34,6 +34,7 @@ GROUP = "HA_Chassis_Group"
 CHASSIS = "HA_Chassis"
 
 PASS_TIMEOUT = 5.0  # seconds, gatewayPassTimeout (§9.2); also bounds a release (§17)
+LOST_DELAY = 10.0  # seconds after losing the NB before every managed network re-checks
 
 # Reasons of GatewayReady (§9.4, §5.8).
 CHASSIS_ASSIGNED = "ChassisAssigned"
@@ -82,6 +83,15 @@ def _refs(row: ovs.db.idl.Row, column: str) -> list[ovs.db.idl.Row]:
     return [v]
 
 
+def _old_value(old: ovs.db.idl.Row | None, column: str) -> str:
+    """A changed column's old value (python-ovs passes a row of only the changed columns)."""
+    datum = ((old._data if old is not None else None) or {}).get(column)
+    if datum is None:
+        return ""
+    v = datum.to_python(lambda atom, base=None: str(atom))
+    return v if isinstance(v, str) else ""
+
+
 def _count(row: ovs.db.idl.Row, column: str) -> int:
     """Number of values of a set column, read from the raw datum: a reference into a
     table we do not replicate (``gateway_chassis`` -> Gateway_Chassis) does not
@@ -117,8 +127,12 @@ class GatewayApplier:
         leader_only: bool = True,
         pass_timeout: float = PASS_TIMEOUT,
         on_commit: Callable[[str], None] | None = None,
+        enqueue_after: Callable[[str, float], None] | None = None,
+        lost_delay: float = LOST_DELAY,
     ) -> None:
         self.enqueue = enqueue or (lambda key: None)
+        self.enqueue_after = enqueue_after
+        self.lost_delay = lost_delay
         self.on_commit = on_commit or (lambda op: None)
         self.pass_timeout = pass_timeout
         self.lrp_by_name = RowIndex(LRP, lambda r: [r.name])
@@ -129,16 +143,18 @@ class GatewayApplier:
         # Router port name -> networks that manage it (filled by ensure), for LRP events.
         self._port_networks: dict[str, set[str]] = {}
         self._lock = threading.Lock()
-        # Per-VPC votes for the active chassis (owner thread only): recounting every
-        # group of a VPC on each pass would make a resync quadratic in the VPC's size.
-        # An entry is dropped when a group or chassis row of the VPC changes.
-        self._votes: dict[str, tuple[frozenset[str], dict[str, tuple[int, int]]]] = {}
+        # Per-VPC votes for the active chassis, kept up to date row by row on the owner
+        # thread: recounting every group of a VPC on each pass (or after each group
+        # insert) would make convergence and resyncs quadratic in the VPC's size.
+        self._votes: dict[str, _VpcVotes] = {}
+        self._group_vpcs: dict[str, set[str]] = {}  # group name -> VPCs whose tally has it
         self.transactions = 0  # write transactions committed (benchmarks, tests)
         self.nb = NBClient(
             addresses,
             leader_only=leader_only,
             on_row=self._on_row,
             on_sync=self._on_sync,
+            on_lost=self._on_lost,
             indexes=[self.lrp_by_name, self.lrp_by_group, self.group_by_name, self.group_by_network,
                      self.group_by_chassis],
             tls_source=tls_source,
@@ -167,36 +183,62 @@ class GatewayApplier:
                 keys.add(key)
         return {k for k in keys if k}
 
-    def _forget_votes(self, group_name: str) -> None:
-        # Over-invalidation is harmless ("px-a-" also matches VPC "a-b"'s groups).
-        for vpc in [v for v in self._votes if group_name.startswith(f"{planner.GROUP_PREFIX}{v}-")]:
-            del self._votes[vpc]
+    def _recount(self, idl: ovs.db.idl.Idl, group_name: str) -> None:
+        """Refresh one group's vote in every VPC tally that holds it (owner thread)."""
+        for vpc in self._group_vpcs.get(group_name, ()):
+            st = self._votes.get(vpc)
+            if st is not None:
+                st.set(group_name, self._vote(idl, group_name))
 
-    def _on_row(self, event: str, row: ovs.db.idl.Row) -> None:
+    def _vote(self, idl: ovs.db.idl.Idl, group_name: str) -> str | None:
+        rows = self.group_by_name.get(idl, group_name)
+        return planner.group_vote(_group_view(rows[0])) if rows else None
+
+    def _on_row(self, event: str, row: ovs.db.idl.Row, old: ovs.db.idl.Row | None = None) -> None:
         table = row._table.name
         keys: set[str] = set()
         if table == LRP:
+            # A renamed port concerns the network of its old name too.
+            names = {str(getattr(row, "name", "")), _old_value(old, "name")}
             with self._lock:
-                keys |= self._port_networks.get(str(getattr(row, "name", "")), set())
+                for n in names:
+                    keys |= self._port_networks.get(n, set())
         elif table == GROUP:
-            self._forget_votes(str(getattr(row, "name", "")))
+            self._recount(row._idl, str(getattr(row, "name", "")))
             keys |= self._networks_of_group(row)
+            old_name = _old_value(old, "name")
+            if old_name:
+                self._recount(row._idl, old_name)
+                with self._lock:
+                    keys |= self._port_networks.get(old_name[len(planner.GROUP_PREFIX):], set())
         elif table == CHASSIS:
             idl = row._idl
             for g in self.group_by_chassis.get(idl, str(row.uuid)):
-                self._forget_votes(str(g.name))
+                self._recount(idl, str(g.name))
                 keys |= self._networks_of_group(g)
         for key in sorted(keys):
             self.enqueue(key)
 
     def _on_sync(self) -> None:
         self._votes.clear()
+        self._group_vpcs.clear()
         # After a (re)connect every network we manage re-checks its rows: anything may
         # have changed while we were away.
         with self._lock:
             keys = set().union(*self._port_networks.values()) if self._port_networks else set()
         for key in sorted(keys):
             self.enqueue(key)
+
+    def _on_lost(self) -> None:
+        # The NB went away: a pass of every network we manage records the failure start
+        # soon after (the grace is timed from the outage, not from the next resync); the
+        # delay lets a short blip (a leader change) pass without a status write.
+        if self.enqueue_after is None:
+            return
+        with self._lock:
+            keys = set().union(*self._port_networks.values()) if self._port_networks else set()
+        for key in sorted(keys):
+            self.enqueue_after(key, self.lost_delay)
 
     def forget(self, network_key: str) -> None:
         """Stop mapping NB events to a network that is gone."""
@@ -230,11 +272,11 @@ class GatewayApplier:
         with self._lock:
             self._port_networks.setdefault(lrp, set()).add(network_key)
         trunk = list(trunk)
-        siblings = sorted({s for s in vpc_subnets if s and s != subnet})
+        subnets = frozenset(vpc_subnets) | {subnet}
         last: NBError | None = None
         for _ in range(2):  # once more after a guard abort: the IDL has the new rows then
             res = self.nb.transact(
-                lambda txn, idl: self._ensure_txn(txn, idl, network_key, vpc, subnet, trunk, siblings),
+                lambda txn, idl: self._ensure_txn(txn, idl, network_key, vpc, subnet, trunk, subnets),
                 timeout=self.pass_timeout,
             )
             state: GatewayState = res.value
@@ -261,7 +303,7 @@ class GatewayApplier:
         vpc: str,
         subnet: str,
         trunk: list[planner.TrunkNode],
-        siblings: list[str],
+        subnets: frozenset[str],
     ) -> GatewayState:
         lrp_name = planner.router_port_name(vpc, subnet)
         gname = planner.group_name(vpc, subnet)
@@ -307,7 +349,7 @@ class GatewayApplier:
                 NO_TRUNK_NODES, "no node of the zone's provider network is ready with an OVN chassis", len(have)
             )
 
-        wanted = planner.wanted_chassis(vpc, trunk, votes=self._vpc_votes(idl, vpc, subnet, siblings))
+        wanted = planner.wanted_chassis(vpc, trunk, votes=self._vpc_votes(idl, vpc, subnets))
         wanted_names = {c for c, _ in wanted}
         message = planner.assigned_message(lrp_name, gname, wanted)
         active = wanted[0][0] if wanted else ""
@@ -359,15 +401,27 @@ class GatewayApplier:
             self.before_commit(txn, idl)
         return GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, changed and not created, active)
 
-    def _vpc_votes(self, idl, vpc: str, subnet: str, siblings: list[str]) -> dict[str, tuple[int, int]]:
-        subnets = frozenset([subnet, *siblings])
-        cached = self._votes.get(vpc)
-        if cached is not None and cached[0] == subnets:
-            return cached[1]
-        views = [_group_view(g) for s in sorted(subnets) for g in self.group_by_name.get(idl, planner.group_name(vpc, s))]
-        votes = planner.tally_votes(views)
-        self._votes[vpc] = (subnets, votes)
-        return votes
+    def _vpc_votes(self, idl, vpc: str, subnets: frozenset[str]) -> Mapping[str, int]:
+        """The VPC's tally, brought to the current set of subnets (only the difference is
+        looked at; row changes keep it current in between)."""
+        st = self._votes.get(vpc)
+        if st is None:
+            st = self._votes[vpc] = _VpcVotes(frozenset())
+        if st.subnets != subnets:
+            for s in st.subnets - subnets:
+                g = planner.group_name(vpc, s)
+                st.remove(g)
+                vpcs = self._group_vpcs.get(g)
+                if vpcs is not None:
+                    vpcs.discard(vpc)
+                    if not vpcs:
+                        del self._group_vpcs[g]
+            for s in subnets - st.subnets:
+                g = planner.group_name(vpc, s)
+                self._group_vpcs.setdefault(g, set()).add(vpc)
+                st.set(g, self._vote(idl, g))
+            st.subnets = subnets
+        return st.counts
 
     def before_commit(self, txn: ovs.db.idl.Transaction, idl: ovs.db.idl.Idl) -> None:
         """Runs on the owner thread right before a write is committed (nothing here; a
@@ -461,6 +515,31 @@ class GatewayApplier:
             elif res.status not in (UNCHANGED, TRY_AGAIN):
                 raise _txn_error(res.status, res.error)
         return deleted
+
+
+class _VpcVotes:
+    """One VPC's tally: each group's vote and the count per chassis."""
+
+    def __init__(self, subnets: frozenset[str]) -> None:
+        self.subnets = subnets
+        self.by_group: dict[str, str | None] = {}
+        self.counts: dict[str, int] = {}
+
+    def set(self, group: str, vote: str | None) -> None:
+        old = self.by_group.get(group)
+        self.by_group[group] = vote
+        if old == vote:
+            return
+        if old is not None:
+            self.counts[old] -= 1
+            if not self.counts[old]:
+                del self.counts[old]
+        if vote is not None:
+            self.counts[vote] = self.counts.get(vote, 0) + 1
+
+    def remove(self, group: str) -> None:
+        self.set(group, None)
+        self.by_group.pop(group, None)
 
 
 def _group_view(g: ovs.db.idl.Row) -> planner.GroupView:

@@ -284,7 +284,7 @@ class _Idl(ovs.db.idl.Idl):
     """Idl that keeps the row indexes and forwards row events (on the owner thread)."""
 
     on_change: Callable[[str, str, str], None] | None = None
-    on_row: Callable[[str, ovs.db.idl.Row], None] | None = None
+    on_row: Callable[[str, ovs.db.idl.Row, ovs.db.idl.Row | None], None] | None = None
     row_indexes: Sequence[RowIndex] = ()
 
     def notify(self, event, row, updates=None):  # noqa: D401 - python-ovs hook
@@ -293,7 +293,7 @@ class _Idl(ovs.db.idl.Idl):
             if ix.table == table:
                 # A deleted row is unfiled; listeners still see its last values.
                 ix.update(row.uuid, None if event == ovs.db.idl.ROW_DELETE else row)
-        for cb, args in ((self.on_change, (event, table, str(row.uuid))), (self.on_row, (event, row))):
+        for cb, args in ((self.on_change, (event, table, str(row.uuid))), (self.on_row, (event, row, updates))):
             if cb is not None:
                 try:
                     cb(*args)
@@ -312,7 +312,8 @@ class NBClient:
         probe_interval_ms: int = PROBE_INTERVAL_MS,
         dial_timeout: float = DIAL_TIMEOUT,
         on_change: Callable[[str, str, str], None] | None = None,
-        on_row: Callable[[str, ovs.db.idl.Row], None] | None = None,
+        on_row: Callable[[str, ovs.db.idl.Row, ovs.db.idl.Row | None], None] | None = None,
+        on_lost: Callable[[], None] | None = None,
         on_sync: Callable[[], None] | None = None,
         indexes: Iterable[RowIndex] = (),
         tls_source: Any = None,
@@ -321,8 +322,10 @@ class NBClient:
         :param addresses: ``tcp:``/``ssl:``/``unix:`` remotes (reference-behaviour.md §10),
             tried in order. :raises NBError: on a malformed list (§10 messages).
         :param on_change: ``(event, table, uuid)`` per row change, on the owner thread.
-        :param on_row: ``(event, row)`` per row change, on the owner thread (the IDL row;
-            read it, never keep it).
+        :param on_row: ``(event, row, old)`` per row change, on the owner thread (the IDL
+            row, and for an update a row holding the old values of the changed columns;
+            read them, never keep them).
+        :param on_lost: called on the owner thread when a synced IDL loses its connection.
         :param on_sync: called on the owner thread each time the IDL (re)synced.
         :param indexes: ``RowIndex`` objects kept up to date on the owner thread.
         :param tls_source: ``ovn.tls.TLSSource``; required for ``ssl:`` remotes unless
@@ -330,6 +333,7 @@ class NBClient:
         """
         self.addresses = parse_addresses(addresses)
         self.on_row = on_row
+        self.on_lost = on_lost
         self.on_sync = on_sync
         self.indexes = list(indexes)
         self.tls_source = tls_source
@@ -390,6 +394,10 @@ class NBClient:
         """Run ``fn(idl)`` on the owner thread and return its result (or raise its error)."""
         if self._stop.is_set():
             raise NBClosed("OVN NB client stopped")
+        if self._idl is None:
+            # Still dialling (or backing off between rounds): nothing could answer; say why
+            # now instead of queueing behind a connect loop.
+            raise NBNotSynced("OVN NB IDL is not synced" + (f": {self.last_error}" if self.last_error else ""))
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             self._queue.append((lambda: fn(self._require_synced()), fut))
@@ -488,7 +496,12 @@ class NBClient:
         else:
             if self._synced.is_set():
                 self.last_error = self.last_error or f"lost the connection to {self.remote}"
-            self._synced.clear()
+                self._synced.clear()
+                if self.on_lost is not None:
+                    try:
+                        self.on_lost()
+                    except Exception:  # never kill the owner thread
+                        pass
             self._refresh_tls_while_down()
 
     def _refresh_tls_while_down(self) -> None:

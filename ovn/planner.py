@@ -237,44 +237,54 @@ def foreign_message(reason: str) -> str:
 # --------------------------------------------------------------------------- sticky active
 
 
-def tally_votes(vpc_groups: Iterable[GroupView | Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
-    """Votes for the VPC's active chassis: each group we own votes with its top chassis
-    (highest priority, ties by name). chassis -> (groups topped, highest priority)."""
-    votes: dict[str, tuple[int, int]] = {}
-    for g in map(as_group, vpc_groups):
-        if g.owner != OWNER:
-            continue
-        top = g.top()
-        if top is None:
-            continue
-        n, p = votes.get(top[0], (0, 0))
-        votes[top[0]] = (n + 1, max(p, top[1]))
+def group_vote(group: GroupView | Mapping[str, Any]) -> str | None:
+    """The chassis a group votes for as the VPC's active one, or None.
+
+    Only a group we own votes, with its top chassis, and only while its priorities are
+    exactly what the planner writes (``priorities(n)``): a hand-edited or half-written
+    group (say one member raised to 200) must not move the active chassis of the whole
+    VPC; it is repaired to the VPC's choice instead.
+    """
+    g = as_group(group)
+    if g.owner != OWNER or not g.chassis:
+        return None
+    if sorted((p for _, p in g.chassis), reverse=True) != priorities(len(g.chassis)):
+        return None
+    top = g.top()
+    return top[0] if top else None
+
+
+def tally_votes(vpc_groups: Iterable[GroupView | Mapping[str, Any]]) -> dict[str, int]:
+    """chassis -> number of the VPC's groups voting for it (``group_vote``)."""
+    votes: dict[str, int] = {}
+    for g in vpc_groups:
+        v = group_vote(g)
+        if v is not None:
+            votes[v] = votes.get(v, 0) + 1
     return votes
 
 
-def pick_active(votes: Mapping[str, tuple[int, int]], eligible: Iterable[str]) -> str | None:
-    """The eligible chassis with the most votes; ties by the higher priority, then name."""
-    cands = [c for c in set(eligible) if c in votes]
-    if not cands:
-        return None
-    return min(cands, key=lambda c: (-votes[c][0], -votes[c][1], c))
+def pick_active(votes: Mapping[str, int], order: Sequence[str]) -> str | None:
+    """Of the eligible chassis (``order``: rendezvous order), the one most groups vote
+    for; a tie goes to the one the rendezvous order ranks higher."""
+    best: str | None = None
+    for c in order:
+        if votes.get(c, 0) > (votes.get(best, 0) if best is not None else 0):
+            best = c
+    return best
 
 
-def current_active(vpc_groups: Iterable[GroupView | Mapping[str, Any]], eligible: Iterable[str]) -> str | None:
-    """The VPC's current active chassis that is still eligible, or None.
-
-    Only groups we own count. Each group votes with its top chassis (highest
-    priority, ties by name) when that chassis is eligible. The chassis that tops
-    the most groups wins; ties by the higher priority, then by chassis name.
-    """
-    return pick_active(tally_votes(vpc_groups), eligible)
+def current_active(vpc_groups: Iterable[GroupView | Mapping[str, Any]], eligible: Sequence[str]) -> str | None:
+    """The VPC's current active chassis that is still eligible, or None (``eligible`` in
+    rendezvous order; see ``group_vote`` and ``pick_active``)."""
+    return pick_active(tally_votes(vpc_groups), list(eligible))
 
 
 def wanted_chassis(
     vpc: str,
     trunk: Sequence[TrunkNode],
     vpc_groups: Iterable[GroupView | Mapping[str, Any]] = (),
-    votes: Mapping[str, tuple[int, int]] | None = None,
+    votes: Mapping[str, int] | None = None,
 ) -> list[tuple[str, int]]:
     """Wanted (chassis, priority) for any router port of ``vpc``.
 

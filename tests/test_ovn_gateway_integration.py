@@ -482,3 +482,55 @@ def test_an_unreachable_nb_is_an_error_not_an_empty_database(cluster):
             a.release("ns/n")
     finally:
         a.stop()
+
+
+def test_renamed_router_port_enqueues_its_network(bed):
+    """Field review: a port renamed away must bring its network back at once (§4.8)."""
+    bed.with_group("worker1")
+    bed.applier.enqueued.clear()
+    bed.nbctl("set", "Logical_Router_Port", bed.lrp, "name=renamed-by-hand")
+    wait_for(lambda: bed.key in bed.applier.enqueued)
+    assert ensure(bed, "worker1").reason == "RouterPortMissing"
+
+
+def test_a_hand_raised_priority_in_one_group_does_not_move_the_vpc(cluster, applier):
+    """Field review: one stray priority (200) in one group of a two-group VPC."""
+    a, b = Bed(cluster, applier), Bed(cluster, applier)
+    try:
+        a.with_group("worker1", "worker2")
+        b.add_port()
+        b.barrier()
+        ensure(b, "worker1", "worker2", siblings=[a.subnet])
+        uuid = b.uuid("HA_Chassis_Group", b.group)
+        ch = b.nbctl("--bare", "--columns=_uuid", "find", "HA_Chassis", "chassis_name=ch-worker2").split()
+        members = set(b.nbctl("--bare", "--columns=ha_chassis", "list", "HA_Chassis_Group", uuid).split())
+        b.nbctl("set", "HA_Chassis", next(u for u in ch if u in members), "priority=200")
+        b.barrier()
+        st = ensure(b, "worker1", "worker2", siblings=[a.subnet])
+        assert st.active == "ch-worker1"
+        assert b.rows()["groups"][0]["chassis"] == {"ch-worker1": [100], "ch-worker2": [90]}
+        assert ensure(a, "worker1", "worker2", siblings=[b.subnet]).active == "ch-worker1"
+    finally:
+        a.cleanup()
+        b.cleanup()
+
+
+def test_losing_the_nb_rechecks_every_managed_network_after_a_delay(tmp_path):
+    """Field review: the failure start is recorded soon after the outage, not at the
+    next 5 min pass (the delay lets a short blip pass without writes)."""
+    from tests.support.ovsdb import NBServer
+
+    server = NBServer(tmp_path / "nb").start()
+    later: list[tuple[str, float]] = []
+    a = GatewayApplier(server.remote, enqueue_after=lambda key, d: later.append((key, d))).start()
+    try:
+        assert a.nb.wait_synced(15), a.nb.last_error
+        server.nbctl("lr-add", "r")
+        server.nbctl("lrp-add", "r", f"{VPC}-s1", "00:00:00:00:cc:09", "10.78.0.1/24")
+        wait_for(lambda: a.nb.call(lambda idl: bool(a.lrp_by_name.get(idl, f"{VPC}-s1"))))
+        assert a.ensure("ns/n1", VPC, "s1", trunk("worker1")).reason == "ChassisAssigned"
+        server.stop()
+        wait_for(lambda: ("ns/n1", 10.0) in later, timeout=20)
+    finally:
+        a.stop()
+        server.stop()

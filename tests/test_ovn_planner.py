@@ -250,17 +250,31 @@ def test_sticky_ignores_groups_not_ours():
     assert got[0][0] == "ch-worker1"
 
 
-def test_sticky_majority_then_priority_then_name():
+def test_sticky_majority_then_rendezvous_rank():
+    # vpc/vpc-x ranks worker4 above worker1 above worker2 (§9.3 vectors).
     groups = [
         owned("g1", "ns/1", [("ch-worker2", 100)]),
         owned("g2", "ns/2", [("ch-worker2", 100)]),
-        owned("g3", "ns/3", [("ch-worker4", 110)]),
+        owned("g3", "ns/3", [("ch-worker4", 100)]),
     ]
     assert wanted_chassis("vpc-x", _trunk("worker1", "worker2", "worker4"), groups)[0][0] == "ch-worker2"
-    groups = [owned("g1", "ns/1", [("ch-worker2", 90)]), owned("g3", "ns/3", [("ch-worker4", 100)])]
-    assert wanted_chassis("vpc-x", _trunk("worker1", "worker2", "worker4"), groups)[0][0] == "ch-worker4"
-    groups = [owned("g1", "ns/1", [("ch-worker4", 100)]), owned("g3", "ns/3", [("ch-worker2", 100)])]
-    assert wanted_chassis("vpc-x", _trunk("worker1", "worker2", "worker4"), groups)[0][0] == "ch-worker2"
+    groups = [owned("g1", "ns/1", [("ch-worker2", 100)]), owned("g3", "ns/3", [("ch-worker1", 100)])]
+    assert wanted_chassis("vpc-x", _trunk("worker1", "worker2", "worker4"), groups)[0][0] == "ch-worker1"
+
+
+def test_a_hand_edited_group_does_not_vote():
+    """A member raised by hand (field review: one stray priority moved a whole VPC)."""
+    legit = [("ch-worker1", 100), ("ch-worker2", 90)]
+    groups = [owned("px-vpc-x-a", "ns/a", legit),
+              owned("px-vpc-x-b", "ns/b", [("ch-worker2", 200), ("ch-worker1", 100)])]
+    for _ in range(2):  # whichever group is repaired, the VPC keeps worker1
+        assert wanted_chassis("vpc-x", _trunk("worker1", "worker2", "worker5"), groups)[0][0] == "ch-worker1"
+        groups.reverse()
+    # Alone, a tampered group gives no vote: the rendezvous order decides.
+    alone = [owned("px-vpc-x-b", "ns/b", [("ch-worker2", 200), ("ch-worker1", 100)])]
+    assert wanted_chassis("vpc-x", _trunk("worker1", "worker2"), alone)[0][0] == "ch-worker1"
+    assert planner.group_vote(owned("g", "ns/g", [("c1", 100), ("c2", 90), ("c3", 80)])) == "c1"
+    assert planner.group_vote(owned("g", "ns/g", [("c1", 100), ("c2", 100)])) is None
 
 
 def test_empty_trunk_wants_nothing_even_with_groups():
