@@ -306,12 +306,11 @@ class Manager:
             # A network refused with VLANNameTaken/VLANProviderMismatch waits for this name.
             for net in self.listers.networks.by_index("subnet", obj["metadata"]["name"]):
                 q.add(NETWORK + meta_namespace_key(net))
-            # A duplicate may have gone: its twins must re-check their VLANConflict.
-            p = (obj.get("spec") or {}).get("provider")
-            vid = (obj.get("spec") or {}).get("id")
-            for other in self.listers.vlans.by_index("provider", p) if p else []:
-                if (other.get("spec") or {}).get("id") == vid:
-                    on_vlan(other)
+            # A duplicate may have gone (or come): its twins must re-check their VLANConflict.
+            for key in vlan_index_provider_id(obj):
+                for other in self.listers.vlans.by_index("provider_id", key):
+                    if other["metadata"]["name"] != obj["metadata"]["name"]:
+                        on_vlan(other)
 
         self.vlan_informer.add_event_handler(
             on_add=lambda o: (on_vlan_delete(o)),

@@ -539,12 +539,16 @@ class NetworkReconciler:
             self._patch_namespace(ns, ",".join(sorted(items + [triple])))
 
     def _maybe_sync_namespace(self, ns: str, key: str, triple: str | None) -> None:
-        """The full sync of §5.9 step 11, skipped when this network's triple is unchanged,
-        already in the annotation, and the namespace was fully synced recently."""
-        prev = self._last_triple.get(key, "\0unset")
+        """The full sync of §5.9 step 11, skipped when this network's triple is unchanged
+        (or this is its first pass in this process), already in the annotation, and the
+        namespace was fully synced recently. (Running it on every network's first pass
+        made a restart and a burst O(networks in the namespace) per network:
+        docs/performance.md.)"""
+        unset = "\0unset"
+        prev = self._last_triple.get(key, unset)
         self._last_triple[key] = triple
         now = time.monotonic()
-        if prev == triple and now - self._ns_synced_at.get(ns, -math.inf) < NAMESPACE_SYNC_PERIOD:
+        if prev in (triple, unset) and now - self._ns_synced_at.get(ns, -math.inf) < NAMESPACE_SYNC_PERIOD:
             _, value = self._namespace_value(ns)
             if triple is None or triple in (value.split(",") if value else []):
                 return
