@@ -176,6 +176,7 @@ class ChaosResult:
     ops: dict[str, int] = field(default_factory=dict)
     vlan_deletions_checked: int = 0
     uncertain: list[str] = field(default_factory=list)  # judgements a relist gap left open
+    refuted: list[str] = field(default_factory=list)  # monitor flags the audit log disproves
     vlan_events: int = 0
     monitor_relists: int = 0
     wall_seconds: float = 0.0
@@ -210,6 +211,8 @@ class ChaosResult:
                      f"left open by a relist gap {len(self.uncertain)}")
         for v in self.violations + self.convergence_failures + self.teardown_leftovers:
             lines.append(f"  ! {v}")
+        for v in self.refuted:
+            lines.append(f"  (monitor flag refuted) {v}")
         for e in self.unexpected_exits():
             lines.append(f"  ! replica exit {e}")
         return "\n".join(lines)
@@ -1135,7 +1138,7 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
             time.sleep(0.5)  # let the last watch events in (the monitor judges what it has seen)
             mon.judge()
             res.vlan_deletions_checked = len(mon.deletions)
-            res.violations = list(mon.violations)
+            res.violations, res.refuted = recheck_duplicates(list(mon.violations), cluster.audit_log)
             res.uncertain = list(mon.uncertain)
             res.vlan_events = mon.vlan_events
             res.monitor_relists = mon.relists
@@ -1156,6 +1159,69 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
         else:
             progress(f"logs kept in {workdir}")
     return res
+
+
+# --------------------------------------------------------------------------- audit cross-check
+
+
+def vlan_lifetimes(audit_log: Path) -> dict[str, list[tuple[str, str]]]:
+    """Vlan name -> [(created, deleted)] from the API server's audit log (the times the
+    create and the delete completed; "~" when not deleted). The audit log is written by the
+    API server itself, in blocking mode, so it does not miss what a watch may miss around
+    an API server restart."""
+    import re
+
+    spans: dict[str, list[list[str]]] = {}
+    pat = re.compile(r'"resource":\s*"vlans"')
+    with open(audit_log, errors="replace") as f:
+        for line in f:
+            if not pat.search(line):
+                continue
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            ref = e.get("objectRef") or {}
+            code = (e.get("responseStatus") or {}).get("code", 0)
+            if e.get("stage") != "ResponseComplete" or not 200 <= code < 300 or ref.get("subresource"):
+                continue
+            name, t = ref.get("name") or (e.get("responseObject") or {}).get("metadata", {}).get("name"), e["stageTimestamp"]
+            if e["verb"] == "create":
+                name = name or ""
+                spans.setdefault(name, []).append([t, "~"])
+            elif e["verb"] == "delete" and name in spans and spans[name][-1][1] == "~":
+                spans[name][-1][1] = t
+    return {k: [tuple(x) for x in v] for k, v in spans.items()}  # type: ignore[misc]
+
+
+def recheck_duplicates(violations: list[str], audit_log: Path) -> tuple[list[str], list[str]]:
+    """Split duplicate-VLAN flags into (confirmed, refuted) with the audit log: two Vlans
+    held one ID together only if their lifetimes overlap. Other violations pass through."""
+    import ast
+    import re
+
+    if not audit_log.exists():
+        return violations, []
+    life = vlan_lifetimes(audit_log)
+    confirmed, refuted = [], []
+    for v in violations:
+        m = re.match(r"duplicate VLAN \S+ on provider \S+: (\[.*\]) \(rv \d+\)$", v)
+        if not m:
+            confirmed.append(v)
+            continue
+        names = ast.literal_eval(m.group(1))
+        spans = [life.get(n) for n in names]
+        if any(not sp for sp in spans):
+            confirmed.append(v)
+            continue
+        overlap = any(a0 < b1 and b0 < a1 for (a0, a1) in spans[0] for (b0, b1) in spans[1]
+                      for a1, b1 in [(a1 if a1 != "~" else "9", b1 if b1 != "~" else "9")])
+        if overlap:
+            confirmed.append(v)
+        else:
+            refuted.append(f"{v}: refuted by the audit log, "
+                           + "; ".join(f"{n} existed {' and '.join(f'{a}..{b}' for a, b in sp)}" for n, sp in zip(names, spans)))
+    return confirmed, refuted
 
 
 # --------------------------------------------------------------------------- report
@@ -1192,7 +1258,9 @@ def render_markdown(res: ChaosResult) -> str:
         f"* Invariant violations: **{len(res.violations)}** (duplicate VLAN on a provider; Vlan deleted while its "
         f"pool had a consumer or it listed a live Subnet). Vlan deletions judged: {res.vlan_deletions_checked}; "
         f"Vlan watch events seen: {res.vlan_events}; monitor relists: {res.monitor_relists}; judgements a relist "
-        f"gap left open (a consumer whose delete was only seen by a later relist): {len(res.uncertain)}.",
+        f"gap left open (a consumer whose delete was only seen by a later relist): {len(res.uncertain)}; "
+        f"monitor flags refuted by the API server's audit log: {len(res.refuted)}"
+        + "".join(f"\n  * {r}" for r in res.refuted) + ("\n" if res.refuted else "") + ".",
         f"* Convergence failures: **{len(res.convergence_failures)}**; teardown leftovers (Vlans, "
         f"`proxmox.cozystack.io/` finalizers, namespace annotations, HA_Chassis_Groups `px-*`): "
         f"**{len(res.teardown_leftovers)}**.",
@@ -1240,7 +1308,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default=str(REPO / "docs" / "reliability.md"),
                     help="markdown file whose figures block is replaced ('' to skip)")
     ap.add_argument("--json", default="", help="also write the raw result as JSON here")
+    ap.add_argument("--recheck", nargs=2, metavar=("RESULT_JSON", "AUDIT_LOG"),
+                    help="re-judge a finished run's duplicate flags against its audit log and write its figures")
     args = ap.parse_args(argv)
+    if args.recheck:
+        raw = json.loads(Path(args.recheck[0]).read_text())
+        raw["faults"] = [FaultRecord(**f) for f in raw["faults"]]
+        res = ChaosResult(**{k: v for k, v in raw.items() if k in ChaosResult.__dataclass_fields__})
+        res.violations, refuted = recheck_duplicates(res.violations, Path(args.recheck[1]))
+        res.refuted += refuted
+        print(res.summary())
+        if args.report:
+            write_figures(Path(args.report), res)
+        return 0 if res.ok else 1
     cfg = ChaosConfig(kills=args.kills, api_restarts=args.api_restarts, compactions=args.compactions,
                       nb_restarts=args.nb_restarts, slots=args.slots, initial_networks=args.initial_networks,
                       namespaces=args.namespaces, zones=args.zones, seed=args.seed,

@@ -14,6 +14,8 @@ kills, 1 API server restart, 1 etcd compaction and 1 NB restart. The long form
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hack.chaos import ChaosConfig, InvariantMonitor, pool_refs, run
@@ -130,3 +132,22 @@ def test_monitor_leaves_a_judgement_open_when_a_relist_hides_when_the_consumer_w
     m.judge()
     assert m.violations == []
     assert m.uncertain == ["Vlan s1 (VLAN 100) deleted at rv 8 (watch) while machine ns1/vm1 referenced pool ns1/p1"]
+
+
+def test_audit_log_recheck_confirms_overlapping_lifetimes_and_refutes_the_rest(tmp_path):
+    """A duplicate flagged by the monitor is checked against the API server's audit log:
+    confirmed when both Vlans existed at once, refuted when one was gone before the other
+    was created (a watch that missed a delete around an API server restart)."""
+    from hack.chaos import recheck_duplicates
+
+    def ev(verb, name, t):
+        return json.dumps({"stage": "ResponseComplete", "verb": verb, "stageTimestamp": f"2026-01-01T00:00:{t:02d}Z",
+                           "objectRef": {"resource": "vlans", "name": name}, "responseStatus": {"code": 201 if verb == "create" else 200}})
+    log = tmp_path / "audit.log"
+    log.write_text("\n".join([ev("create", "a", 1), ev("delete", "a", 5), ev("create", "b", 6),
+                              ev("create", "c", 7), ev("create", "d", 8), ev("delete", "c", 9)]) + "\n")
+    flags = ["duplicate VLAN 7 on provider p: ['a', 'b'] (rv 10)", "duplicate VLAN 8 on provider p: ['c', 'd'] (rv 11)",
+             "Vlan x deleted at rv 3 (watch) while it listed live Subnet x"]
+    confirmed, refuted = recheck_duplicates(flags, log)
+    assert confirmed == flags[1:]
+    assert len(refuted) == 1 and refuted[0].startswith(flags[0] + ": refuted by the audit log")
