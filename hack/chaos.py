@@ -1021,7 +1021,7 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
     rng = random.Random(cfg.seed)
     t_start = time.monotonic()
     res = ChaosResult(config=asdict(cfg), cores=os.cpu_count() or 0,
-                      machine=f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores".strip(),
+                      machine=" ".join(filter(None, [platform.machine(), platform.processor(), f"{os.cpu_count()} cores"])),
                       started_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     import logging
 
@@ -1248,7 +1248,8 @@ def render_markdown(res: ChaosResult) -> str:
     return "\n".join([
         f"Run of {res.started_utc} on {res.machine}; `python hack/chaos.py "
         f"--kills {cfg['kills']} --api-restarts {cfg['api_restarts']} --compactions {cfg['compactions']} "
-        f"--nb-restarts {cfg['nb_restarts']} --slots {cfg['slots']} --seed {cfg['seed']}`, "
+        f"--nb-restarts {cfg['nb_restarts']} --slots {cfg['slots']} --initial-networks {cfg['initial_networks']} "
+        f"--namespaces {cfg['namespaces']} --seed {cfg['seed']}`, "
         f"wall time {res.wall_seconds / 60:.1f} min.",
         "",
         "| Fault | Injected | Survived (converged) | Converge median (s) | Converge max (s) |",
@@ -1259,8 +1260,8 @@ def render_markdown(res: ChaosResult) -> str:
         f"pool had a consumer or it listed a live Subnet). Vlan deletions judged: {res.vlan_deletions_checked}; "
         f"Vlan watch events seen: {res.vlan_events}; monitor relists: {res.monitor_relists}; judgements a relist "
         f"gap left open (a consumer whose delete was only seen by a later relist): {len(res.uncertain)}; "
-        f"monitor flags refuted by the API server's audit log: {len(res.refuted)}"
-        + "".join(f"\n  * {r}" for r in res.refuted) + ("\n" if res.refuted else "") + ".",
+        f"monitor flags refuted by the API server's audit log: {len(res.refuted)}."
+        + "".join(f"\n  * {r}" for r in res.refuted),
         f"* Convergence failures: **{len(res.convergence_failures)}**; teardown leftovers (Vlans, "
         f"`proxmox.cozystack.io/` finalizers, namespace annotations, HA_Chassis_Groups `px-*`): "
         f"**{len(res.teardown_leftovers)}**.",
