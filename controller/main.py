@@ -275,12 +275,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     def liveness() -> tuple[bool, str]:
         return (True, "ok") if manager.healthy() else (False, "a worker thread died")
 
-    probes = split_address(args.health_probe_bind_address)
-    if probes:
-        serve_probes(probes, readiness, liveness)
-    maddr = split_address(args.metrics_bind_address)
-    if maddr:
-        metrics.serve(*maddr)
+    try:
+        probes = split_address(args.health_probe_bind_address)
+        if probes:
+            serve_probes(probes, readiness, liveness)
+        maddr = split_address(args.metrics_bind_address)
+        if maddr:
+            metrics.serve(*maddr)
+    except OSError as err:  # e.g. the port is taken: one clear line, not a traceback
+        log.error("unable to serve metrics or probes", error=str(err))
+        manager.stop()
+        return 1
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("stopping", signal=signal.Signals(signum).name)

@@ -77,3 +77,22 @@ def test_bad_nb_address_is_not_checked_with_management_off(capsys):
     assert main(["--manage-gateway-chassis=false", "--ovn-nb-address=", "--kubeconfig=/nonexistent",
                  "--log-format=json"]) == 1
     assert "OVSDB" not in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_taken_metrics_port_is_one_clear_error(cluster, capsys):
+    import json
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        rc = main([f"--kubeconfig={cluster.controller_kubeconfig}", f"--metrics-bind-address=127.0.0.1:{port}",
+                   "--health-probe-bind-address=0", "--manage-gateway-chassis=false", "--leader-elect=false",
+                   "--log-format=json"])
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
+    assert any(ln["event"] == "unable to serve metrics or probes" and "in use" in ln["error"] for ln in lines)
