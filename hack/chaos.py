@@ -148,6 +148,7 @@ class ChaosConfig:
     subnet_prune_timeout: str = "30s"
     resync_period: str = "10m"
     duration: float = 0.0  # stop injecting faults after this many seconds (0: inject them all)
+    manage_gateway: bool = True  # HA chassis groups in the NB (the NB restart fault then matters)
 
     def schedule(self, rng: random.Random) -> list[str]:
         faults = ["kill"] * self.kills + ["api"] * self.api_restarts + ["compact"] * self.compactions + \
@@ -234,7 +235,7 @@ class Replica:
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "controller.main", f"--kubeconfig={cluster.controller_kubeconfig}",
-                 "--leader-elect=true", "--manage-gateway-chassis=false",
+                 "--leader-elect=true", *gateway_flags(cluster, cfg),
                  f"--subnet-prune-timeout={cfg.subnet_prune_timeout}", f"--resync-period={cfg.resync_period}",
                  f"--health-probe-bind-address=127.0.0.1:{self.health}",
                  f"--metrics-bind-address=127.0.0.1:{self.metrics}", "--log-format=console"],
@@ -389,6 +390,26 @@ def restart_apiserver(cluster: LocalCluster, down: float) -> None:
     time.sleep(down)  # the outage itself: a duration, not a condition to await
     cluster._start_apiserver()
     cluster._wait_apiserver()
+
+
+def gateway_flags(cluster: LocalCluster, cfg: ChaosConfig) -> list[str]:
+    if not cfg.manage_gateway:
+        return ["--manage-gateway-chassis=false"]
+    return ["--manage-gateway-chassis=true", f"--ovn-nb-address={cluster.nb_tcp}"]
+
+
+TRUNK_NODES = ("chaos-node-a", "chaos-node-b", "chaos-node-c")
+
+
+def create_trunk_nodes(admin: Any, providers: list[str]) -> None:
+    """Nodes that carry both provider networks, each with its OVN chassis (Kube-OVN's label
+    and annotation), so every network's router port gets an HA chassis group."""
+    for n in TRUNK_NODES:
+        admin.core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(
+            name=n,
+            labels={f"{p}.provider-network.kubernetes.io/ready": "true" for p in providers},
+            annotations={"ovn.kubernetes.io/chassis": f"{n}-chassis"},
+        )))
 
 
 def restart_nb(cluster: LocalCluster, down: float) -> None:
@@ -1046,6 +1067,8 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
         providers = [f"chaos-pn{i}" for i in range(2)]
         for p in providers:
             admin.create_provider_network(p)
+        if cfg.manage_gateway:
+            create_trunk_nodes(admin, providers)
         zones = []
         for z in range(cfg.zones):
             name = f"chaos-z{z}"
@@ -1304,6 +1327,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=0.0,
                     help="stop injecting faults after this many seconds (0: inject them all)")
     ap.add_argument("--converge-timeout", type=float, default=180.0)
+    ap.add_argument("--manage-gateway", type=lambda v: v.lower() in ("1", "true", "yes"), default=True,
+                    help="run the replicas with HA chassis group management on (default true)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs) even on success")
     ap.add_argument("--report", default=str(REPO / "docs" / "reliability.md"),
@@ -1327,6 +1352,7 @@ def main(argv: list[str] | None = None) -> int:
                       namespaces=args.namespaces, zones=args.zones, seed=args.seed,
                       converge_timeout=args.converge_timeout, workdir=args.workdir, keep_workdir=args.keep)
     cfg.duration = args.duration
+    cfg.manage_gateway = args.manage_gateway
     try:
         res = run(cfg)
     except Exception:
