@@ -57,8 +57,6 @@ import tempfile
 import threading
 import time
 import traceback
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -72,6 +70,7 @@ from kubernetes import watch as k8s_watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
 from hack.cluster import LocalCluster, _set_pdeathsig  # noqa: E402
+from tests.support.http import status_of  # noqa: E402
 
 OUR_PREFIX = "proxmox.cozystack.io/"
 PX = ("proxmox.cozystack.io", "v1alpha1")
@@ -244,13 +243,7 @@ class Replica:
             )
 
     def probe(self, path: str) -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health}{path}", timeout=2) as r:
-                return r.status
-        except urllib.error.HTTPError as e:
-            return e.code
-        except OSError:
-            return 0
+        return status_of(f"http://127.0.0.1:{self.health}{path}")
 
     def ready(self) -> bool:
         return self.proc.poll() is None and self.probe("/readyz") == 200

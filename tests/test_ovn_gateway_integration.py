@@ -326,50 +326,49 @@ class RacingApplier(GatewayApplier):
             race()
 
 
-def test_a_concurrent_edit_aborts_the_whole_write(cluster):
+@pytest.fixture
+def racing(cluster):
+    """A RacingApplier and a bed with its router port."""
     a = RacingApplier(cluster.nb_tcp).start()
     bed = Bed(cluster, a)
     try:
         assert a.nb.wait_synced(15), a.nb.last_error
         bed.add_port()
         bed.barrier()
-        a.race = lambda: bed.nbctl("lrp-set-gateway-chassis", bed.lrp, "ch-manual", "20")
-        st = ensure(bed, "worker1", "worker2")
-        # The first write (group insert + port pointer) was refused as a whole; the retry
-        # saw the gateway port and left it alone.
-        assert st.reason == "ForeignGroup"
-        assert st.message == f'router port "{bed.lrp}" has 1 gateway_chassis; the controller leaves it alone'
-        assert bed.rows() == {"port_group": None, "port_gateway_chassis": 1, "groups": []}
-        assert a.transactions == 0
+        yield a, bed
     finally:
         a.stop()
         bed.cleanup()
 
 
-def test_a_concurrent_priority_edit_is_not_overwritten_blindly(cluster):
-    a = RacingApplier(cluster.nb_tcp).start()
-    bed = Bed(cluster, a)
-    try:
-        assert a.nb.wait_synced(15), a.nb.last_error
-        bed.add_port()
-        bed.barrier()
-        ensure(bed, "worker1", "worker2")
-        g = bed.uuid("HA_Chassis_Group", bed.group)
+def test_a_concurrent_edit_aborts_the_whole_write(racing):
+    a, bed = racing
+    a.race = lambda: bed.nbctl("lrp-set-gateway-chassis", bed.lrp, "ch-manual", "20")
+    st = ensure(bed, "worker1", "worker2")
+    # The first write (group insert + port pointer) was refused as a whole; the retry
+    # saw the gateway port and left it alone.
+    assert st.reason == "ForeignGroup"
+    assert st.message == f'router port "{bed.lrp}" has 1 gateway_chassis; the controller leaves it alone'
+    assert bed.rows() == {"port_group": None, "port_gateway_chassis": 1, "groups": []}
+    assert a.transactions == 0
 
-        def race():
-            # Someone drops worker2's row while we add worker5.
-            ch = bed.nbctl("--bare", "--columns=_uuid", "find", "HA_Chassis", "chassis_name=ch-worker2")
-            for u in ch.split():
-                bed.nbctl("remove", "HA_Chassis_Group", g, "ha_chassis", u)
 
-        a.race = race
-        st = ensure(bed, "worker1", "worker2", "worker5")
-        assert st.reason == "ChassisAssigned"
-        # The retry decided from the new rows: every wanted chassis is there exactly once.
-        assert bed.rows()["groups"][0]["chassis"] == {"ch-worker1": [100], "ch-worker5": [90], "ch-worker2": [80]}
-    finally:
-        a.stop()
-        bed.cleanup()
+def test_a_concurrent_priority_edit_is_not_overwritten_blindly(racing):
+    a, bed = racing
+    ensure(bed, "worker1", "worker2")
+    g = bed.uuid("HA_Chassis_Group", bed.group)
+
+    def race():
+        # Someone drops worker2's row while we add worker5.
+        ch = bed.nbctl("--bare", "--columns=_uuid", "find", "HA_Chassis", "chassis_name=ch-worker2")
+        for u in ch.split():
+            bed.nbctl("remove", "HA_Chassis_Group", g, "ha_chassis", u)
+
+    a.race = race
+    st = ensure(bed, "worker1", "worker2", "worker5")
+    assert st.reason == "ChassisAssigned"
+    # The retry decided from the new rows: every wanted chassis is there exactly once.
+    assert bed.rows()["groups"][0]["chassis"] == {"ch-worker1": [100], "ch-worker5": [90], "ch-worker2": [80]}
 
 
 # --------------------------------------------------------------------------- drift / events

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.http import status_of
 from tests.support.objects import Admin, reason, unique
 from tests.support.wait import wait_for
 
@@ -45,13 +46,7 @@ class Replica:
         )
 
     def probe(self, path: str) -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health}{path}", timeout=2) as r:
-                return r.status
-        except urllib.error.HTTPError as e:
-            return e.code
-        except OSError:
-            return 0
+        return status_of(f"http://127.0.0.1:{self.health}{path}")
 
     def metric(self, name: str) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics", timeout=2) as r:
