@@ -7,9 +7,11 @@ under restarts, cache lag and kills") and field reports B01, B11, B12, B13.
 
 What runs (all on loopback, in a bed of its own, because the API server is restarted):
 
-* a :class:`~hack.cluster.LocalCluster` (etcd + kube-apiserver + OVN NB);
+* a :class:`~hack.cluster.LocalCluster` (etcd + kube-apiserver + OVN NB/SB + ovn-northd),
+  with three trunk Nodes carrying both provider networks;
 * two controller replicas as subprocesses (``python -m controller.main --leader-elect=true
-  --manage-gateway-chassis=false``), kept alive by a :class:`Supervisor` the way a
+  --manage-gateway-chassis=true --ovn-nb-address=<the bed's NB>``; ``--manage-gateway
+  false`` turns gateway management off), kept alive by a :class:`Supervisor` the way a
   Deployment keeps its pods: a replica that exits (SIGKILL, or "leadership lost" after an
   API outage) is started again;
 * the Kube-OVN and IPAM emulators of ``tests/emulators/``;
