@@ -187,6 +187,9 @@ class ChaosResult:
     machine: str = ""
     initial_converge_seconds: float | None = None
     teardown_seconds: float | None = None
+    vlan_deletions_unjudgeable: int = 0  # deletions of Vlans whose network the monitor never saw
+    monitor_caught_up: bool = False  # the final judgement saw every event (watches = a fresh list)
+    commit: str = ""
 
     def survived(self, kind: str) -> int:
         return sum(1 for f in self.faults if f.kind == kind and f.converge_seconds is not None)
@@ -492,6 +495,8 @@ class InvariantMonitor:
         # key -> [(resourceVersion, object or None for deleted, synthesized by a relist)]
         self.history: dict[str, dict[str, list[tuple[int, dict | None, bool]]]] = {k: {} for k in KINDS}
         self.uncertain: list[str] = []
+        self.duplicates: list[str] = []  # duplicate-ID flags (kept; judge() adds release judgements)
+        self.unjudgeable = 0  # deletions of Vlans whose network the monitor never saw
         self.net_specs: dict[str, dict] = {}  # last known spec of every network key, kept after delete
         self.deletions: list[Deletion] = []
         self.violations: list[str] = []
@@ -569,18 +574,16 @@ class InvariantMonitor:
         with self.lock:
             if self.synced[kind]:
                 self.relists += 1
-            seen = set()
-            for obj in items:
-                if not self.relevant(kind, obj):
-                    continue
-                key = obj_key(obj)
-                seen.add(key)
+            fresh = {obj_key(o): o for o in items if self.relevant(kind, o)}
+            # Deletes first: a Vlan deleted and another created with its ID while the watch
+            # was down must not look like two Vlans holding the ID at once.
+            for key in list(self.current[kind]):
+                if key not in fresh:
+                    self._apply(kind, "DELETED", self.current[kind][key], rv, True)
+            for key, obj in fresh.items():
                 old = self.current[kind].get(key)
                 if old is None or rv_of(old) != rv_of(obj):
                     self._apply(kind, "MODIFIED" if old else "ADDED", obj, rv_of(obj), True)
-            for key in list(self.current[kind]):
-                if key not in seen:
-                    self._apply(kind, "DELETED", self.current[kind][key], rv, True)
 
     def _event(self, kind: str, etype: str, obj: dict, rv: int, synthesized: bool) -> None:
         if not self.relevant(kind, obj):
@@ -614,8 +617,9 @@ class InvariantMonitor:
             sig = (spec.get("provider"), spec.get("id"), tuple(same))
             if sig not in self._seen_dups:
                 self._seen_dups.add(sig)
-                self.violations.append(
-                    f"duplicate VLAN {spec.get('id')} on provider {spec.get('provider')}: {same} (rv {rv})")
+                flag = f"duplicate VLAN {spec.get('id')} on provider {spec.get('provider')}: {same} (rv {rv})"
+                self.duplicates.append(flag)
+                self.violations.append(flag)
 
     # -- judging deletions ---------------------------------------------------------------
     def _present_at(self, kind: str, key: str, rv: int) -> tuple[dict | None, bool]:
@@ -640,37 +644,104 @@ class InvariantMonitor:
         certain = not (nxt is not None and nxt[1] is None and nxt[2])
         return best[1], certain
 
+    def _referencing(self, kind: str, key: str, pool: str, lo: int, hi: int) -> tuple[bool, bool, bool]:
+        """Whether ``key`` referenced ``pool`` at ``lo``, at ``hi``, and at any entry in between."""
+        at_lo, _ = self._present_at(kind, key, lo)
+        at_hi, _ = self._present_at(kind, key, hi)
+        between = any(o is not None and pool in pool_refs(o)
+                      for r, o, _ in self.history[kind].get(key, []) if lo < r <= hi)
+        ref = (lambda o: o is not None and pool in pool_refs(o))
+        return ref(at_lo), ref(at_hi), between
+
+    def _deleted_since(self, d: Deletion) -> int:
+        """For a delete seen only by a relist: the Vlan's previous entry (it went at some
+        point after that); for a watched delete, the delete's own resourceVersion."""
+        if not d.synthesized:
+            return d.rv
+        prior = [r for r, o, _ in self.history["vlans"].get(obj_key(d.vlan), []) if r < d.rv and o is not None]
+        return max(prior) if prior else d.rv
+
     def judge(self) -> int:
-        """Judge every Vlan deletion not judged yet; returns how many were judged. Call when
-        the watches have caught up (after a convergence wait)."""
-        n = 0
+        """Judge every Vlan deletion again from the history seen so far (a consumer's event
+        that arrived late counts); returns how many deletions could be judged. Call after
+        the watches have caught up (``caught_up``) for the final word.
+
+        A delete seen only by a relist happened somewhere in (previous entry, list rv]: a
+        consumer present at both ends is a violation, one present at some point in between
+        only is reported as open (``uncertain``)."""
+        violations: list[str] = []
+        uncertain: list[str] = []
+        judged = unjudgeable = 0
         with self.lock:
             for d in self.deletions:
-                if d.judged:
-                    continue
                 d.judged = True
-                n += 1
                 name = d.vlan["metadata"]["name"]
                 labels = d.vlan["metadata"].get("labels") or {}
                 how = "relist" if d.synthesized else "watch"
                 ns, net = labels.get(LABEL_NS, ""), labels.get(LABEL_NAME, "")
                 pool = (self.net_specs.get(f"{ns}/{net}") or {}).get("ipPool")
+                lo = self._deleted_since(d)
                 if ns and pool:
-                    for kind in ("machines", "addresses", "claims"):
-                        for key in self.history[kind]:
-                            if not key.startswith(ns + "/"):
-                                continue
-                            obj, certain = self._present_at(kind, key, d.rv)
-                            if obj is not None and pool in pool_refs(obj):
-                                (self.violations if certain else self.uncertain).append(
-                                    f"Vlan {name} (VLAN {(d.vlan.get('spec') or {}).get('id')}) deleted at rv {d.rv} "
-                                    f"({how}) while {kind[:-1]} {key} referenced pool {ns}/{pool}")
+                    judged += 1
+                else:
+                    unjudgeable += 1  # its consumers cannot be judged; its listed Subnets still are
+                for kind in ("machines", "addresses", "claims") if ns and pool else ():
+                    for key in self.history[kind]:
+                        if not key.startswith(ns + "/"):
+                            continue
+                        msg = (f"Vlan {name} (VLAN {(d.vlan.get('spec') or {}).get('id')}) deleted at rv {d.rv} "
+                               f"({how}) while {kind[:-1]} {key} referenced pool {ns}/{pool}")
+                        if d.synthesized:
+                            at_lo, at_hi, between = self._referencing(kind, key, pool, lo, d.rv)
+                            if at_lo and at_hi:
+                                violations.append(msg)
+                            elif at_lo or at_hi or between:
+                                uncertain.append(msg)
+                            continue
+                        obj, certain = self._present_at(kind, key, d.rv)
+                        if obj is not None and pool in pool_refs(obj):
+                            (violations if certain else uncertain).append(msg)
                 for sub in (d.vlan.get("status") or {}).get("subnets") or []:
-                    obj, certain = self._present_at("subnets", sub, d.rv)
-                    if obj is not None:
-                        (self.violations if certain else self.uncertain).append(
-                            f"Vlan {name} deleted at rv {d.rv} ({how}) while it listed live Subnet {sub}")
-        return n
+                    msg = f"Vlan {name} deleted at rv {d.rv} ({how}) while it listed live Subnet {sub}"
+                    at_hi, certain = self._present_at("subnets", sub, d.rv)
+                    if d.synthesized:
+                        at_lo, _ = self._present_at("subnets", sub, lo)
+                        if at_lo is not None and at_hi is not None:
+                            violations.append(msg)
+                        elif at_lo is not None or at_hi is not None:
+                            uncertain.append(msg)
+                    elif at_hi is not None:
+                        (violations if certain else uncertain).append(msg)
+            self.violations = self.duplicates + violations
+            self.uncertain = uncertain
+            self.unjudgeable = unjudgeable
+        return judged
+
+    def caught_up(self, timeout: float = 30.0) -> bool:
+        """Wait until every watched kind holds exactly what a fresh list returns (same keys,
+        same resourceVersions): only then is a final ``judge`` based on all the events."""
+        api = self.cluster.api_client("admin")
+        co = k8s.CustomObjectsApi(api)
+        end = time.monotonic() + timeout
+        try:
+            while time.monotonic() < end:
+                behind = False
+                for kind, (group, version, plural) in KINDS.items():
+                    lst = co.list_cluster_custom_object(group, version, plural, _request_timeout=(5, 30))
+                    want = {obj_key(o): rv_of(o) for o in lst["items"] if self.relevant(kind, o)}
+                    with self.lock:
+                        have = {k: rv_of(o) for k, o in self.current[kind].items()}
+                    if want != have:
+                        behind = True
+                        break
+                if not behind:
+                    return True
+                time.sleep(0.2)
+        except Exception:  # the bed is going down: judge what we have
+            return False
+        finally:
+            api.close()
+        return False
 
 
 # --------------------------------------------------------------------------- load
@@ -1039,6 +1110,11 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
     res = ChaosResult(config=asdict(cfg), cores=os.cpu_count() or 0,
                       machine=" ".join(filter(None, [platform.machine(), platform.processor(), f"{os.cpu_count()} cores"])),
                       started_utc=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    try:
+        res.commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                    text=True, timeout=10).stdout.strip()
+    except Exception:  # not a git checkout
+        pass
     import logging
 
     logging.getLogger("tests.emulators").setLevel(logging.ERROR)  # NB/API outages make them noisy
@@ -1153,9 +1229,9 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
             if loader.errors:
                 res.convergence_failures += [f"loader: {e}" for e in loader.errors[:5]]
         if mon is not None:
-            time.sleep(0.5)  # let the last watch events in (the monitor judges what it has seen)
-            mon.judge()
-            res.vlan_deletions_checked = len(mon.deletions)
+            res.monitor_caught_up = mon.caught_up()
+            res.vlan_deletions_checked = mon.judge()
+            res.vlan_deletions_unjudgeable = mon.unjudgeable
             res.violations, res.refuted = recheck_duplicates(list(mon.violations), cluster.audit_log)
             res.uncertain = list(mon.uncertain)
             res.vlan_events = mon.vlan_events
@@ -1232,8 +1308,11 @@ def recheck_duplicates(violations: list[str], audit_log: Path) -> tuple[list[str
         if any(not sp for sp in spans):
             confirmed.append(v)
             continue
-        overlap = any(a0 < b1 and b0 < a1 for (a0, a1) in spans[0] for (b0, b1) in spans[1]
-                      for a1, b1 in [(a1 if a1 != "~" else "9", b1 if b1 != "~" else "9")])
+        def overlaps(x, y) -> bool:
+            return any(a0 < (b1 if b1 != "~" else "9") and b0 < (a1 if a1 != "~" else "9")
+                       for (a0, a1) in x for (b0, b1) in y)
+
+        overlap = any(overlaps(spans[i], spans[j]) for i in range(len(spans)) for j in range(i + 1, len(spans)))
         if overlap:
             confirmed.append(v)
         else:
@@ -1267,15 +1346,18 @@ def render_markdown(res: ChaosResult) -> str:
         f"Run of {res.started_utc} on {res.machine}; `python hack/chaos.py "
         f"--kills {cfg['kills']} --api-restarts {cfg['api_restarts']} --compactions {cfg['compactions']} "
         f"--nb-restarts {cfg['nb_restarts']} --slots {cfg['slots']} --initial-networks {cfg['initial_networks']} "
-        f"--namespaces {cfg['namespaces']} --seed {cfg['seed']}`, "
-        f"wall time {res.wall_seconds / 60:.1f} min.",
+        f"--namespaces {cfg['namespaces']} --zones {cfg['zones']} --seed {cfg['seed']} "
+        f"--manage-gateway {'true' if cfg.get('manage_gateway', True) else 'false'}`"
+        f"{f' at commit {res.commit}' if res.commit else ''}, wall time {res.wall_seconds / 60:.1f} min.",
         "",
         "| Fault | Injected | Survived (converged) | Converge median (s) | Converge max (s) |",
         "|---|---|---|---|---|",
         *rows,
         "",
         f"* Invariant violations: **{len(res.violations)}** (duplicate VLAN on a provider; Vlan deleted while its "
-        f"pool had a consumer or it listed a live Subnet). Vlan deletions judged: {res.vlan_deletions_checked}; "
+        f"pool had a consumer or it listed a live Subnet). Vlan deletions judged: {res.vlan_deletions_checked} "
+        f"(plus {res.vlan_deletions_unjudgeable} of networks the monitor never saw, for their Subnets only; final "
+        f"judgement {'after the watches caught up with a fresh list' if res.monitor_caught_up else 'WITHOUT a confirmed catch-up'}); "
         f"Vlan watch events seen: {res.vlan_events}; monitor relists: {res.monitor_relists}; judgements a relist "
         f"gap left open (a consumer whose delete was only seen by a later relist): {len(res.uncertain)}; "
         f"monitor flags refuted by the API server's audit log: {len(res.refuted)}."
@@ -1322,7 +1404,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=0.0,
                     help="stop injecting faults after this many seconds (0: inject them all)")
     ap.add_argument("--converge-timeout", type=float, default=180.0)
-    ap.add_argument("--manage-gateway", type=lambda v: v.lower() in ("1", "true", "yes"), default=True,
+    from controller.main import parse_bool
+
+    ap.add_argument("--manage-gateway", type=parse_bool, default=True,
                     help="run the replicas with HA chassis group management on (default true)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs) even on success")

@@ -151,3 +151,64 @@ def test_audit_log_recheck_confirms_overlapping_lifetimes_and_refutes_the_rest(t
     confirmed, refuted = recheck_duplicates(flags, log)
     assert confirmed == flags[1:]
     assert len(refuted) == 1 and refuted[0].startswith(flags[0] + ": refuted by the audit log")
+
+
+def test_a_relist_that_sees_a_delete_and_a_reuse_flags_no_duplicate():
+    """Review finding: the relist applied adds before deletes, so a Vlan deleted and its ID
+    reused while the watch was down looked like two Vlans holding one ID."""
+    m = monitor()
+    m.synced["vlans"] = True
+    m._snapshot("vlans", [vlan("x", 104, rv=3)], 3)
+    m._snapshot("vlans", [vlan("y", 104, rv=9)], 10)  # x gone, y created meanwhile
+    assert m.violations == [] and m.duplicates == []
+    m._snapshot("vlans", [vlan("y", 104, rv=9), vlan("z", 104, rv=11)], 12)  # a real twin
+    assert m.duplicates == ["duplicate VLAN 104 on provider pn0: ['y', 'z'] (rv 11)"]
+
+
+def test_a_release_seen_only_by_a_relist_is_judged_over_its_whole_window():
+    """Review finding: a synthesized delete was judged at the list's resourceVersion only,
+    so a consumer deleted in between made a real violation look clean."""
+    m = monitor()
+    m._event("networks", "ADDED", network("ns1", "n1", "p1", 1), 1, False)
+    m._event("machines", "ADDED", machine("ns1", "vm1", "p1", 2), 2, False)
+    m._event("machines", "ADDED", machine("ns1", "vm2", "p1", 3), 3, False)
+    m._event("vlans", "ADDED", vlan("s1", 100, rv=4), 4, False)
+    m._event("machines", "DELETED", machine("ns1", "vm1", "p1", 2), 25, False)  # vm1 went at 25
+    m._event("vlans", "DELETED", vlan("s1", 100, rv=4), 30, True)  # the Vlan went in (4, 30]
+    m.judge()
+    # vm2 held the pool over the whole window: certain; vm1 only for part of it: open.
+    assert m.violations == ["Vlan s1 (VLAN 100) deleted at rv 30 (relist) while machine ns1/vm2 referenced pool ns1/p1"]
+    assert m.uncertain == ["Vlan s1 (VLAN 100) deleted at rv 30 (relist) while machine ns1/vm1 referenced pool ns1/p1"]
+
+
+def test_a_consumer_event_that_arrives_after_the_judgement_still_counts():
+    """Review finding: a deletion was judged once; a consumer whose ADDED event (older
+    resourceVersion) arrived later was never considered. judge() now re-judges it all."""
+    m = monitor()
+    m._event("networks", "ADDED", network("ns1", "n1", "p1", 1), 1, False)
+    m._event("vlans", "DELETED", vlan("s1", 100, rv=8), 8, False)
+    m.judge()
+    assert m.violations == []
+    m._event("machines", "ADDED", machine("ns1", "vm1", "p1", 5), 5, False)  # late, but older than 8
+    m.judge()
+    assert m.violations == ["Vlan s1 (VLAN 100) deleted at rv 8 (watch) while machine ns1/vm1 referenced pool ns1/p1"]
+
+
+def test_a_vlan_of_a_network_never_seen_is_counted_as_unjudgeable():
+    m = monitor()
+    m._event("vlans", "DELETED", vlan("s9", 100, rv=8, ns="ns1", net="unknown"), 8, False)
+    assert m.judge() == 0 and m.unjudgeable == 1
+
+
+def test_audit_recheck_looks_at_every_pair_of_a_three_way_flag(tmp_path):
+    from hack.chaos import recheck_duplicates
+
+    def ev(verb, name, t):
+        return json.dumps({"stage": "ResponseComplete", "verb": verb, "stageTimestamp": f"2026-01-01T00:00:{t:02d}Z",
+                           "objectRef": {"resource": "vlans", "name": name}, "responseStatus": {"code": 200}})
+    log = tmp_path / "audit.log"
+    # a is gone before b and c exist; b and c overlap: a real duplicate.
+    log.write_text("\n".join([ev("create", "a", 1), ev("delete", "a", 2), ev("create", "b", 3),
+                              ev("create", "c", 4)]) + "\n")
+    flag = "duplicate VLAN 7 on provider p: ['a', 'b', 'c'] (rv 10)"
+    assert recheck_duplicates([flag], log) == ([flag], [])
