@@ -8,7 +8,6 @@ reference-behaviour.md §7), as the report file itself asks.
 
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest

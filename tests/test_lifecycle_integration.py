@@ -80,7 +80,7 @@ class Env:
         body = {"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
                 "metadata": {"name": name, "namespace": self.ns},
                 "spec": {"addresses": list(addresses), "prefix": prefix, "gateway": gateway}}
-        obj = self.a.co.create_namespaced_custom_object(*IPAM, self.ns, "inclusterippools", body)
+        self.a.co.create_namespaced_custom_object(*IPAM, self.ns, "inclusterippools", body)
         return self.pool_status(name, total, used)
 
     def pool_status(self, name: str, total: int, used: int) -> dict:
@@ -377,7 +377,7 @@ def test_orphaned_vlan_is_collected_after_the_finalizer_is_stripped(admin, ctl, 
     ns, net, sub, pool = unique_namespace, "orphan", unique("sub"), "p"
     ready_network(env, net, sub, pool)
     admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", net)
-    obj = env.wait(net, "Ready", "SubnetStillExists")
+    env.wait(net, "Ready", "SubnetStillExists")
     # Someone strips our finalizer: the network is gone, its Vlan and Subnet are left.
     admin.strip_finalizers("proxmox.cozystack.io", "v1alpha1", "proxmoxnetworks", net, ns)
     env.gone(net)
@@ -410,7 +410,6 @@ def test_gateway_management_on_conditions_and_release_pending(admin, cluster, un
 
         admin.create_network(ns, "gw", env.zone, sub, pool)
         obj = env.wait("gw", "VLANAllocated", "Allocated")
-        vid = obj["status"]["vlan"]
         assert reason(obj, "GatewayReady") == ("Unknown", "SubnetUnavailable",
                                                "the router port is looked up once the subnet is bound")
         env.subnet(sub, sub)

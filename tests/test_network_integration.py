@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from controller.manager import NETWORK
 from tests.support.audit import format_writes, write_marker, writes_before
 from tests.support.controller import running_controller
 from tests.support.objects import Admin, reason, unique
