@@ -26,7 +26,7 @@ import ovs.util
 import pytest
 
 from ovn.tls import TLSError, TLSSource, probe
-from tests.support.pki import BOTH, CA, CLIENT_AUTH, SERVER_AUTH, CertKey, kube_ovn_secret
+from tests.support.pki import BOTH, CA, CLIENT_AUTH, SERVER_AUTH, CertKey, kube_ovn_secret, restore_ovs_ssl  # noqa: F401 (autouse fixture)
 from tests.support.wait import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -142,15 +142,6 @@ def servers(pki, tmp_path_factory) -> Iterator[Servers]:
         yield s
     finally:
         s.stop()
-
-
-@pytest.fixture(autouse=True)
-def restore_ovs_ssl() -> Iterator[None]:
-    saved = (ovs.stream.Stream._SSL_private_key_file, ovs.stream.Stream._SSL_certificate_file,
-             ovs.stream.Stream._SSL_ca_cert_file)
-    yield
-    (ovs.stream.Stream._SSL_private_key_file, ovs.stream.Stream._SSL_certificate_file,
-     ovs.stream.Stream._SSL_ca_cert_file) = saved
 
 
 def source_for(secret: dict, directory: Path) -> tuple[TLSSource, list]:

@@ -10,7 +10,6 @@ import socket
 import ssl
 import stat
 import threading
-from collections.abc import Iterator
 
 import ovs.stream
 import pytest
@@ -18,7 +17,7 @@ import structlog
 
 from controller.kube import ApiError
 from ovn.tls import TLSError, TLSPaths, TLSSource, check_peer, client_context, parse_secret_ref, probe, split_ssl_remote
-from tests.support.pki import CA, SERVER_AUTH, b64, kube_ovn_secret
+from tests.support.pki import CA, SERVER_AUTH, b64, kube_ovn_secret, restore_ovs_ssl  # noqa: F401 (autouse fixture)
 
 NS, NAME = "cozy-kubeovn", "kube-ovn-tls"
 REF = f"{NS}/{NAME}"
@@ -37,16 +36,6 @@ def pki():
         "other": ca.issue("ovn", SERVER_AUTH),
         "other_ca": CA("unrelated-ca"),
     }
-
-
-@pytest.fixture(autouse=True)
-def restore_ovs_ssl() -> Iterator[None]:
-    # python-ovs' SSL settings are process-wide; leave them as we found them.
-    saved = (ovs.stream.Stream._SSL_private_key_file, ovs.stream.Stream._SSL_certificate_file,
-             ovs.stream.Stream._SSL_ca_cert_file)
-    yield
-    (ovs.stream.Stream._SSL_private_key_file, ovs.stream.Stream._SSL_certificate_file,
-     ovs.stream.Stream._SSL_ca_cert_file) = saved
 
 
 class FakeAPI:

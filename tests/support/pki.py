@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import ovs.stream
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -177,3 +179,14 @@ def kube_ovn_secret(
         "metadata": {"namespace": namespace, "name": name, "resourceVersion": resource_version},
         "data": {k: b64(v) for k, v in values.items() if v is not None},
     }
+
+
+@pytest.fixture(autouse=True)
+def restore_ovs_ssl() -> Iterator[None]:
+    """python-ovs' SSL settings are process-wide: leave them as the test found them (import
+    this fixture into a test module that sets TLS material)."""
+    saved = (ovs.stream.Stream._SSL_private_key_file, ovs.stream.Stream._SSL_certificate_file,
+             ovs.stream.Stream._SSL_ca_cert_file)
+    yield
+    (ovs.stream.Stream._SSL_private_key_file, ovs.stream.Stream._SSL_certificate_file,
+     ovs.stream.Stream._SSL_ca_cert_file) = saved
