@@ -145,7 +145,7 @@ def main() -> int:
             ).stdout.decode(),
             flush=True,
         )
-        print("==> OVN NB: the HA_Chassis_Group of each Ready network's router port (highest priority is active)",
+        print("==> OVN NB: the HA_Chassis_Group of each bound network's router port (highest priority is active)",
               flush=True)
         print(gateway_table(cluster), flush=True)
         print("==> OVN SB (ovn-northd): the chassis-redirect ports that answer the VMs' ARP", flush=True)
