@@ -107,15 +107,20 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     return out
 
 
-def fetch_schema(remote: str, timeout: float = DIAL_TIMEOUT, database: str = DATABASE) -> dict:
-    """``get_schema`` of ``database`` from one remote, bounded by ``timeout`` seconds."""
+def jsonrpc_call(remote: str, method: str, params: list, timeout: float = DIAL_TIMEOUT) -> Any:
+    """One JSON-RPC request to ``remote`` on a fresh python-ovs stream (for ``ssl:`` with
+    python-ovs' process-wide TLS settings), bounded by ``timeout`` seconds; its result.
+
+    :raises NBError: ``<remote>: connect: <err>`` when the stream does not open;
+        ``<remote>: <method>: <error | timed out | connection closed | os error>``.
+    """
     deadline = ovs.timeval.msec() + int(timeout * 1000)
     err, stream = ovs.stream.Stream.open_block(ovs.stream.Stream.open(remote), int(timeout * 1000))
     if err:
         raise NBError(f"{remote}: connect: {os.strerror(err)}")
     rpc = ovs.jsonrpc.Connection(stream)
     try:
-        req = ovs.jsonrpc.Message.create_request("get_schema", [database])
+        req = ovs.jsonrpc.Message.create_request(method, params)
         err = rpc.send(req)
         while not err:
             rpc.run()
@@ -124,23 +129,31 @@ def fetch_schema(remote: str, timeout: float = DIAL_TIMEOUT, database: str = DAT
                 if msg.id != req.id:
                     continue
                 if msg.type == ovs.jsonrpc.Message.T_ERROR or msg.error is not None:
-                    raise NBError(f"{remote}: get_schema: {ovs.json.to_string(msg.error)}")
+                    raise NBError(f"{remote}: {method}: {ovs.json.to_string(msg.error)}")
                 return msg.result
             if err and err != errno.EAGAIN:
                 break
             err = 0
             now = ovs.timeval.msec()
             if now >= deadline:
-                raise NBError(f"{remote}: get_schema: timed out")
+                raise NBError(f"{remote}: {method}: timed out")
             poller = ovs.poller.Poller()
             rpc.wait(poller)
             rpc.recv_wait(poller)
             poller.timer_wait_until(deadline)
             poller.block()
         reason = "connection closed" if err == ovs.util.EOF else os.strerror(err)
-        raise NBError(f"{remote}: get_schema: {reason}")
+        raise NBError(f"{remote}: {method}: {reason}")
     finally:
         rpc.close()
+
+
+def fetch_schema(remote: str, timeout: float = DIAL_TIMEOUT, database: str = DATABASE) -> dict:
+    """``get_schema`` of ``database`` from one remote, bounded by ``timeout`` seconds.
+
+    :raises NBError: as ``jsonrpc_call``.
+    """
+    return jsonrpc_call(remote, "get_schema", [database], timeout)
 
 
 TLS_FILES = {"key": "key.pem", "cert": "cert.pem", "cacert": "cacert.pem"}
@@ -283,7 +296,6 @@ class RowIndex:
 class _Idl(ovs.db.idl.Idl):
     """Idl that keeps the row indexes and forwards row events (on the owner thread)."""
 
-    on_change: Callable[[str, str, str], None] | None = None
     on_row: Callable[[str, ovs.db.idl.Row, ovs.db.idl.Row | None], None] | None = None
     row_indexes: Sequence[RowIndex] = ()
 
@@ -293,12 +305,11 @@ class _Idl(ovs.db.idl.Idl):
             if ix.table == table:
                 # A deleted row is unfiled; listeners still see its last values.
                 ix.update(row.uuid, None if event == ovs.db.idl.ROW_DELETE else row)
-        for cb, args in ((self.on_change, (event, table, str(row.uuid))), (self.on_row, (event, row, updates))):
-            if cb is not None:
-                try:
-                    cb(*args)
-                except Exception:  # a callback must never kill the owner thread
-                    pass
+        if self.on_row is not None:
+            try:
+                self.on_row(event, row, updates)
+            except Exception:  # a callback must never kill the owner thread
+                pass
 
 
 class NBClient:
@@ -311,7 +322,6 @@ class NBClient:
         leader_only: bool = True,
         probe_interval_ms: int = PROBE_INTERVAL_MS,
         dial_timeout: float = DIAL_TIMEOUT,
-        on_change: Callable[[str, str, str], None] | None = None,
         on_row: Callable[[str, ovs.db.idl.Row, ovs.db.idl.Row | None], None] | None = None,
         on_lost: Callable[[], None] | None = None,
         on_sync: Callable[[], None] | None = None,
@@ -321,7 +331,6 @@ class NBClient:
         """
         :param addresses: ``tcp:``/``ssl:``/``unix:`` remotes (reference-behaviour.md §10),
             tried in order. :raises NBError: on a malformed list (§10 messages).
-        :param on_change: ``(event, table, uuid)`` per row change, on the owner thread.
         :param on_row: ``(event, row, old)`` per row change, on the owner thread (the IDL
             row, and for an update a row holding the old values of the changed columns;
             read them, never keep them).
@@ -341,7 +350,6 @@ class NBClient:
         self.leader_only = leader_only
         self.probe_interval_ms = probe_interval_ms
         self.dial_timeout = dial_timeout
-        self.on_change = on_change
         self._queue: list[tuple[Callable[[], Any], concurrent.futures.Future]] = []
         self._lock = threading.Lock()
         self._synced = threading.Event()
@@ -580,7 +588,6 @@ class NBClient:
                     probe_interval=self.probe_interval_ms,
                     leader_only=self.leader_only,
                 )
-                idl.on_change = self.on_change
                 idl.on_row = self.on_row
                 idl.row_indexes = self.indexes
                 # python-ovs shuffles the remotes; we want the given order, starting at the

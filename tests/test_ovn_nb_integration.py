@@ -213,7 +213,8 @@ def test_silent_drop_is_detected_and_cache_not_served(cluster):
 
 def test_on_change_sees_router_port_rows(cluster, names):
     events = []
-    c = NBClient(cluster.nb_unix, on_change=lambda ev, table, uuid: events.append((ev, table, uuid))).start()
+    c = NBClient(cluster.nb_unix,
+                 on_row=lambda ev, row, old: events.append((ev, row._table.name, str(row.uuid)))).start()
     lrp = planner.router_port_name(names["vpc"], names["subnet"])
     try:
         assert c.wait_synced(15), c.last_error

@@ -9,7 +9,6 @@ the Secret's files -- so what the probe accepts and refuses, python-ovs does too
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import signal
@@ -18,13 +17,10 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import ovs.jsonrpc
-import ovs.poller
 import ovs.stream
-import ovs.timeval
-import ovs.util
 import pytest
 
+from ovn.nb import NBError, jsonrpc_call
 from ovn.tls import TLSError, TLSSource, probe
 from tests.support.pki import BOTH, CA, CLIENT_AUTH, SERVER_AUTH, CertKey, kube_ovn_secret, restore_ovs_ssl  # noqa: F401 (autouse fixture)
 from tests.support.wait import wait_for
@@ -156,37 +152,11 @@ def source_for(secret: dict, directory: Path) -> tuple[TLSSource, list]:
 
 def ovs_call(remote: str, method: str, params: list, timeout: float = 5.0):
     """One JSON-RPC request over a python-ovs stream (its process-wide SSL settings); the result, or
-    an ``OSError``-style failure as ``ConnectionError``."""
-    deadline = ovs.timeval.msec() + int(timeout * 1000)
-    err, stream = ovs.stream.Stream.open_block(ovs.stream.Stream.open(remote), int(timeout * 1000))
-    if err:
-        raise ConnectionError(f"open: {os.strerror(err)}")
-    rpc = ovs.jsonrpc.Connection(stream)
+    the failure as ``ConnectionError``."""
     try:
-        req = ovs.jsonrpc.Message.create_request(method, params)
-        err = rpc.send(req)
-        while not err:
-            rpc.run()
-            err, msg = rpc.recv()
-            if err == 0 and msg is not None:
-                if msg.id == req.id:
-                    if msg.error is not None:
-                        raise ConnectionError(f"{method}: {msg.error}")
-                    return msg.result
-                continue
-            if err not in (0, errno.EAGAIN):
-                break
-            err = 0
-            if ovs.timeval.msec() >= deadline:
-                raise ConnectionError(f"{method}: timed out")
-            poller = ovs.poller.Poller()
-            rpc.wait(poller)
-            rpc.recv_wait(poller)
-            poller.timer_wait_until(deadline)
-            poller.block()
-        raise ConnectionError(f"{method}: {'connection closed' if err == ovs.util.EOF else os.strerror(err)}")
-    finally:
-        rpc.close()
+        return jsonrpc_call(remote, method, params, timeout)
+    except NBError as err:
+        raise ConnectionError(str(err)) from err
 
 
 # -- good chains -------------------------------------------------------------------------
