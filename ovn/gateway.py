@@ -115,7 +115,9 @@ class GatewayApplier:
     :param addresses: NB remotes (``ssl:``/``tcp:``/``unix:``, §10).
     :param enqueue: called with a network key ``<namespace>/<name>`` when an NB row of
         that network changes (drift repair within seconds, product-decisions.md §4.8).
-    :param client_factory: builds the ``NBClient`` (tests pass their own options).
+    :param enqueue_after: ``(key, seconds)``; every managed network is re-checked
+        ``lost_delay`` seconds after the NB connection is lost.
+    :param on_commit: called with ``ensure``/``release``/``collect`` per committed write.
     """
 
     def __init__(
@@ -176,11 +178,20 @@ class GatewayApplier:
         return self.nb.synced()
 
     # -- NB events -> networks (owner thread) -------------------------------------------
-    def _networks_of_group(self, row: ovs.db.idl.Row) -> set[str]:
-        keys = set(_owned_network(row))
+    def _networks_of_ports(self, *ports: str) -> set[str]:
+        """Networks managing any of these router ports (as ``ensure`` recorded them)."""
         with self._lock:
-            for key in self._port_networks.get(str(getattr(row, "name", ""))[len(planner.GROUP_PREFIX):], ()):
-                keys.add(key)
+            return set().union(*(self._port_networks.get(p, ()) for p in ports))
+
+    def _managed_networks(self) -> set[str]:
+        with self._lock:
+            return set().union(*self._port_networks.values())
+
+    def _networks_of_group(self, row: ovs.db.idl.Row, old_name: str = "") -> set[str]:
+        """The owner named in the group, and the networks of the router port its name (or
+        its old name) belongs to."""
+        names = [n for n in (str(getattr(row, "name", "")), old_name) if n]
+        keys = set(_owned_network(row)) | self._networks_of_ports(*(n[len(planner.GROUP_PREFIX):] for n in names))
         return {k for k in keys if k}
 
     def _recount(self, idl: ovs.db.idl.Idl, group_name: str) -> None:
@@ -199,18 +210,12 @@ class GatewayApplier:
         keys: set[str] = set()
         if table == LRP:
             # A renamed port concerns the network of its old name too.
-            names = {str(getattr(row, "name", "")), _old_value(old, "name")}
-            with self._lock:
-                for n in names:
-                    keys |= self._port_networks.get(n, set())
+            keys = self._networks_of_ports(str(getattr(row, "name", "")), _old_value(old, "name"))
         elif table == GROUP:
-            self._recount(row._idl, str(getattr(row, "name", "")))
-            keys |= self._networks_of_group(row)
             old_name = _old_value(old, "name")
-            if old_name:
-                self._recount(row._idl, old_name)
-                with self._lock:
-                    keys |= self._port_networks.get(old_name[len(planner.GROUP_PREFIX):], set())
+            for name in {str(getattr(row, "name", "")), old_name} - {""}:
+                self._recount(row._idl, name)
+            keys = self._networks_of_group(row, old_name)
         elif table == CHASSIS:
             idl = row._idl
             for g in self.group_by_chassis.get(idl, str(row.uuid)):
@@ -224,9 +229,7 @@ class GatewayApplier:
         self._group_vpcs.clear()
         # After a (re)connect every network we manage re-checks its rows: anything may
         # have changed while we were away.
-        with self._lock:
-            keys = set().union(*self._port_networks.values()) if self._port_networks else set()
-        for key in sorted(keys):
+        for key in sorted(self._managed_networks()):
             self.enqueue(key)
 
     def _on_lost(self) -> None:
@@ -235,9 +238,7 @@ class GatewayApplier:
         # delay lets a short blip (a leader change) pass without a status write.
         if self.enqueue_after is None:
             return
-        with self._lock:
-            keys = set().union(*self._port_networks.values()) if self._port_networks else set()
-        for key in sorted(keys):
+        for key in sorted(self._managed_networks()):
             self.enqueue_after(key, self.lost_delay)
 
     def forget(self, network_key: str) -> None:

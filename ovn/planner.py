@@ -274,12 +274,6 @@ def pick_active(votes: Mapping[str, int], order: Sequence[str]) -> str | None:
     return best
 
 
-def current_active(vpc_groups: Iterable[GroupView | Mapping[str, Any]], eligible: Sequence[str]) -> str | None:
-    """The VPC's current active chassis that is still eligible, or None (``eligible`` in
-    rendezvous order; see ``group_vote`` and ``pick_active``)."""
-    return pick_active(tally_votes(vpc_groups), list(eligible))
-
-
 def wanted_chassis(
     vpc: str,
     trunk: Sequence[TrunkNode],
@@ -288,8 +282,8 @@ def wanted_chassis(
 ) -> list[tuple[str, int]]:
     """Wanted (chassis, priority) for any router port of ``vpc``.
 
-    Rendezvous order over ``vpc/<vpc>``; the VPC's current active chassis (see
-    ``current_active``; ``votes`` from ``tally_votes`` may be passed instead of the
+    Rendezvous order over ``vpc/<vpc>``; the VPC's current active chassis (``pick_active``
+    over the groups' votes; ``votes`` from ``tally_votes`` may be passed instead of the
     groups) is moved to the top while it is still in ``trunk``.
     """
     order = [t.chassis for t in rendezvous_order(rendezvous_key(vpc), trunk)]
