@@ -269,6 +269,19 @@ def converged_count(co, n_expected: int) -> int:
     return done
 
 
+
+def mark(cluster: LocalCluster) -> str:
+    """An audit-log marker written by the admin, once the audit log shows it."""
+    m = audit.write_marker(cluster)
+    audit.wait_for_marker(cluster, m)
+    return m
+
+
+def controller_writes_since(cluster: LocalCluster, marker: str) -> list:
+    """The controller user's writes between ``marker`` and a new marker written now."""
+    return audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=marker,
+                               timeout=60)
+
 def writes_by_resource(writes) -> dict[str, int]:
     c = collections.Counter(f"{w.verb} {w.resource}{'/' + w.subresource if w.subresource else ''}" for w in writes)
     return dict(sorted(c.items()))
@@ -346,8 +359,7 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
         ctl.wait_event("caches synced", 120)
         ctl.wait_event("resync complete", 120)
         cpu0 = cpu_seconds(ctl.pid)
-        start_marker = audit.write_marker(cluster)
-        audit.wait_for_marker(cluster, start_marker)
+        start_marker = mark(cluster)
 
         t0 = time.monotonic()
         creator = threading.Thread(target=in_threads, args=(cluster, threads, n, lambda c, i: c.create_namespaced_custom_object(
@@ -372,7 +384,7 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
         r.setdefault("create_s", r["converge_s"])
         r["converge_cpu_s"] = cpu_seconds(ctl.pid) - cpu0
         time.sleep(2)  # let trailing passes (events, namespace annotations) land
-        w = audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=start_marker, timeout=60)
+        w = controller_writes_since(cluster, start_marker)
         r["converge_writes"] = len(w)
         r["converge_writes_by"] = writes_by_resource(w)
         r["rss_converged_mib"] = rss_mib(ctl.pid)
@@ -380,8 +392,7 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
             f"{r['converge_writes']} writes, RSS {r['rss_converged_mib']:.1f} MiB")
 
         # -- restart recovery -------------------------------------------------------
-        m0 = audit.write_marker(cluster)
-        audit.wait_for_marker(cluster, m0)
+        m0 = mark(cluster)
         t_stop = time.monotonic()
         ctl.stop()
         r["stop_s"] = time.monotonic() - t_stop
@@ -399,7 +410,7 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
         r["restart_after_sync_s"] = (_ts(first) - _ts(synced)).total_seconds()
         r["restart_cpu_s"] = cpu_seconds(ctl.pid)
         r["restart_log_writes"] = first.get("writes")
-        w = audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=m1, timeout=60)
+        w = controller_writes_since(cluster, m1)
         r["restart_writes"] = len(w)
         r["restart_writes_by"] = writes_by_resource(w)
         r["rss_restarted_mib"] = rss_mib(ctl.pid)
@@ -408,8 +419,7 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
         del t_synced
 
         # -- steady state: the next periodic pass -------------------------------------
-        m2 = audit.write_marker(cluster)
-        audit.wait_for_marker(cluster, m2)
+        m2 = mark(cluster)
         marks: dict[str, float] = {}
 
         def on_line(ln: dict) -> None:
@@ -422,7 +432,7 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
         r["steady_cpu_s"] = cpu_seconds(ctl.pid) - marks["cpu"]
         r["steady_wall_s"] = time.monotonic() - marks["t"]
         r["steady_log_writes"] = second.get("writes")
-        w = audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=m2, timeout=60)
+        w = controller_writes_since(cluster, m2)
         r["steady_writes"] = len(w)
         r["steady_writes_by"] = writes_by_resource(w)
         r["rss_steady_mib"] = rss_mib(ctl.pid)
@@ -601,8 +611,7 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
         nb = cluster.nb_tcp
 
         # -- first start: everything but the router ports ---------------------------------
-        m0 = audit.write_marker(cluster)
-        audit.wait_for_marker(cluster, m0)
+        m0 = mark(cluster)
         ctl = Controller(cluster, workdir / "controller-1.log", nb=nb,
                          profile=profile if profile_phase == "converge" else None)
         r["first_s"] = wait_until("RouterPortMissing everywhere", lambda: gateway_count(co, n)[1] >= n,
@@ -610,7 +619,7 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
         ctl.wait_event("resync complete", 120)
         time.sleep(1)
         r["first_nb_txns"] = nb_total(ctl)
-        w = audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=m0, timeout=60)
+        w = controller_writes_since(cluster, m0)
         r["first_writes"] = len(w)
         r["first_writes_by"] = writes_by_resource(w)
         r["rss_first_mib"] = rss_mib(ctl.pid)
@@ -618,8 +627,7 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
             f"{r['first_nb_txns']} NB txns")
 
         # -- router ports appear: the groups converge -----------------------------------
-        m1 = audit.write_marker(cluster)
-        audit.wait_for_marker(cluster, m1)
+        m1 = mark(cluster)
         tx0, cpu0 = nb_total(ctl), cpu_seconds(ctl.pid)
         nbpid = cluster._read_pids().get("ovsdb-nb")
         nbcpu0 = cpu_seconds(nbpid) if nbpid else 0.0
@@ -633,7 +641,7 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
         r["gw_converge_nb_cpu_s"] = (cpu_seconds(nbpid) - nbcpu0) if nbpid else None
         time.sleep(2)  # trailing Events
         r["gw_converge_nb_txns_2s_later"] = nb_total(ctl) - tx0
-        w = audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=m1, timeout=60)
+        w = controller_writes_since(cluster, m1)
         r["gw_converge_writes"] = len(w)
         r["gw_converge_writes_by"] = writes_by_resource(w)
         r["groups_in_nb"] = nb_group_count(cluster)
@@ -643,8 +651,7 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
 
         # -- restart: start pass and the next periodic pass ------------------------------
         ctl.stop()
-        m2 = audit.write_marker(cluster)
-        audit.wait_for_marker(cluster, m2)
+        m2 = mark(cluster)
         ctl = Controller(cluster, workdir / "controller-2.log", resync="30s", nb=nb)
         synced = ctl.wait_event("caches synced", 120)
         first = ctl.wait_event("resync complete", max(120.0, n * 0.2))
@@ -653,7 +660,7 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
         r["restart_cpu_s"] = cpu_seconds(ctl.pid)
         time.sleep(1)
         r["restart_nb_txns"] = nb_total(ctl)
-        w = audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=m2, timeout=60)
+        w = controller_writes_since(cluster, m2)
         r["restart_writes"] = len(w)
         r["restart_writes_by"] = writes_by_resource(w)
         r["rss_restarted_mib"] = rss_mib(ctl.pid)
@@ -662,8 +669,7 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
         log(f"[gw {tag}] restart pass {r['restart_after_sync_s']:.2f}s after caches synced, "
             f"{r['restart_nb_txns']} NB txns, {r['restart_writes']} API writes")
 
-        m3 = audit.write_marker(cluster)
-        audit.wait_for_marker(cluster, m3)
+        m3 = mark(cluster)
         marks: dict[str, float] = {}
 
         def on_line(ln: dict) -> None:
@@ -678,7 +684,7 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
         r["steady_wall_s"] = time.monotonic() - marks["t"]
         r["steady_pass_log_s"] = (_ts(second) - _ts(next(ln for ln in ctl.lines if ln.get("event") == "resync started"))).total_seconds()
         r["steady_nb_txns"] = nb_total(ctl) - marks["tx"]
-        w = audit.writes_before(cluster, cluster.controller_user, audit.write_marker(cluster), since_marker=m3, timeout=60)
+        w = controller_writes_since(cluster, m3)
         r["steady_writes"] = len(w)
         r["steady_writes_by"] = writes_by_resource(w)
         r["rss_steady_mib"] = rss_mib(ctl.pid)
