@@ -9,7 +9,6 @@ product-decisions.md §4.6-§4.8; issue "OVN Northbound gateway management".
 from __future__ import annotations
 
 import datetime as dt
-import json
 import secrets
 
 import pytest
@@ -18,7 +17,7 @@ from kubernetes import client as k8s
 from controller.gateway import FAILING_SINCE
 from tests.support.controller import running_controller
 from tests.support.objects import Admin, reason, unique
-from tests.support.ovsdb import NBServer
+from tests.support.ovsdb import NBServer, ha_chassis_groups
 from tests.support.pki import CA, kube_ovn_secret
 from tests.support.wait import wait_for
 from tests.test_lifecycle_integration import Env
@@ -76,19 +75,9 @@ class Router:
                           f"name={self.lrp}").strip()
 
     def group_rows(self) -> list[dict]:
-        out = json.loads(self.nbctl("--format=json", "--columns=_uuid,external_ids,ha_chassis", "find",
-                                    "HA_Chassis_Group", f"name={self.group}"))
-        rows = []
-        for uuid, ids, chassis in out["data"]:
-            members = chassis[1] if chassis[0] == "set" else [chassis]
-            prio = {}
-            for m in members:
-                ch = json.loads(self.nbctl("--format=json", "--columns=chassis_name,priority", "list",
-                                           "HA_Chassis", m[1]))
-                for name, p in ch["data"]:
-                    prio[name] = p
-            rows.append({"uuid": uuid[1], "external_ids": dict(ids[1]), "chassis": prio})
-        return rows
+        # One row per chassis expected here: a duplicate would show as a list and fail.
+        return [{**g, "chassis": {c: ps[0] if len(ps) == 1 else ps for c, ps in g["chassis"].items()}}
+                for g in ha_chassis_groups(self.nbctl, self.group)]
 
     def chassis(self) -> dict[str, int] | None:
         rows = self.group_rows()

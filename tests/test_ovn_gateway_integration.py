@@ -17,6 +17,7 @@ from ovn import planner
 from ovn.gateway import GatewayApplier
 from ovn.nb import NBError, NBNotSynced
 
+from tests.support.ovsdb import ha_chassis_groups
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
@@ -85,17 +86,7 @@ class Bed:
             hcg, gwc = port["data"][0]
             out["port_group"] = hcg[1] if hcg[0] == "uuid" else None
             out["port_gateway_chassis"] = len(gwc[1]) if gwc[0] == "set" else 1
-        groups = json.loads(self.nbctl("--format=json", "--columns=_uuid,external_ids,ha_chassis",
-                                       "find", "HA_Chassis_Group", f"name={self.group}"))
-        out["groups"] = []
-        for uuid, ids, chassis in groups["data"]:
-            members = chassis[1] if chassis[0] == "set" else [chassis]
-            prio = {}
-            for m in members:
-                ch = json.loads(self.nbctl("--format=json", "--columns=chassis_name,priority", "list", "HA_Chassis", m[1]))
-                for name, p in ch["data"]:
-                    prio.setdefault(name, []).append(p)
-            out["groups"].append({"uuid": uuid[1], "external_ids": dict(ids[1]), "chassis": prio})
+        out["groups"] = ha_chassis_groups(self.nbctl, self.group)
         return out
 
     def cleanup(self) -> None:

@@ -4,9 +4,11 @@ restart, so rows survive an outage as they do in a real NB."""
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.wait import wait_for
@@ -85,3 +87,21 @@ class NBServer:
         if r.returncode != 0:
             raise RuntimeError(f"ovn-nbctl {' '.join(args)} failed: {r.stderr.strip()}")
         return r.stdout
+
+
+def ha_chassis_groups(nbctl: Callable[..., str], name: str) -> list[dict]:
+    """Every HA_Chassis_Group named ``name``, read back with ``ovn-nbctl``: ``uuid``,
+    ``external_ids`` and ``chassis`` as {chassis_name: [priorities]} (a list, so duplicate
+    rows for one chassis show)."""
+    groups = json.loads(nbctl("--format=json", "--columns=_uuid,external_ids,ha_chassis", "find",
+                              "HA_Chassis_Group", f"name={name}"))
+    out = []
+    for uuid, ids, chassis in groups["data"]:
+        members = chassis[1] if chassis[0] == "set" else [chassis]
+        prio: dict[str, list[int]] = {}
+        for m in members:
+            ch = json.loads(nbctl("--format=json", "--columns=chassis_name,priority", "list", "HA_Chassis", m[1]))
+            for cname, p in ch["data"]:
+                prio.setdefault(cname, []).append(p)
+        out.append({"uuid": uuid[1], "external_ids": dict(ids[1]), "chassis": prio})
+    return out
