@@ -289,7 +289,6 @@ class Manager:
         )
 
         def on_vlan(obj: Mapping[str, Any]) -> None:
-            self.vlans.observe(obj)
             ns, name = vlan_owner(obj)
             if ns and name:
                 q.add(f"{NETWORK}{ns}/{name}")
@@ -312,10 +311,11 @@ class Manager:
                     if other["metadata"]["name"] != obj["metadata"]["name"]:
                         on_vlan(other)
 
+        # The assumed set learns of every event first (the store already shows it).
         self.vlan_informer.add_event_handler(
-            on_add=lambda o: (on_vlan_delete(o)),
-            on_update=lambda old, new: (on_vlan(old), on_vlan(new)),
-            on_delete=on_vlan_delete,
+            on_add=lambda o: (self.vlans.observe(o), on_vlan_delete(o)),
+            on_update=lambda old, new: (self.vlans.observe(new), on_vlan(old), on_vlan(new)),
+            on_delete=lambda o: (self.vlans.observe(o, deleted=True), on_vlan_delete(o)),
         )
 
         def on_namespace(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:

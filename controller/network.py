@@ -42,7 +42,7 @@ from controller.metrics import Metrics
 from controller.prune import go_list
 from controller.recent import RecentWrites
 from controller.selectors import InvalidSelector, matches
-from controller.vlans import VlanManager, vlan_owner
+from controller.vlans import VlanManager, gives_back_duplicate, vlan_owner
 from informers import Resource, ThreadSafeStore, meta_namespace_key
 
 log = structlog.get_logger(__name__)
@@ -389,10 +389,18 @@ class NetworkReconciler:
                 f'Kube-OVN reports VLAN {vid} on provider "{provider}" as conflicting with another Vlan',
             )
             return
-        others = duplicate_holders(vlan, self.vlans.holders(provider, vid) if vid is not None else [])
+        holders = self.vlans.holders(provider, vid) if vid is not None else []
+        others = duplicate_holders(vlan, holders)
         if others:
             held = ", ".join(f'"{o}"' for o in others)
-            not_ready("VLANConflict", f'VLAN {vid} on provider "{provider}" is also held by Vlan {held}')
+            msg = f'VLAN {vid} on provider "{provider}" is also held by Vlan {held}'
+            twins = [v for v in holders if v["metadata"]["name"] != vlan["metadata"]["name"]]
+            if gives_back_duplicate(vlan, twins) and self._give_back_unbound(net, vlan):
+                self._event(net, WARNING, "VLANDuplicateRepaired",
+                            f'{msg}; gave back Vlan "{vlan["metadata"]["name"]}" (made by this controller, '
+                            f'not bound yet) and allocating again')
+                msg += "; this network's Vlan was given back and is allocated again"
+            not_ready("VLANConflict", msg)
             return
         msg = f"VLAN {vid} on bridge {bridge}"
         static = allocator.static_assignment_for(zone, ns, name)
@@ -727,6 +735,40 @@ class NetworkReconciler:
             and bool(cm.get("deletionTimestamp"))
             and names.FINALIZER in (cm.get("finalizers") or [])
         )
+
+    def _give_back_unbound(self, net: Mapping[str, Any], vlan: Mapping[str, Any]) -> bool:
+        """Delete the network's Vlan of a self-made duplicate when fresh reads show that
+        nothing has bound it: the Vlan is still the same object, not Terminating, lists no
+        Subnet; no Subnet is named after it or names it; no consumer holds the network's
+        pool (field report B15: a release is decided on fresh reads only). Returns True when
+        the Vlan was given back."""
+        name = vlan["metadata"]["name"]
+        try:
+            fresh = self.writer.get(names.VLANS, name)
+        except ApiError as err:
+            if err.not_found:
+                return False
+            raise
+        fm = fresh.get("metadata") or {}
+        if (fm.get("uid") != vlan["metadata"].get("uid") or fm.get("deletionTimestamp")
+                or allocator.vlan_id(fresh) != allocator.vlan_id(vlan)
+                or (fresh.get("status") or {}).get("subnets")):
+            return False
+        if self.l.subnets is not None and self.l.subnets.by_index("vlan", name):
+            return False
+        try:
+            self.writer.get(names.SUBNETS, name)
+            return False
+        except ApiError as err:
+            if not err.not_found:
+                raise
+        meta, spec = net["metadata"], net.get("spec") or {}
+        if self._fresh_consumers(meta["namespace"], str(spec.get("ipPool") or "")).busy:
+            return False
+        log.warning("giving back a duplicate VLAN this controller made", vlan=name,
+                    id=allocator.vlan_id(fresh), network=f'{meta["namespace"]}/{meta["name"]}')
+        self.vlans.release(fresh)
+        return True
 
     def _fresh_consumers(self, ns: str, pname: str) -> Consumers:
         """:func:`count_consumers` over objects read from the API server, not the cache."""

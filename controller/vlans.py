@@ -69,6 +69,42 @@ def desired_vlan(name: str, vid: int, provider: str, zone: str, namespace: str, 
     }
 
 
+def made_by_controller(vlan: Mapping[str, Any]) -> bool:
+    """A Vlan as this controller creates it (:func:`desired_vlan`): the zone and network
+    labels and our finalizer. A Vlan without them was made by someone else."""
+    meta = vlan.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return (
+        bool(labels.get(names.LABEL_ZONE))
+        and all(vlan_owner(vlan))
+        and names.FINALIZER in (meta.get("finalizers") or [])
+    )
+
+
+def _age_key(vlan: Mapping[str, Any]) -> tuple[str, str]:
+    # creationTimestamp has one-second resolution; the name breaks ties the same way on
+    # every replica and in every pass of either network.
+    meta = vlan.get("metadata") or {}
+    return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
+
+
+def gives_back_duplicate(vlan: Mapping[str, Any], twins: list[Mapping[str, Any]]) -> bool:
+    """Whether ``vlan`` is the one of a duplicate ID that this controller repairs by giving
+    it back (product-decisions.md §8 "Safety by construction", issue 12): every holder of
+    the ID was made by this controller, none is Terminating, and ``vlan`` is the newest
+    (latest ``creationTimestamp``, then the greatest name). Whether anything has bound it
+    is for fresh reads to tell; this is only the part the cache decides.
+
+    :param twins: the other Vlans on the provider with the same ID (not ``vlan`` itself).
+    """
+    holders = [vlan, *twins]
+    if not twins or not all(made_by_controller(v) for v in holders):
+        return False
+    if any((v.get("metadata") or {}).get("deletionTimestamp") for v in holders):
+        return False
+    return max(holders, key=_age_key) is vlan
+
+
 def vlan_index_provider(vlan: Mapping[str, Any]) -> list[str]:
     """Indexer ``provider``: the Vlan's ``spec.provider``."""
     return [allocator.vlan_provider(vlan)]
@@ -87,6 +123,30 @@ def vlan_index_zone(vlan: Mapping[str, Any]) -> list[str]:
     return [z] if z else []
 
 
+def _resource_version(obj: Mapping[str, Any]) -> int | None:
+    """``metadata.resourceVersion`` as an integer (etcd revisions), None when not one."""
+    rv = (obj.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(rv)
+    except (TypeError, ValueError):
+        return None
+
+
+def shows_at_least(seen: Mapping[str, Any], assumed: Mapping[str, Any]) -> bool:
+    """True when ``seen`` is the assumed object itself (same UID) at a version at least
+    as new as ``assumed`` (client-go's assume cache: an assumed object is dropped only
+    when the informer shows a version at least as new). A different UID (an earlier
+    object of the same name) never counts; an unparsable resourceVersion counts only
+    when it equals the assumed one."""
+    sm, am = seen.get("metadata") or {}, assumed.get("metadata") or {}
+    if sm.get("uid") != am.get("uid"):
+        return False
+    srv, arv = _resource_version(seen), _resource_version(assumed)
+    if srv is None or arv is None:
+        return sm.get("resourceVersion") == am.get("resourceVersion")
+    return srv >= arv
+
+
 @attrs.define
 class _Assumed:
     vlan: dict[str, Any]
@@ -96,7 +156,15 @@ class _Assumed:
 class VlanManager:
     """Owns the assumed set and the per-provider locks.
 
-    :param vlans: the synced Vlan store, with indexes ``provider`` and ``zone``.
+    Invariant (issue 12, product-decisions.md §8 "Safety by construction"): from the
+    moment a create returns until the cache shows that Vlan (same UID, a version at least
+    as new), the Vlan is in the assumed set, and every reader of the used set reads the
+    assumed set *before* the cache. The informer updates its store before it calls
+    :meth:`observe`, so a Vlan leaving the assumed set is already in the store that the
+    reader looks at next: no ID can look free in between.
+
+    :param vlans: the synced Vlan store, with indexes ``provider``, ``provider_id``
+        and ``zone``.
     :param zones: the zone store (pins of zones sharing a provider).
     :param writer: the API writer.
     :param on_allocation: called with ``(zone, result)`` for each allocation outcome that
@@ -122,44 +190,73 @@ class VlanManager:
         self._locks_guard = threading.Lock()
 
     # -- assumed set -------------------------------------------------------------
-    def observe(self, vlan: Mapping[str, Any]) -> None:
-        """Vlan informer event: the cache now shows this Vlan, stop assuming it."""
+    def observe(self, vlan: Mapping[str, Any], deleted: bool = False) -> None:
+        """Vlan informer event (called after the store shows it): stop assuming the Vlan
+        once the cache shows our object at a version at least as new, or its deletion.
+        An event of an earlier object of the same name (another UID) changes nothing."""
         name = (vlan.get("metadata") or {}).get("name")
         with self._assumed_lock:
-            self._assumed.pop(name, None)
+            a = self._assumed.get(name)
+            if a is None:
+                return
+            same_uid = (vlan.get("metadata") or {}).get("uid") == (a.vlan.get("metadata") or {}).get("uid")
+            if (deleted and same_uid) or shows_at_least(vlan, a.vlan):
+                del self._assumed[name]
 
-    def assumed_count(self) -> int:
+    def _assume(self, vlan: dict[str, Any]) -> None:
+        """Record a Vlan this process created or read fresh, unless the cache already
+        shows it at least as new."""
+        name = vlan["metadata"]["name"]
         with self._assumed_lock:
-            return len(self._assumed)
+            cached = self.vlans.get(name)
+            if cached is not None and shows_at_least(cached, vlan):
+                return
+            self._assumed[name] = _Assumed(vlan, self.monotonic())
+
+    def _assumed_on(self, provider: str) -> list[dict[str, Any]]:
+        with self._assumed_lock:
+            return [a.vlan for a in self._assumed.values() if allocator.vlan_provider(a.vlan) == provider]
 
     def lookup(self, name: str) -> dict[str, Any] | None:
-        """The Vlan named ``name`` from the cache, else from the assumed set."""
+        """The Vlan named ``name`` from the cache, else from the assumed set (read first,
+        so a Vlan moving from one to the other is seen in one of them)."""
+        with self._assumed_lock:
+            a = self._assumed.get(name)
         vlan = self.vlans.get(name)
         if vlan is not None:
             return vlan
-        with self._assumed_lock:
-            a = self._assumed.get(name)
-            return a.vlan if a else None
+        return a.vlan if a else None
 
     def vlans_on(self, provider: str) -> list[dict[str, Any]]:
-        """Every Vlan on ``provider``: cache plus assumed ones the cache lacks."""
+        """Every Vlan on ``provider``: the cache plus the assumed ones it lacks by name.
+
+        The assumed set is read before the cache (see the class invariant)."""
+        assumed = self._assumed_on(provider)
         out = list(self.vlans.by_index("provider", provider))
-        with self._assumed_lock:
-            extra = [a.vlan for n, a in self._assumed.items() if allocator.vlan_provider(a.vlan) == provider]
-        return out + [v for v in extra if self.vlans.get(v["metadata"]["name"]) is None]
+        cached = {v["metadata"]["name"] for v in out}
+        return out + [v for v in assumed if v["metadata"]["name"] not in cached]
+
+    def used_ids(self, provider: str) -> set[int]:
+        """IDs held on ``provider`` (§4.2): every ID of the assumed set and every ID of
+        the cache. An assumed Vlan whose cached copy is older counts with both IDs: too
+        many used IDs delay an allocation, too few duplicate one."""
+        assumed = self._assumed_on(provider)
+        return allocator.used_vlans(assumed, provider) | allocator.used_vlans(
+            self.vlans.by_index("provider", provider), provider
+        )
 
     def holders(self, provider: str, vid: int) -> list[dict[str, Any]]:
-        """Every Vlan on ``provider`` with ID ``vid``: cache (index ``provider_id``) plus
-        assumed ones the cache lacks."""
-        out = list(self.vlans.by_index("provider_id", f"{provider}/{vid}"))
-        with self._assumed_lock:
-            extra = [a.vlan for a in self._assumed.values()
-                     if allocator.vlan_provider(a.vlan) == provider and allocator.vlan_id(a.vlan) == vid]
-        return out + [v for v in extra if self.vlans.get(v["metadata"]["name"]) is None]
+        """Every Vlan on ``provider`` with ID ``vid``: the assumed ones (read first), then
+        the cache (index ``provider_id``) for the names the assumed set lacks."""
+        assumed = [v for v in self._assumed_on(provider) if allocator.vlan_id(v) == vid]
+        cached = list(self.vlans.by_index("provider_id", f"{provider}/{vid}"))
+        names_ = {v["metadata"]["name"] for v in assumed}
+        return assumed + [v for v in cached if v["metadata"]["name"] not in names_]
 
     def _verify_stale_assumptions(self, provider: str) -> None:
         # An assumed Vlan deleted before the watch showed it would block its ID forever;
-        # after a grace period ask the API server once.
+        # after a grace period ask the API server once. Found: keep assuming it until the
+        # cache shows it (or the fresher copy just read).
         now = self.monotonic()
         with self._assumed_lock:
             stale = [
@@ -169,15 +266,21 @@ class VlanManager:
             ]
         for name in stale:
             try:
-                self.writer.get(names.VLANS, name)
+                fresh = self.writer.get(names.VLANS, name)
             except ApiError as err:
                 if err.not_found:
                     with self._assumed_lock:
                         self._assumed.pop(name, None)
                 continue
             with self._assumed_lock:
-                if name in self._assumed:
-                    self._assumed[name].since = now
+                a = self._assumed.get(name)
+                if a is None:
+                    continue
+                cached = self.vlans.get(name)
+                if cached is not None and shows_at_least(cached, fresh):
+                    del self._assumed[name]
+                else:
+                    self._assumed[name] = _Assumed(fresh, now)
 
     def _provider_lock(self, provider: str) -> threading.Lock:
         with self._locks_guard:
@@ -209,7 +312,7 @@ class VlanManager:
             if existing is not None:
                 return self._claim(existing, ns, nname, zname, provider)
             self._verify_stale_assumptions(provider)
-            used = allocator.used_vlans(self.vlans_on(provider), provider)
+            used = self.used_ids(provider)
             pick = allocator.pick_vlan(zone, ns, nname, used, self.zones.list())
             if not pick.ok:
                 if pick.result:
@@ -221,12 +324,13 @@ class VlanManager:
             except ApiError as err:
                 if not err.already_exists:
                     raise
-                # Someone (our earlier self, or a person) created it meanwhile: judge it.
+                # Someone (our earlier self, or a person) created it meanwhile: judge it,
+                # and count its ID until the cache shows it.
                 current = self.writer.get(names.VLANS, name)
+                self._assume(current)
                 return self._claim(current, ns, nname, zname, provider)
-            with self._assumed_lock:
-                if self.vlans.get(name) is None:
-                    self._assumed[name] = _Assumed(created, self.monotonic())
+            # Still under the provider lock: the next pick sees this ID.
+            self._assume(created)
         self.on_allocation(zname, "allocated")
         log.info("allocated VLAN", zone=zname, vlan=pick.vlan, subnet=name, network=f"{ns}/{nname}")
         return VlanOutcome(vlan=created, allocated=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import datetime as _dt
 import json
+import threading
 import uuid
 from typing import Any
 
@@ -56,10 +57,12 @@ from controller.zone import ZoneReconciler
 from informers import Resource, ThreadSafeStore
 
 NS = "tenant"
-ZONE = "z1"
 PROVIDER = "physnet1"
+# Two zones share the provider with overlapping ranges (issue 12): z1 100-102, z2 101-103;
+# the allocator must serialise per provider, not per zone.
+ZONES = {"z1": ["100-102"], "z2": ["101-103"]}
 PRUNE_TIMEOUT = 60.0
-N = 4  # network slots; the zone has 3 VLANs, so allocations compete and IDs are reused
+N = 4  # network slots over the two zones; 4 VLANs in all, one hand-made: IDs compete and are reused
 KUBEOVN_FIN = "kube-ovn-controller"
 
 POOLS = Resource("ipam.cluster.x-k8s.io", "v1alpha2", "inclusterippools", namespaced=True, kind="InClusterIPPool")
@@ -152,6 +155,8 @@ class FakeApiServer:
         self.rv = 0
         self.violations: list[str] = []
         self.releases = 0
+        # Workers of one controller call in from several threads (concurrent_workers).
+        self.lock = threading.RLock()
 
     # -- helpers for the test (the "users" and Kube-OVN write here directly) -----------
     def put(self, plural: str, obj: dict) -> dict:
@@ -281,9 +286,10 @@ class FakeWriter(KubeWriter):
         self.server = server
 
     def request(self, method, path, body=None, content_type="application/json", query=None):  # noqa: D102
-        if method != "GET":
-            self.writes += 1
-        return self.server.handle(method, path, copy.deepcopy(body), content_type)
+        with self.server.lock:
+            if method != "GET":
+                self.writes += 1
+            return self.server.handle(method, path, copy.deepcopy(body), content_type)
 
 
 # --------------------------------------------------------------------------- the controller
@@ -331,7 +337,7 @@ class Controller:
         else:
             store.add(obj)
         if plural == "vlans":
-            self.vlans.observe(obj)
+            self.vlans.observe(obj, deleted=etype == "DELETED")
         elif plural == "proxmoxnetworks":
             self.net.recent.observe(obj)
         elif plural == "proxmoxnetworkzones":
@@ -354,9 +360,10 @@ class Lifecycle(RuleBasedStateMachine):
         self.api.put("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
         self.api.put("provider-networks", {"metadata": {"name": PROVIDER}, "spec": {},
                                            "status": {"ready": True, "readyNodes": ["node-a"]}})
-        self.api.put("proxmoxnetworkzones", {"metadata": {"name": ZONE},
-                                             "spec": {"bridge": "vmbr1", "providerNetwork": PROVIDER,
-                                                      "vlanRanges": ["100-102"]}})
+        for zname, ranges in ZONES.items():
+            self.api.put("proxmoxnetworkzones", {"metadata": {"name": zname},
+                                                 "spec": {"bridge": "vmbr1", "providerNetwork": PROVIDER,
+                                                          "vlanRanges": ranges}})
         # A Vlan made by hand on the provider, not ours (B01): its ID is never handed out.
         self.api.put("vlans", {"metadata": {"name": "legacy-db"}, "spec": {"id": 101, "provider": PROVIDER}})
         self.api.events.clear()
@@ -370,8 +377,9 @@ class Lifecycle(RuleBasedStateMachine):
         return self.t
 
     def _sync_events(self) -> None:
-        self.pending += self.api.events
-        self.api.events = []
+        with self.api.lock:
+            self.pending += self.api.events
+            self.api.events = []
 
     def net(self, i: int) -> str:
         return f"n{i}"
@@ -382,6 +390,9 @@ class Lifecycle(RuleBasedStateMachine):
     def pool(self, i: int) -> str:
         return f"pool-n{i}"
 
+    def zone_of(self, i: int) -> str:
+        return sorted(ZONES)[i % len(ZONES)]
+
     # -- users ---------------------------------------------------------------------------
     @rule(i=slot)
     def create_network(self, i):
@@ -390,7 +401,7 @@ class Lifecycle(RuleBasedStateMachine):
             self.api.put("proxmoxnetworks", {
                 "apiVersion": "proxmox.cozystack.io/v1alpha1", "kind": "ProxmoxNetwork",
                 "metadata": {"name": self.net(i), "namespace": NS},
-                "spec": {"zone": ZONE, "subnet": self.subnet(i), "ipPool": self.pool(i)}})
+                "spec": {"zone": self.zone_of(i), "subnet": self.subnet(i), "ipPool": self.pool(i)}})
         self._sync_events()
 
     @rule(i=slot)
@@ -443,7 +454,7 @@ class Lifecycle(RuleBasedStateMachine):
     def handmade_vlan_races(self, i):
         """An operator creates a Vlan by hand with the next free ID (B01 race)."""
         used = {(v.get("spec") or {}).get("id") for v in self.api.items("vlans")}
-        free = [v for v in (100, 102) if v not in used]
+        free = [v for v in (100, 102, 103) if v not in used]
         if free and self.api.find("vlans", f"ops-{i}") is None:
             self.api.put("vlans", {"metadata": {"name": f"ops-{i}"}, "spec": {"id": free[0], "provider": PROVIDER}})
         self._sync_events()
@@ -508,10 +519,33 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule()
     def reconcile_zone(self):
-        try:
-            self.ctl.zone.reconcile(ZONE)
-        except ApiError:
-            self.errors += 1
+        for zname in ZONES:
+            try:
+                self.ctl.zone.reconcile(zname)
+            except ApiError:
+                self.errors += 1
+        self._sync_events()
+
+    @rule(i=slot, j=slot, n=st.integers(0, 6))
+    def concurrent_workers(self, i, j, n):
+        """Two workers reconcile two networks (of either zone) at once while the watch
+        delivers ``n`` events: real threads, so the interleaving of picks, creates,
+        deliveries and the assumed set is the scheduler's (issue 12)."""
+        errors: list[ApiError] = []
+
+        def work(k: int) -> None:
+            try:
+                self.ctl.net.reconcile(f"{NS}/{self.net(k)}")
+            except ApiError as err:
+                errors.append(err)
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in {i, j}]
+        for t in threads:
+            t.start()
+        self.deliver(n)
+        for t in threads:
+            t.join()
+        self.errors += len(errors)
         self._sync_events()
 
     @rule()
@@ -624,10 +658,11 @@ class Lifecycle(RuleBasedStateMachine):
                     self.ctl.net.reconcile(f"{NS}/{self.net(i)}")
                 except ApiError:
                     pass
-            try:
-                self.ctl.zone.reconcile(ZONE)
-            except ApiError:
-                pass
+            for zname in ZONES:
+                try:
+                    self.ctl.zone.reconcile(zname)
+                except ApiError:
+                    pass
             self._sync_events()
             self.deliver(10_000)
             self.t += _dt.timedelta(seconds=PRUNE_TIMEOUT / 2)

@@ -356,3 +356,70 @@ def test_zone_status_provider_network_and_stranded_vlans(admin, ctl, unique_name
         "2 of 2 VLANs free; trunk ready on 3 node(s); allocated outside the current ranges: " + ", ".join(expected),
     )
     assert admin.network(ns, "x")["status"]["vlan"] == vx["vlan"]  # held VLANs keep their IDs
+
+
+def _self_made_twins(admin, provider, ns, zname, vid):
+    """Two Vlans exactly as the controller creates them (labels, finalizer), one ID: the
+    duplicate of issue 12. The second is the newer (same second at worst: the name
+    breaks the tie, ``-b`` after ``-a``)."""
+    base = unique("dup")
+    names_ = {}
+    for net, suffix in (("older", "a"), ("newer", "b")):
+        sub = f"{base}-{suffix}"
+        admin.create_network(ns, net, zname, sub)
+        names_[net] = sub
+    for net in ("older", "newer"):
+        wait_reason(admin, ns, net, "ZoneNotFound")
+        admin.create_vlan(names_[net], vid, provider, finalizers=[FINALIZER], labels={
+            "proxmox.cozystack.io/zone": zname,
+            "proxmox.cozystack.io/network-namespace": ns,
+            "proxmox.cozystack.io/network-name": net,
+        })
+    return names_
+
+
+def test_a_self_made_duplicate_nothing_bound_is_repaired(admin, ctl, provider, unique_namespace):
+    """product-decisions.md §8: a duplicate this controller made and nothing has bound yet
+    is repaired: the newer Vlan is given back (Warning Event) and its network allocated
+    again; the older keeps its ID."""
+    ns = unique_namespace
+    zname = unique("zone")
+    subs = _self_made_twins(admin, provider, ns, zname, 730)
+    newer_uid = admin.vlan(subs["newer"])["metadata"]["uid"]
+    admin.create_zone(zname, provider, ["730-739"])
+    old = wait_reason(admin, ns, "older", "Allocated")
+    new = wait_reason(admin, ns, "newer", "Allocated")
+    assert old["status"]["vlan"] == 730
+    assert new["status"]["vlan"] == 731  # the lowest free ID once 730 is the older's alone
+    v = admin.vlan(subs["newer"])
+    assert v["spec"]["id"] == 731 and v["metadata"]["uid"] != newer_uid
+    assert admin.vlan(subs["older"])["spec"]["id"] == 730
+    ev = wait_for(lambda: [e for e in admin.core.list_namespaced_event(ns).items
+                           if e.involved_object.name == "newer" and e.reason == "VLANDuplicateRepaired"],
+                  what="the repair's Warning Event")
+    assert ev[0].type == "Warning"
+    assert ev[0].message == (
+        f'VLAN 730 on provider "{provider}" is also held by Vlan "{subs["older"]}"; gave back Vlan '
+        f'"{subs["newer"]}" (made by this controller, not bound yet) and allocating again')
+    assert not [e for e in admin.core.list_namespaced_event(ns).items
+                if e.involved_object.name == "older" and e.reason == "VLANDuplicateRepaired"]
+
+
+def test_a_self_made_duplicate_already_bound_stays_a_conflict(admin, ctl, provider, unique_namespace):
+    """A Subnet names the newer Vlan: something may already send frames with that ID, so
+    nothing is given back on a guess; both networks report ``VLANConflict``."""
+    ns = unique_namespace
+    zname = unique("zone")
+    subs = _self_made_twins(admin, provider, ns, zname, 740)
+    admin.co.create_cluster_custom_object("kubeovn.io", "v1", "subnets", {
+        "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": subs["newer"]},
+        "spec": {"vlan": subs["newer"], "cidrBlock": "10.74.0.0/24", "gateway": "10.74.0.1", "protocol": "IPv4"}})
+    try:
+        admin.create_zone(zname, provider, ["740-749"])
+        for net, other in (("older", "newer"), ("newer", "older")):
+            c = wait_reason(admin, ns, net, "VLANConflict")
+            assert reason(c, "VLANAllocated")[2] == (
+                f'VLAN 740 on provider "{provider}" is also held by Vlan "{subs[other]}"')
+        assert [admin.vlan(s)["spec"]["id"] for s in (subs["older"], subs["newer"])] == [740, 740]
+    finally:
+        admin.co.delete_cluster_custom_object("kubeovn.io", "v1", "subnets", subs["newer"])

@@ -1,23 +1,35 @@
-"""No duplicate VLAN under cache lag (product-decisions.md §4.4), as a property.
+"""No duplicate VLAN under cache lag (product-decisions.md §4.4, §8 "Safety by
+construction"), as a property.
 
 The Vlan cache is a real :class:`ThreadSafeStore` fed only when the test "delivers" watch
 events, so it lags the creates by an arbitrary amount; the API side is a minimal
-in-memory stand-in with the one behaviour that matters here (create of an existing name
-answers 409 AlreadyExists, as kube-apiserver does). Whatever the interleaving of
-allocations, deliveries and deletions, no two Vlans on one provider share an ID and every
-network that got a Vlan got its own.
+in-memory stand-in with the behaviour that matters here (create of an existing name
+answers 409 AlreadyExists, as kube-apiserver does; every object gets a UID and a rising
+resourceVersion). Whatever the interleaving of allocations, deliveries and deletions, no
+two Vlans on one provider share an ID and every network that got a Vlan got its own.
+
+Issue 12: the first two tests here missed a duplicate that one process made under a burst.
+Events were delivered only *between* allocations, never while an allocation was reading the
+used set, and the concurrent test never delivered any event at all; the bug lived exactly
+in that gap (the store was read, then the informer moved a Vlan from the assumed set into
+the store, then the assumed set was read). The tests after them deliver events in the
+middle of the manager's reads, late and out of order across Vlans, with several zones
+sharing one provider and overlapping ranges.
 """
 
 from __future__ import annotations
 
 import copy
+import random
+import sys
 import threading
+import uuid
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.kube import ApiError
-from controller.vlans import VlanManager, vlan_index_provider, vlan_index_zone
+from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from informers import ThreadSafeStore
 
 PROVIDER = "physnet1"
@@ -41,6 +53,7 @@ class FakeVlanApi:
             self.rv += 1
             stored = copy.deepcopy(obj)
             stored["metadata"]["resourceVersion"] = str(self.rv)
+            stored["metadata"]["uid"] = str(uuid.uuid4())
             self.objects[name] = stored
             self.events.append(("add", stored))
             self.writes += 1
@@ -59,17 +72,43 @@ class FakeVlanApi:
         with self.lock:
             obj = self.objects.pop(name, None)
             if obj is not None:
+                self.rv += 1
+                obj = copy.deepcopy(obj)
+                obj["metadata"]["resourceVersion"] = str(self.rv)
                 self.events.append(("delete", obj))
+
+    def take(self, pick: int) -> tuple[str, dict] | None:
+        """Remove one undelivered event: the ``pick``-th (mod the count) among the
+        first event of each Vlan name, so events of different Vlans arrive out of order
+        while each Vlan's own events keep the watch's order."""
+        with self.lock:
+            seen: set[str] = set()
+            heads = []
+            for k, (_, obj) in enumerate(self.events):
+                name = obj["metadata"]["name"]
+                if name not in seen:
+                    seen.add(name)
+                    heads.append(k)
+            if not heads:
+                return None
+            return self.events.pop(heads[pick % len(heads)])
 
     def deliver(self, n: int, store: ThreadSafeStore, mgr: VlanManager) -> None:
         with self.lock:
             batch, self.events = self.events[:n], self.events[n:]
         for kind, obj in batch:
-            if kind == "add":
-                store.add(obj)
-                mgr.observe(obj)
-            else:
-                store.delete(obj)
+            apply_event(kind, obj, store, mgr)
+
+
+def apply_event(kind: str, obj: dict, store: ThreadSafeStore, mgr: VlanManager) -> None:
+    """What the informer does with one watch event: the store first, then the handler
+    (``controller.manager`` wires ``VlanManager.observe`` this way)."""
+    if kind == "add":
+        store.add(obj)
+        mgr.observe(obj)
+    else:
+        store.delete(obj)
+        mgr.observe(obj, deleted=True)
 
 
 def zone(ranges):
@@ -144,3 +183,202 @@ def test_concurrent_workers_on_a_lagging_cache_get_distinct_ids():
     # The cache never saw a single create, yet all 160 IDs are distinct and lowest-first.
     assert len(store) == 0
     assert sorted(results.values()) == list(range(1, 161))
+
+
+# --------------------------------------------------------------------------------------
+# Events delivered in the middle of the manager's reads (issue 12)
+
+
+class InterleavingStore(ThreadSafeStore):
+    """A real store that, right after each read the manager makes, lets the watch deliver
+    the events a schedule asks for: the informer thread running between two of the
+    allocator's reads, at the points hypothesis chooses."""
+
+    def __init__(self, indexers, after_read) -> None:
+        super().__init__(indexers)
+        self.after_read = after_read
+        self.manager: VlanManager | None = None
+
+    def _deliver(self) -> None:
+        # A real informer thread would block on the manager's assumed-set lock and deliver
+        # right after; on this one thread that would deadlock, so deliver at the next read.
+        if self.manager is not None and not self.manager._assumed_lock.locked():
+            self.after_read()
+
+    def get(self, key):
+        out = super().get(key)
+        self._deliver()
+        return out
+
+    def by_index(self, index_name, value):
+        out = super().by_index(index_name, value)
+        self._deliver()
+        return out
+
+
+def shared_zones(ranges: list[list[str]]) -> list[dict]:
+    return [
+        {"metadata": {"name": f"z{k}"}, "spec": {"bridge": "vmbr1", "providerNetwork": PROVIDER, "vlanRanges": r}}
+        for k, r in enumerate(ranges)
+    ]
+
+
+def zone_network(i: int, zname: str) -> dict:
+    return {"metadata": {"namespace": "ns", "name": f"n{i}"}, "spec": {"zone": zname, "subnet": f"s{i}", "ipPool": "p"}}
+
+
+range_entry = st.tuples(st.integers(1, 12), st.integers(0, 6)).map(lambda t: f"{t[0]}-{t[0] + t[1]}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ranges=st.lists(st.lists(range_entry, min_size=1, max_size=2), min_size=2, max_size=4),
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("alloc"), st.integers(0, 19)),
+            st.tuples(st.just("delete"), st.integers(0, 19)),
+        ),
+        max_size=40,
+    ),
+    # Mostly no delivery at a read, so that a Vlan can stay undelivered past its own
+    # create and arrive in the middle of a later allocation.
+    schedule=st.lists(st.tuples(st.sampled_from([0, 0, 0, 0, 1, 1, 2, 3]), st.integers(0, 50)), max_size=200),
+)
+def test_events_delivered_between_the_allocators_reads_never_free_an_id(ranges, ops, schedule):
+    """Several zones share one provider with overlapping ranges; after every cache read
+    the allocator makes, the schedule delivers 0-3 pending events, any Vlan's first
+    (out of order across Vlans). Before the fix of issue 12 this finds the duplicate
+    within a few hundred examples. No two Vlans on the provider ever share an ID."""
+    api = FakeVlanApi()
+    plan = iter(schedule)
+
+    def after_read() -> None:
+        count, pick = next(plan, (0, 0))
+        for _ in range(count):
+            ev = api.take(pick)
+            if ev is None:
+                return
+            apply_event(ev[0], ev[1], store, mgr)
+
+    store = InterleavingStore({"provider": vlan_index_provider, "provider_id": vlan_index_provider_id,
+                               "zone": vlan_index_zone}, after_read)
+    zones = ThreadSafeStore()
+    zs = shared_zones(ranges)
+    for z in zs:
+        zones.add(z)
+    mgr = VlanManager(store, zones, api)  # type: ignore[arg-type]
+    store.manager = mgr
+    for op, i in ops:
+        if op == "alloc":
+            z = zs[i % len(zs)]
+            try:
+                out = mgr.ensure(zone_network(i, z["metadata"]["name"]), z)
+            except ApiError as err:  # adopting a Vlan deleted behind the cache: the pass retries
+                assert err.not_found
+                continue
+            if out.vlan is not None:
+                assert out.vlan["metadata"]["name"] == f"s{i}"
+            else:
+                assert out.reason == "ZoneExhausted", out
+        else:
+            api.delete_now(f"s{i}")
+        ids = [o["spec"]["id"] for o in api.objects.values()]
+        assert len(ids) == len(set(ids)), f"duplicate VLAN IDs: {sorted(ids)}"
+
+
+def test_a_vlan_moving_from_the_assumed_set_into_the_cache_mid_read_keeps_its_id():
+    """The exact interleaving of issue 12: network A's Vlan is created (ID 1, assumed);
+    while network B's allocation reads the cache, the watch delivers A's Vlan (the store
+    shows it, the assumed set lets it go). B must get ID 2, not 1."""
+    api = FakeVlanApi()
+    armed = [False]
+
+    class AfterProviderList(InterleavingStore):
+        def by_index(self, index_name, value):
+            out = ThreadSafeStore.by_index(self, index_name, value)
+            if armed[0] and index_name == "provider":
+                armed[0] = False
+                api.deliver(100, store, mgr)
+            return out
+
+    store = AfterProviderList({"provider": vlan_index_provider, "provider_id": vlan_index_provider_id}, lambda: None)
+    zones = ThreadSafeStore()
+    z0, z1 = shared_zones([["1-10"], ["1-10"]])
+    zones.add(z0)
+    zones.add(z1)
+    mgr = VlanManager(store, zones, api)  # type: ignore[arg-type]
+    store.manager = mgr
+    a = mgr.ensure(zone_network(0, "z0"), z0)
+    assert a.vlan["spec"]["id"] == 1 and store.get("s0") is None  # created, not yet seen
+    armed[0] = True
+    b = mgr.ensure(zone_network(1, "z1"), z1)
+    assert b.vlan["spec"]["id"] == 2
+
+
+def test_a_late_delete_of_an_earlier_vlan_of_the_same_name_does_not_drop_the_new_one():
+    """client-go's assume-cache rule: only the assumed object itself (same UID, a version
+    at least as new) or its own deletion ends the assumption. A Vlan ``s0`` is deleted and
+    made again; the old one's DELETED event arrives after the new create."""
+    api = FakeVlanApi()
+    store = ThreadSafeStore({"provider": vlan_index_provider, "provider_id": vlan_index_provider_id})
+    zones = ThreadSafeStore()
+    (z0,) = shared_zones([["1-10"]])
+    zones.add(z0)
+    mgr = VlanManager(store, zones, api)  # type: ignore[arg-type]
+    first = mgr.ensure(zone_network(0, "z0"), z0).vlan
+    api.delete_now("s0")
+    api.events.clear()  # neither the first ADDED nor its DELETED has been delivered yet
+    mgr.observe(first, deleted=True)  # the assumed Vlan itself is gone: the assumption ends
+    second = mgr.ensure(zone_network(0, "z0"), z0).vlan
+    assert second["spec"]["id"] == 1 and second["metadata"]["uid"] != first["metadata"]["uid"]
+    mgr.observe(first, deleted=True)  # late, of the earlier object
+    mgr.observe(first)  # an older version of the earlier object
+    assert mgr.ensure(zone_network(1, "z0"), z0).vlan["spec"]["id"] == 2
+
+
+def test_real_threads_with_a_watch_thread_delivering_late_and_out_of_order():
+    """Eight workers on four zones that share one provider (overlapping ranges) allocate
+    while a watch thread delivers each create late, out of order across Vlans, with the
+    interpreter switching threads as often as it can. The IDs are distinct and, since
+    every zone covers 1-400, exactly 1..N (lowest free first)."""
+    api = FakeVlanApi()
+    store = ThreadSafeStore({"provider": vlan_index_provider, "provider_id": vlan_index_provider_id})
+    zones = ThreadSafeStore()
+    zs = shared_zones([["1-400"], ["1-200", "201-400"], ["1-400"], ["1-100", "50-400"]])
+    for z in zs:
+        zones.add(z)
+    mgr = VlanManager(store, zones, api)  # type: ignore[arg-type]
+    n, workers = 320, 8
+    results: dict[int, int] = {}
+    done = threading.Event()
+    barrier = threading.Barrier(workers + 1)
+
+    def watch() -> None:
+        rnd = random.Random(12)
+        barrier.wait()
+        while not done.is_set() or api.events:
+            ev = api.take(rnd.randrange(8))
+            if ev is not None:
+                apply_event(ev[0], ev[1], store, mgr)
+
+    def worker(w: int) -> None:
+        barrier.wait()
+        for i in range(w, n, workers):
+            z = zs[i % len(zs)]
+            results[i] = mgr.ensure(zone_network(i, z["metadata"]["name"]), z).vlan["spec"]["id"]
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(w,)) for w in range(workers)]
+        watcher = threading.Thread(target=watch)
+        for t in threads + [watcher]:
+            t.start()
+        for t in threads:
+            t.join()
+        done.set()
+        watcher.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert sorted(results.values()) == list(range(1, n + 1))
+    assert len(store) == n
