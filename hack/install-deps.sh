@@ -114,4 +114,5 @@ bin="$("$HERE/build-control-plane.sh")" || die "hack/build-control-plane.sh fail
 for b in kube-apiserver kubectl etcd; do
   [[ -x "$bin/$b" ]] || die "$bin/$b missing after build"
 done
+"$HERE/build-peers.sh" >/dev/null || die "hack/build-peers.sh failed"  # kube-ovn-controller, IPAM provider (stdout: control plane only)
 echo "$bin"

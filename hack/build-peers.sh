@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# Build the real peers of the test bed from their Go modules (issue 13):
+#
+#   * sigs.k8s.io/cluster-api-ipam-provider-in-cluster  -> bin/ipam-provider-in-cluster
+#   * github.com/kubeovn/kube-ovn                       -> bin/kube-ovn-controller
+#
+# and stage what a bed needs to run them: their CRDs (the IPAM provider's, cluster-api's
+# IPAddress / IPAddressClaim / Cluster, Kube-OVN's) and the OVSDB schemas Kube-OVN embeds
+# (Debian's OVN schemas are older than the ones Kube-OVN v1.13 maps). Versions come from
+# hack/versions.env. Everything lands in
+#
+#   ~/.cache/proxmox-network-controller/peers/<versions>/
+#       bin/ipam-provider-in-cluster  bin/kube-ovn-controller
+#       crds/ipam/*.yaml  crds/cluster-api/*.yaml  crds/kube-ovn/kube-ovn-crd.yaml
+#       ovsdb/ovn-nb.ovsschema  ovsdb/ovn-sb.ovsschema
+#
+# so a second run only checks that they exist. Prints the bin directory on stdout (the rest
+# is at ../crds and ../ovsdb). Quiet on success, loud on failure. Builds run at the lowest
+# CPU priority with one compile job: other work on the machine keeps its share.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$HERE/versions.env"
+CACHE="${PNC_CACHE_DIR:-$HOME/.cache/proxmox-network-controller}/peers"
+OUT="$CACHE/ipam-$IPAM_PROVIDER_VERSION-capi-$CLUSTER_API_VERSION-kube-ovn-$KUBE_OVN_VERSION"
+BIN="$OUT/bin"
+SRC="$CACHE/src"
+KUBE_OVN_SUM="$HERE/peers/kube-ovn.go.sum"
+# Our own GOFLAGS only: a caller's -mod=vendor or the like must not leak into these builds.
+export GOFLAGS="-buildvcs=false -p=1" GOWORK=off
+export GOMAXPROCS="${GOMAXPROCS:-2}"
+LOWPRIO=(nice -n 19)
+log() { echo "[build-peers] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# Run a command quietly; on failure show the end of its output and stop.
+quiet() {
+  local out
+  out="$(mktemp)"
+  if ! "$@" >"$out" 2>&1; then
+    log "command failed (in $PWD): $*"
+    tail -n 60 "$out" >&2
+    rm -f "$out"
+    exit 1
+  fi
+  rm -f "$out"
+}
+
+# json_get KEY: one top-level string field of the JSON object on stdin ("" when absent).
+json_get() {
+  python3 -c 'import json, sys; v = json.load(sys.stdin).get(sys.argv[1]); print(v if isinstance(v, str) else "")' "$1"
+}
+
+# go mod download -json MOD@VER (in the current directory) -> the module's Dir on stdout.
+mod_dir() {
+  local json dir
+  if ! json="$("${LOWPRIO[@]}" go mod download -json "$1" 2>&1)"; then
+    log "go mod download $1 failed:"
+    printf '%s\n' "$json" >&2
+    exit 1
+  fi
+  dir="$(printf '%s' "$json" | json_get Dir)"
+  [[ -n $dir && -d $dir ]] || { log "go mod download $1 gave no Dir:"; printf '%s\n' "$json" >&2; exit 1; }
+  echo "$dir"
+}
+
+# A writable copy of a module directory (the module cache is read-only), made once.
+writable_copy() {
+  local from="$1" to="$2"
+  [[ -f "$to/.copied" ]] && return 0
+  rm -rf "$to"
+  mkdir -p "$(dirname "$to")"
+  cp -r "$from" "$to.tmp"
+  chmod -R u+w "$to.tmp"
+  mv "$to.tmp" "$to"
+  touch "$to/.copied"
+}
+
+stage() {  # stage SRC_FILE DEST_DIR: copy one file, writable, replacing what was there
+  [[ -f $1 ]] || die "missing in the module: $1"
+  mkdir -p "$2"
+  install -m 0644 "$1" "$2/$(basename "$1")"
+}
+
+expected_files() {
+  printf '%s\n' \
+    bin/ipam-provider-in-cluster bin/kube-ovn-controller \
+    crds/ipam/ipam.cluster.x-k8s.io_inclusterippools.yaml \
+    crds/ipam/ipam.cluster.x-k8s.io_globalinclusterippools.yaml \
+    crds/cluster-api/ipam.cluster.x-k8s.io_ipaddresses.yaml \
+    crds/cluster-api/ipam.cluster.x-k8s.io_ipaddressclaims.yaml \
+    crds/cluster-api/cluster.x-k8s.io_clusters.yaml \
+    crds/kube-ovn/kube-ovn-crd.yaml \
+    ovsdb/ovn-nb.ovsschema ovsdb/ovn-sb.ovsschema
+}
+
+complete() {
+  [[ -f "$OUT/.complete" ]] || return 1
+  local f
+  while read -r f; do [[ -s "$OUT/$f" ]] || return 1; done < <(expected_files)
+  [[ -x "$BIN/ipam-provider-in-cluster" && -x "$BIN/kube-ovn-controller" ]]
+}
+
+# --------------------------------------------------------------------------- IPAM provider
+
+build_ipam() {
+  local mod=sigs.k8s.io/cluster-api-ipam-provider-in-cluster
+  local dir work capi capi_dir
+  # `go install …@version` asks the proxy for the version list, which it refuses here;
+  # downloading the exact version works (checked against the checksum database as usual).
+  cd "$NOMOD"
+  dir="$(mod_dir "$mod@$IPAM_PROVIDER_VERSION")"
+  work="$SRC/cluster-api-ipam-provider-in-cluster@$IPAM_PROVIDER_VERSION"
+  writable_copy "$dir" "$work"
+  cd "$work"
+  capi="$(go mod edit -json | python3 -c 'import json, sys
+print(" ".join(r["Version"] for r in json.load(sys.stdin)["Require"] if r["Path"] == "sigs.k8s.io/cluster-api"))')"
+  [[ $capi == "$CLUSTER_API_VERSION" ]] \
+    || die "$mod $IPAM_PROVIDER_VERSION requires sigs.k8s.io/cluster-api $capi, versions.env says $CLUSTER_API_VERSION"
+  if [[ ! -x "$BIN/ipam-provider-in-cluster" ]]; then
+    log "building ipam-provider-in-cluster $IPAM_PROVIDER_VERSION (low priority, one job)"
+    local pkg=sigs.k8s.io/cluster-api-ipam-provider-in-cluster/version
+    local minor="${IPAM_PROVIDER_VERSION#v*.}"; minor="${minor%%.*}"
+    local major="${IPAM_PROVIDER_VERSION#v}"; major="${major%%.*}"
+    CGO_ENABLED=0 quiet "${LOWPRIO[@]}" go build -trimpath \
+      -ldflags "-s -w -X $pkg.gitVersion=$IPAM_PROVIDER_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean" \
+      -o "$BIN/ipam-provider-in-cluster.tmp" .
+    mv "$BIN/ipam-provider-in-cluster.tmp" "$BIN/ipam-provider-in-cluster"
+  fi
+  stage config/crd/bases/ipam.cluster.x-k8s.io_inclusterippools.yaml "$OUT/crds/ipam"
+  stage config/crd/bases/ipam.cluster.x-k8s.io_globalinclusterippools.yaml "$OUT/crds/ipam"
+  # IPAddress, IPAddressClaim and Cluster (its claim controller watches Clusters) come from
+  # cluster-api itself, at the version the provider is built against.
+  cd "$NOMOD"
+  capi_dir="$(mod_dir "sigs.k8s.io/cluster-api@$CLUSTER_API_VERSION")"
+  local f
+  for f in ipam.cluster.x-k8s.io_ipaddresses.yaml ipam.cluster.x-k8s.io_ipaddressclaims.yaml cluster.x-k8s.io_clusters.yaml; do
+    stage "$capi_dir/config/crd/bases/$f" "$OUT/crds/cluster-api"
+  done
+}
+
+# --------------------------------------------------------------------------- Kube-OVN
+
+# The checksum database has no entry for github.com/kubeovn/kube-ovn v1.13.0, so a plain
+# `go mod download` outside a module fails (404 from the lookup). Verification stays on:
+# hack/peers/kube-ovn.go.sum pins the module's two hashes (zip and go.mod, checked once
+# against the published v1.13.0 tag). The download runs inside a throw-away module that
+# requires kube-ovn at that version and whose go.sum is exactly that file. Inside a module,
+# the go command checks every module it downloads (or finds in the module cache, through its
+# recorded .ziphash) against the main module's go.sum before it consults the checksum
+# database: a line that matches means verified, a line that differs is a fatal
+# "SECURITY ERROR … checksum mismatch" (tried: one changed character in either line fails
+# the download, with a warm and with an empty module cache; without the lines it fails on
+# the checksum database's 404). The checksum database is never switched off.
+verified_kube_ovn_dir() {
+  grep -qx "github.com/kubeovn/kube-ovn $KUBE_OVN_VERSION h1:[A-Za-z0-9+/=]*" "$KUBE_OVN_SUM" \
+    && grep -qx "github.com/kubeovn/kube-ovn $KUBE_OVN_VERSION/go.mod h1:[A-Za-z0-9+/=]*" "$KUBE_OVN_SUM" \
+    || die "$KUBE_OVN_SUM has no hashes for kube-ovn $KUBE_OVN_VERSION (update it with the version)"
+  local verify="$NOMOD/kube-ovn-verify"
+  mkdir -p "$verify"
+  printf 'module pnc.local/kube-ovn-verify\n\ngo 1.23\n\nrequire github.com/kubeovn/kube-ovn %s\n' \
+    "$KUBE_OVN_VERSION" > "$verify/go.mod"
+  cp "$KUBE_OVN_SUM" "$verify/go.sum"
+  cd "$verify"
+  mod_dir "github.com/kubeovn/kube-ovn@$KUBE_OVN_VERSION"
+}
+
+build_kube_ovn() {
+  local dir work commit
+  dir="$(verified_kube_ovn_dir)"
+  # Its go.mod has replace directives (forked libovsdb, arp, kubevirt client, k8s.io pins),
+  # which only count in the main module: build inside a writable copy of the module itself.
+  # Its own go.sum verifies its dependencies.
+  work="$SRC/kube-ovn@$KUBE_OVN_VERSION"
+  writable_copy "$dir" "$work"
+  cd "$work"
+  if [[ ! -x "$BIN/kube-ovn-controller" ]]; then
+    log "building kube-ovn-controller $KUBE_OVN_VERSION (low priority, one job; long on 2 cores)"
+    commit="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["Origin"]["Hash"])' \
+      "$(go env GOMODCACHE)/cache/download/github.com/kubeovn/kube-ovn/@v/$KUBE_OVN_VERSION.info" 2>/dev/null || echo unknown)"
+    local pkg=github.com/kubeovn/kube-ovn/versions
+    # ./cmd is the one multi-call binary (cmd/cmdmain.go dispatches on the base name of
+    # argv[0]): it must be called kube-ovn-controller. CGO_ENABLED=0 as in Kube-OVN's own
+    # Makefile: libcap's psx then uses the Go runtime's AllThreadsSyscall instead of libpsx
+    # (both link and run here; without cgo the binary is static and needs no gcc).
+    CGO_ENABLED=0 quiet "${LOWPRIO[@]}" go build -trimpath \
+      -ldflags "-s -w -X $pkg.VERSION=$KUBE_OVN_VERSION -X $pkg.COMMIT=$commit" \
+      -o "$BIN/kube-ovn-controller.tmp" ./cmd
+    mv "$BIN/kube-ovn-controller.tmp" "$BIN/kube-ovn-controller"
+  fi
+  # The chart's CRD file is plain YAML in this version; refuse a templated one rather than
+  # stage something kube-apiserver cannot read.
+  local crd=charts/kube-ovn/templates/kube-ovn-crd.yaml
+  if grep -q '{{' "$crd"; then
+    die "$crd has Helm template directives in $KUBE_OVN_VERSION: render it before staging"
+  fi
+  stage "$crd" "$OUT/crds/kube-ovn"
+  # The OVSDB schemas Kube-OVN's generated models were made from (libovsdb modelgen keeps
+  # them as a Go raw string, `var schema = \`{…}\``, in model.go).
+  mkdir -p "$OUT/ovsdb"
+  local db
+  for db in nb sb; do
+    awk '/^var schema = `/ { f = 1; sub(/^var schema = `/, "") }
+         f { if (index($0, "`")) { sub(/`.*/, ""); print; exit } print }' \
+      "pkg/ovsdb/ovn$db/model.go" > "$OUT/ovsdb/ovn-$db.ovsschema.tmp"
+    python3 -c 'import json, sys; s = json.load(open(sys.argv[1])); assert s["name"] and s["version"] and s["tables"]' \
+      "$OUT/ovsdb/ovn-$db.ovsschema.tmp" 2>/dev/null || die "no OVSDB schema found in pkg/ovsdb/ovn$db/model.go"
+    mv "$OUT/ovsdb/ovn-$db.ovsschema.tmp" "$OUT/ovsdb/ovn-$db.ovsschema"
+  done
+}
+
+command -v go >/dev/null || die "go not found on PATH"
+command -v python3 >/dev/null || die "python3 not found on PATH"
+if complete; then
+  echo "$BIN"; exit 0
+fi
+mkdir -p "$BIN" "$SRC"
+# An empty directory outside any module, for downloads by exact version.
+NOMOD="$(mktemp -d)"
+trap 'rm -rf "$NOMOD"' EXIT
+rm -f "$OUT/.complete"
+build_ipam
+build_kube_ovn
+complete_list="$(expected_files)"
+while read -r f; do [[ -s "$OUT/$f" ]] || die "$OUT/$f missing after the build"; done <<<"$complete_list"
+printf '%s\n' "$complete_list" > "$OUT/.complete"
+echo "$BIN"
