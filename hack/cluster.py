@@ -3,13 +3,15 @@
 
 See product-decisions.md §5 and §7. Importable (``LocalCluster``) and a CLI::
 
-    python hack/cluster.py start --dir DIR [--no-watch-cache] [--no-nb] [--no-sb]
+    python hack/cluster.py start --dir DIR [--no-watch-cache] [--no-nb] [--no-sb] [--peers]
     python hack/cluster.py env   --dir DIR      # shell exports for a running bed
     python hack/cluster.py stop  --dir DIR      # works from any process (pid files)
 
 Binaries come from hack/build-control-plane.sh (cached under ~/.cache); set
-``PNC_CONTROL_PLANE_BIN`` to use another directory. Nothing listens on anything but
-127.0.0.1 and unix sockets inside the work directory.
+``PNC_CONTROL_PLANE_BIN`` to use another directory. With ``--peers`` the bed also runs the
+real kube-ovn-controller and in-cluster IPAM provider from hack/build-peers.sh (issue 13;
+``PNC_PEERS_DIR`` for another build). Nothing listens on anything but 127.0.0.1 and unix
+sockets inside the work directory.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import base64
+import contextlib
 import ctypes
 import datetime as _dt
 import json
@@ -54,8 +57,34 @@ ADMIN_GROUPS = ("system:masters",)
 ADMIN_TOKEN = "admin-token"
 FIELD_MANAGER = "pnc-testbed"
 
-# Components in start order; stop goes in reverse (so the SB and ovn-northd stop before the NB).
-COMPONENTS = ("etcd", "ovsdb-nb", "ovsdb-sb", "ovn-northd", "kube-apiserver")
+# The real peers (with_peers): kube-ovn-controller and the in-cluster IPAM provider.
+PEERS = ("kube-ovn-controller", "ipam-provider")
+# Components in start order; stop goes in reverse (so the peers stop first, and the SB and
+# ovn-northd before the NB).
+COMPONENTS = ("etcd", "ovsdb-nb", "ovsdb-sb", "ovn-northd", "kube-apiserver", *PEERS)
+
+# The peers' identities: the service-account users their own manifests bind their
+# ClusterRoles to (Kube-OVN's chart: ServiceAccount kube-system/ovn -> system:ovn; the
+# provider's kustomization: capi-ipam-in-cluster-system/…-controller-manager -> …-manager-role).
+KUBE_OVN_NAMESPACE = "kube-system"
+KUBE_OVN_SA = "ovn"
+KUBE_OVN_ROLE = "system:ovn"
+KUBE_OVN_POD = "kube-ovn-controller-0"
+IPAM_NAMESPACE = "capi-ipam-in-cluster-system"
+IPAM_SA = "capi-ipam-in-cluster-controller-manager"
+IPAM_ROLE = "capi-ipam-in-cluster-manager-role"
+# kube-ovn-controller logs an error every second without this ConfigMap (an image is all it reads).
+VPC_NAT_CONFIG = "ovn-vpc-nat-config"
+# What each peer logs once it is at work (searched in the part of its log written since its
+# start): client-go's leader election for Kube-OVN (which then also needs its default VPC
+# and subnet Ready, see _kube_ovn_pending); controller-runtime's workers of each of the
+# provider's three controllers (caches synced).
+PEER_READY_LINES = {
+    "kube-ovn-controller": ("successfully acquired lease",),
+    "ipam-provider": tuple(
+        f'"Starting workers" controller="{c}"' for c in ("ipaddressclaim", "inclusterippool", "globalinclusterippool")
+    ),
+}
 
 
 class ClusterError(RuntimeError):
@@ -108,6 +137,18 @@ def default_bin_dir() -> Path:
     return cache / "control-plane" / f"k8s-{v['KUBERNETES_VERSION']}-etcd-{v['ETCD_VERSION']}" / "bin"
 
 
+def default_peers_dir() -> Path:
+    """Where hack/build-peers.sh puts the peers (same key as the script; bin/, crds/, ovsdb/)."""
+    env = os.environ.get("PNC_PEERS_DIR")
+    if env:
+        return Path(env)
+    v = _read_versions()
+    cache = Path(os.environ.get("PNC_CACHE_DIR", Path.home() / ".cache" / "proxmox-network-controller"))
+    return cache / "peers" / (
+        f"ipam-{v['IPAM_PROVIDER_VERSION']}-capi-{v['CLUSTER_API_VERSION']}-kube-ovn-{v['KUBE_OVN_VERSION']}"
+    )
+
+
 def _set_pdeathsig() -> None:  # runs in the child between fork and exec
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -124,11 +165,25 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     # A zombie is dead for our purposes.
+    return _pid_state(pid) not in ("Z", "")
+
+
+def _pid_state(pid: int) -> str:
+    """The state letter of /proc/<pid>/stat (R, S, T for stopped, Z, ...); "" if unreadable."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _wait_state(pid: int, stopped: bool, timeout: float = 10.0) -> None:
+    """Wait until ``pid`` is stopped (SIGSTOP delivered) or, with ``stopped=False``, running again."""
+    deadline = time.monotonic() + timeout
+    while (_pid_state(pid) == "T") != stopped:
+        if time.monotonic() > deadline:
+            raise ClusterError(f"pid {pid} is not {'stopped' if stopped else 'running'} after {timeout:.0f}s")
+        time.sleep(0.01)
 
 
 def _pid_cmdline(pid: int) -> str:
@@ -139,6 +194,16 @@ def _pid_cmdline(pid: int) -> str:
         return ""
 
 
+def _wait_dead(pid: int, timeout: float) -> bool:
+    """Whether ``pid`` is gone within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _terminate_pid(pid: int, timeout: float = 10.0) -> None:
     """SIGTERM, wait, then SIGKILL. Works for processes that are not our children."""
     if not _pid_alive(pid):
@@ -147,18 +212,13 @@ def _terminate_pid(pid: int, timeout: float = 10.0) -> None:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _pid_alive(pid):
-            return
-        time.sleep(0.05)
+    if _wait_dead(pid, timeout):
+        return
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and _pid_alive(pid):
-        time.sleep(0.05)
+    _wait_dead(pid, 5)
 
 
 # --------------------------------------------------------------------------- certificates
@@ -283,6 +343,19 @@ class LocalCluster:
     ``with_sb`` (default: ``with_nb``) adds the OVN Southbound ovsdb-server and ``ovn-northd``
     (NB and SB over their unix sockets), so the SB shows what northd makes of the NB, e.g.
     the chassis-redirect binding ``cr-<router port>`` once a port has an HA chassis group.
+
+    ``with_peers`` (needs the NB and SB) runs the real peers of hack/build-peers.sh (issue 13)
+    as components: ``kube-ovn-controller`` and ``ipam-provider`` (the in-cluster IPAM
+    provider), each as its own service-account user bound to the ClusterRole of its upstream
+    manifests, with kubeconfig, pid file and log in the work directory. The NB and SB are
+    then created from the schemas Kube-OVN embeds (Debian's are older), and the peers' real
+    CRDs replace the trimmed fixtures of the same names (the VpcEgressGateway and capmox
+    fixtures stay: Kube-OVN v1.13 has no VpcEgressGateway, capmox has no build here). The
+    bed is started once Kube-OVN leads and its VPC ``ovn-cluster`` and Subnet
+    ``ovn-default`` are Ready, and the provider runs its workers. A test faults a peer with
+    :meth:`stop_peer`, :meth:`start_peer`, :meth:`kill_peer`, :meth:`pause_peer` and
+    :meth:`resume_peer`. Off by default for now: the existing tests still run against the
+    fixtures and ``tests/emulators/``; moving them to the peers is a later step of issue 13.
     """
 
     def __init__(
@@ -296,12 +369,19 @@ class LocalCluster:
         manifest_dirs: Sequence[Path | str] | None = None,
         detach: bool = False,
         start_timeout: float = 90.0,
+        with_peers: bool = False,
+        peers_dir: Path | str | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.watch_cache = watch_cache
         self.with_nb = with_nb
         self.with_sb = with_nb if with_sb is None else (with_sb and with_nb)
+        self.with_peers = with_peers
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
+        self.peers_dir = Path(peers_dir) if peers_dir else default_peers_dir()
+        # Kube-OVN v1.13 maps columns Debian's OVN schemas do not have.
+        self.nb_schema = self.peers_dir / "ovsdb" / "ovn-nb.ovsschema" if with_peers else NB_SCHEMA
+        self.sb_schema = self.peers_dir / "ovsdb" / "ovn-sb.ovsschema" if with_peers else SB_SCHEMA
         self.manifest_dirs = (
             [Path(p) for p in manifest_dirs]
             if manifest_dirs is not None
@@ -329,6 +409,10 @@ class LocalCluster:
         self.audit_log = self.workdir / "audit.log"
         self.admin_kubeconfig = self.workdir / "admin.kubeconfig"
         self.controller_kubeconfig = self.workdir / "controller.kubeconfig"
+        self.kube_ovn_user = f"system:serviceaccount:{KUBE_OVN_NAMESPACE}:{KUBE_OVN_SA}"
+        self.ipam_user = f"system:serviceaccount:{IPAM_NAMESPACE}:{IPAM_SA}"
+        self.peer_kubeconfigs = {name: self.workdir / f"{name}.kubeconfig" for name in PEERS}
+        self._peer_tokens: dict[str, str] = {}
         self.kube_cache_dir = self.workdir / "kube-cache"
         self.start_seconds: float | None = None
         self._procs: dict[str, subprocess.Popen] = {}
@@ -380,6 +464,8 @@ class LocalCluster:
                 self._wait_sb()
                 self._wait_northd()
             self._bootstrap()
+            if self.with_peers:
+                self._start_peers()
         except BaseException:
             self.stop()
             raise
@@ -394,22 +480,28 @@ class LocalCluster:
             pids.setdefault(name, proc.pid)
         for name in reversed(COMPONENTS):
             pid = pids.get(name)
-            if pid is None:
-                continue
-            proc = self._procs.get(name)
-            if proc is not None:
-                if proc.poll() is None:
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait(5)
-            elif _pid_alive(pid) and self._looks_like(name, pid):
-                _terminate_pid(pid, timeout)
-            (self.workdir / f"{name}.pid").unlink(missing_ok=True)
+            if pid is not None:
+                self._stop_component(name, pid, timeout)
         self._procs.clear()
         self._started = False
+
+    def _stop_component(self, name: str, pid: int, timeout: float) -> None:
+        """SIGTERM one component (SIGKILL after ``timeout``), a paused one too; drop its pid file."""
+        proc = self._procs.pop(name, None)
+        if proc is not None:
+            if proc.poll() is None:
+                proc.terminate()
+                os.kill(proc.pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once continued
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+        elif _pid_alive(pid) and self._looks_like(name, pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+            _terminate_pid(pid, timeout)
+        (self.workdir / f"{name}.pid").unlink(missing_ok=True)
 
     def _looks_like(self, name: str, pid: int) -> bool:
         """Guard against pid reuse: the process must be the binary we started, in our dir."""
@@ -420,6 +512,8 @@ class LocalCluster:
             "ovsdb-nb": "ovsdb-server",
             "ovsdb-sb": "ovsdb-server",
             "ovn-northd": "ovn-northd",
+            "kube-ovn-controller": "kube-ovn-controller",
+            "ipam-provider": "ipam-provider-in-cluster",
         }[name]
         return binary in cmd and str(self.workdir) in cmd
 
@@ -458,6 +552,8 @@ class LocalCluster:
             "watch_cache": self.watch_cache,
             "with_nb": self.with_nb,
             "with_sb": self.with_sb,
+            "with_peers": self.with_peers,
+            "peers_dir": str(self.peers_dir),
             "start_seconds": self.start_seconds,
         }
 
@@ -481,6 +577,9 @@ class LocalCluster:
             with_nb=st["with_nb"],
             with_sb=st.get("with_sb", False),
             bin_dir=st["bin_dir"],
+            with_peers=st.get("with_peers", False),
+            peers_dir=st.get("peers_dir"),
+            detach=True,  # a peer it restarts belongs to the bed, not to this process
         )
         c.server = st["server"]
         c.controller_token = st["controller_token"]
@@ -491,7 +590,8 @@ class LocalCluster:
         c.sb_tcp = st.get("sb_tcp")
         c.northd_ctl = Path(st["northd_ctl"]) if st.get("northd_ctl") else None
         c.start_seconds = st.get("start_seconds")
-        dead = [n for n, pid in c._read_pids().items() if not _pid_alive(pid)]
+        # A peer may be down on purpose (a test's fault); the bed itself must be up.
+        dead = [n for n, pid in c._read_pids().items() if n not in PEERS and not _pid_alive(pid)]
         if dead or not c._read_pids():
             raise ClusterError(f"bed in {workdir} is not running (dead: {dead or 'all'})")
         c._started = True
@@ -518,6 +618,33 @@ class LocalCluster:
                     raise ClusterError(f"{tool} not found on PATH; run hack/install-deps.sh")
             if not SB_SCHEMA.exists():
                 raise ClusterError(f"{SB_SCHEMA} missing; run hack/install-deps.sh")
+        if self.with_peers:
+            self._check_peers()
+
+    def _peer_files(self) -> dict[str, Path]:
+        """What a bed with peers reads from hack/build-peers.sh's output and its module copies."""
+        d = self.peers_dir
+        v = _read_versions()
+        src = d.parent / "src"
+        return {
+            "kube-ovn-controller": d / "bin" / "kube-ovn-controller",
+            "ipam-provider": d / "bin" / "ipam-provider-in-cluster",
+            "nb-schema": self.nb_schema,
+            "sb-schema": self.sb_schema,
+            "crds": d / "crds",
+            "kube-ovn-role": src / f"kube-ovn@{v['KUBE_OVN_VERSION']}" / "charts" / "kube-ovn" / "templates" / "ovn-CR.yaml",
+            "ipam-role": src / f"cluster-api-ipam-provider-in-cluster@{v['IPAM_PROVIDER_VERSION']}" / "config" / "rbac" / "role.yaml",
+        }
+
+    def _check_peers(self) -> None:
+        if not self.with_sb:
+            raise ClusterError("with_peers needs the OVN NB and SB (kube-ovn-controller talks to both)")
+        missing = [str(p) for p in self._peer_files().values() if not p.exists()]
+        if missing or not (self.peers_dir / ".complete").exists():
+            raise ClusterError(
+                f"the peers are not built in {self.peers_dir} (missing {missing or ['.complete']}); "
+                "run hack/build-peers.sh (or set PNC_PEERS_DIR)"
+            )
 
     def _prepare_files(self) -> None:
         w = self.workdir
@@ -530,7 +657,8 @@ class LocalCluster:
                 shutil.rmtree(p)
             else:
                 p.unlink(missing_ok=True)
-        for log in ("etcd.log", "kube-apiserver.log", "ovsdb-nb.log", "ovsdb-sb.log", "ovn-northd.log", "audit.log"):
+        for log in ("etcd.log", "kube-apiserver.log", "ovsdb-nb.log", "ovsdb-sb.log", "ovn-northd.log", "audit.log",
+                    *(f"{peer}.log" for peer in PEERS)):
             (w / log).unlink(missing_ok=True)
         self.kube_cache_dir.mkdir()
         self.pki = _make_pki(w / "certs")
@@ -540,6 +668,14 @@ class LocalCluster:
             (self.admin_token, ADMIN_USER, "admin-uid", ADMIN_GROUPS),
             (self.controller_token, CONTROLLER_USER, "controller-uid", CONTROLLER_GROUPS),
         ]
+        if self.with_peers:
+            self._peer_tokens = {name: secrets.token_hex(24) for name in PEERS}
+            for name, user, ns in (
+                ("kube-ovn-controller", self.kube_ovn_user, KUBE_OVN_NAMESPACE),
+                ("ipam-provider", self.ipam_user, IPAM_NAMESPACE),
+            ):
+                groups = ("system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated")
+                tokens.append((self._peer_tokens[name], user, f"{name}-uid", groups))
         lines = [f'{tok},{user},{uid},"{",".join(groups)}"' for tok, user, uid, groups in tokens]
         _write_private(w / "tokens.csv", ("\n".join(lines) + "\n").encode())
         (w / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
@@ -711,6 +847,7 @@ class LocalCluster:
         for path, user, token in (
             (self.admin_kubeconfig, "admin", self.admin_token),
             (self.controller_kubeconfig, "controller", self.controller_token),
+            *((self.peer_kubeconfigs[name], name, tok) for name, tok in self._peer_tokens.items()),
         ):
             cfg = {
                 "apiVersion": "v1",
@@ -734,7 +871,7 @@ class LocalCluster:
             raise ClusterError(f"work directory path too long for a unix socket: {sock}")
         db = w / "nb.db"
         r = subprocess.run(
-            ["ovsdb-tool", "create", str(db), str(NB_SCHEMA)], capture_output=True, text=True
+            ["ovsdb-tool", "create", str(db), str(self.nb_schema)], capture_output=True, text=True
         )
         if r.returncode != 0:
             raise ClusterError(f"ovsdb-tool create failed: {r.stderr.strip()}")
@@ -802,7 +939,7 @@ class LocalCluster:
             raise ClusterError(f"work directory path too long for a unix socket: {sock}")
         db = w / "sb.db"
         r = subprocess.run(
-            ["ovsdb-tool", "create", str(db), str(SB_SCHEMA)], capture_output=True, text=True
+            ["ovsdb-tool", "create", str(db), str(self.sb_schema)], capture_output=True, text=True
         )
         if r.returncode != 0:
             raise ClusterError(f"ovsdb-tool create (SB) failed: {r.stderr.strip()}")
@@ -916,8 +1053,13 @@ class LocalCluster:
         return r
 
     def _manifest_docs(self) -> list[tuple[Path, dict]]:
+        return self._load_docs(self.manifest_dirs)
+
+    @staticmethod
+    def _load_docs(dirs: Iterable[Path]) -> list[tuple[Path, dict]]:
+        """Every Kubernetes object in the YAML files under ``dirs`` (Lists unpacked), with its file."""
         docs: list[tuple[Path, dict]] = []
-        for d in self.manifest_dirs:
+        for d in dirs:
             if not d.is_dir():
                 continue
             files = sorted(p for ext in ("*.yaml", "*.yml") for p in d.rglob(ext))
@@ -952,6 +1094,8 @@ class LocalCluster:
 
     def _bootstrap(self) -> None:
         docs = self._manifest_docs()
+        if self.with_peers:
+            docs = self._with_peer_crds(docs) + [(self.peers_dir, d) for d in self._peer_objects()]
         namespaces = {CONTROLLER_NAMESPACE}
         namespaces.update(d["metadata"]["namespace"] for _, d in docs if d.get("metadata", {}).get("namespace"))
         ns_docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}} for n in sorted(namespaces)]
@@ -964,6 +1108,189 @@ class LocalCluster:
             names = [f"crd/{d['metadata']['name']}" for d in crds]
             self.run_kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
         self.apply_docs(rest, "manifests")
+
+    # the real peers -------------------------------------------------------------
+
+    def _with_peer_crds(self, docs: list[tuple[Path, dict]]) -> list[tuple[Path, dict]]:
+        """``docs`` with every CRD the peers define replaced by the peers' own (never both)."""
+        peer = self._load_docs([self.peers_dir / "crds"])
+        names = {d["metadata"]["name"] for _, d in peer if d["kind"] == "CustomResourceDefinition"}
+        kept = [
+            (f, d) for f, d in docs
+            if not (d["kind"] == "CustomResourceDefinition" and d["metadata"]["name"] in names)
+        ]
+        return kept + peer
+
+    def _peer_objects(self) -> list[dict]:
+        """Each peer's upstream ClusterRole bound to its user, and Kube-OVN's NAT ConfigMap."""
+        files = self._peer_files()
+        out: list[dict] = []
+        for peer, source, upstream_name, name, ns, sa in (
+            ("kube-ovn-controller", files["kube-ovn-role"], KUBE_OVN_ROLE, KUBE_OVN_ROLE, KUBE_OVN_NAMESPACE, KUBE_OVN_SA),
+            ("ipam-provider", files["ipam-role"], "manager-role", IPAM_ROLE, IPAM_NAMESPACE, IPAM_SA),
+        ):
+            roles = [
+                d for d in yaml.safe_load_all(source.read_text())
+                if isinstance(d, dict) and d.get("kind") == "ClusterRole" and d["metadata"]["name"] == upstream_name
+            ]
+            if len(roles) != 1:
+                raise ClusterError(f"{source} has {len(roles)} ClusterRoles named {upstream_name!r}, expected one")
+            role = roles[0]
+            role["metadata"]["name"] = name
+            out.append(role)
+            out.append({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"pnc-testbed-{peer}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+            })
+        out.append({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": VPC_NAT_CONFIG, "namespace": KUBE_OVN_NAMESPACE},
+            "data": {"image": "kubeovn/vpc-nat-gateway:unused-in-the-test-bed"},
+        })
+        return out
+
+    def _peer_command(self, name: str) -> tuple[list[str], dict[str, str]]:
+        """argv and environment of one peer, as its own user."""
+        kubeconfig = str(self.peer_kubeconfigs[name])
+        binary = str(self._peer_files()[name])
+        env = dict(os.environ, KUBECONFIG=kubeconfig)
+        if name == "ipam-provider":
+            # Leader election is off by default; port 0 turns the webhook, metrics and probes off.
+            argv = [binary, f"--kubeconfig={kubeconfig}", "--webhook-port=0", "--metrics-bind-address=0",
+                    "--health-probe-bind-address=0"]
+            return argv, env
+        # kube-ovn-controller exits at "start to sync ips" without KUBECONFIG in its environment.
+        env.update(KUBE_NAMESPACE=KUBE_OVN_NAMESPACE, POD_NAME=KUBE_OVN_POD, KUBE_NODE_NAME="testbed")
+        argv = [
+            binary,
+            f"--kubeconfig={kubeconfig}",
+            f"--ovn-nb-addr={self.nb_tcp}",
+            f"--ovn-sb-addr={self.sb_tcp}",
+            "--enable-metrics=false",
+            "--keep-vm-ip=false",
+            "--service-cluster-ip-range=10.96.0.0/16",
+        ]
+        return argv, env
+
+    def _spawn_peer(self, name: str) -> int:
+        """Start one peer; returns the size its log had, so the wait reads only this run's lines."""
+        log = self.workdir / f"{name}.log"
+        offset = log.stat().st_size if log.exists() else 0
+        argv, env = self._peer_command(name)
+        self._spawn(name, argv, log, env=env)
+        return offset
+
+    def _start_peers(self) -> None:
+        """Both peers at once, then wait for each (their start-up work overlaps)."""
+        offsets = {name: self._spawn_peer(name) for name in PEERS}
+        for name in PEERS:
+            self._wait_peer(name, offsets[name])
+
+    def _api_get(self, path: str) -> dict | None:
+        """GET ``path`` as the admin; None for 404."""
+        req = urllib.request.Request(f"{self.server}{path}", headers={"Authorization": f"Bearer {self.admin_token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=5, context=self._ssl_context()) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def _kube_ovn_pending(self) -> str:
+        """What Kube-OVN's start still lacks ("" when done): VPC ovn-cluster up (``standby``,
+        it has no conditions) with Subnet ovn-default, which is ``Ready``."""
+        vpc = ((self._api_get("/apis/kubeovn.io/v1/vpcs/ovn-cluster") or {}).get("status")) or {}
+        if not (vpc.get("standby") is True and "ovn-default" in (vpc.get("subnets") or [])):
+            return f"Vpc ovn-cluster not up (status {vpc or 'absent'})"
+        subnet = ((self._api_get("/apis/kubeovn.io/v1/subnets/ovn-default") or {}).get("status")) or {}
+        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in subnet.get("conditions") or []):
+            return f"Subnet ovn-default not Ready (status {subnet or 'absent'})"
+        return ""
+
+    def _peer_pending(self, name: str, offset: int) -> str:
+        """What one peer still lacks to be at work since its log stood at ``offset`` ("" when done)."""
+        log = self.workdir / f"{name}.log"
+        try:
+            with open(log, "rb") as f:
+                f.seek(offset)
+                since = f.read().decode(errors="replace")
+        except OSError as e:
+            return str(e)
+        missing = [line for line in PEER_READY_LINES[name] if line not in since]
+        if missing:
+            return f"no {missing} in its log yet"
+        return self._kube_ovn_pending() if name == "kube-ovn-controller" else ""
+
+    def _wait_peer(self, name: str, offset: int) -> None:
+        log = self.workdir / f"{name}.log"
+        deadline = time.monotonic() + self.start_timeout
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive(name, log)
+            try:
+                last = self._peer_pending(name, offset)
+            except (OSError, ValueError) as e:
+                last = str(e)
+            if not last:
+                return
+            time.sleep(0.2)
+        raise self._fail(name, f"not at work after {self.start_timeout:.0f}s ({last})", log)
+
+    def _check_peer(self, name: str) -> None:
+        if name not in PEERS:
+            raise ClusterError(f"unknown peer {name!r}; the peers are {', '.join(PEERS)}")
+        if not self.with_peers:
+            raise ClusterError("this bed runs without peers (with_peers=False)")
+
+    def peer_pid(self, name: str) -> int:
+        """The pid of a running (or paused) peer; ClusterError if it is not running."""
+        self._check_peer(name)
+        proc = self._procs.get(name)
+        pid = proc.pid if proc is not None else self._read_pids().get(name)
+        if pid is None or not _pid_alive(pid) or not self._looks_like(name, pid):
+            raise ClusterError(f"{name} is not running")
+        return pid
+
+    def stop_peer(self, name: str, timeout: float = 10.0) -> None:
+        """Stop a peer as a rollout would: SIGTERM (Kube-OVN releases its Lease), SIGKILL after ``timeout``."""
+        self._stop_component(name, self.peer_pid(name), timeout)
+
+    def start_peer(self, name: str) -> None:
+        """Start a stopped or killed peer again; returns once it is at work (as at bed start)."""
+        self._check_peer(name)
+        pid = self._read_pids().get(name)
+        if pid is not None and _pid_alive(pid) and self._looks_like(name, pid):
+            raise ClusterError(f"{name} is already running (pid {pid})")
+        self._wait_peer(name, self._spawn_peer(name))
+
+    def kill_peer(self, name: str) -> None:
+        """SIGKILL a peer (a crash: no Lease release, nothing flushed); returns once it is gone."""
+        pid = self.peer_pid(name)
+        os.kill(pid, signal.SIGKILL)
+        proc = self._procs.pop(name, None)
+        if proc is not None:
+            proc.wait(10)
+        elif not _wait_dead(pid, 10):
+            raise ClusterError(f"{name} (pid {pid}) survived SIGKILL for 10s")
+        (self.workdir / f"{name}.pid").unlink(missing_ok=True)
+
+    def pause_peer(self, name: str) -> None:
+        """SIGSTOP a peer: it keeps its connections and Lease but does nothing (a hung
+        process); returns once the kernel shows it stopped."""
+        pid = self.peer_pid(name)
+        os.kill(pid, signal.SIGSTOP)
+        _wait_state(pid, stopped=True)
+
+    def resume_peer(self, name: str) -> None:
+        """SIGCONT a paused peer; returns once it runs again."""
+        pid = self.peer_pid(name)
+        os.kill(pid, signal.SIGCONT)
+        _wait_state(pid, stopped=False)
 
     # ------------------------------------------------------------------ clients
 
@@ -1022,6 +1349,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--no-watch-cache", action="store_true")
     s.add_argument("--no-nb", action="store_true")
     s.add_argument("--no-sb", action="store_true", help="no OVN SB ovsdb-server and no ovn-northd")
+    s.add_argument(
+        "--peers", action=argparse.BooleanOptionalAction, default=False,
+        help="run the real kube-ovn-controller and IPAM provider (hack/build-peers.sh); off by default for now",
+    )
     for name in ("stop", "env"):
         p = sub.add_parser(name)
         p.add_argument("--dir", required=True, type=Path)
@@ -1034,6 +1365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with_nb=not args.no_nb,
             with_sb=not args.no_sb,
             detach=True,
+            with_peers=args.peers,
         )
         try:
             c.start()
