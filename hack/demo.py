@@ -1,10 +1,11 @@
-"""The main job on real input: a local control plane, the sample zones and networks of
-hack/sample/, the controller running as its own user, and the result as
-``kubectl get pxzone,pxnet -A`` shows it.
+"""The main job on real input: a local control plane with the real kube-ovn-controller and
+in-cluster IPAM provider, the sample zones and networks of hack/sample/, the controller running
+as its own user, and the result as ``kubectl get pxzone,pxnet -A`` and the OVN NB/SB show it.
 
 Usage: ``python hack/demo.py [--keep] [--workdir DIR]`` (``hack/demo.sh`` installs what a
-fresh machine lacks first). With ``--keep`` the control plane and the controller stay up;
-``python hack/cluster.py stop --dir DIR`` ends them.
+fresh machine lacks first, the peers included). With ``--keep`` the control plane, the peers
+and the controller stay up; ``python hack/cluster.py stop --dir DIR`` ends the bed and its
+peers (the controller's pid is printed).
 """
 
 from __future__ import annotations
@@ -12,26 +13,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
-sys.path.insert(0, str(REPO))
 
-from cluster import LocalCluster  # noqa: E402
-
-# Kube-OVN and the IPAM provider cannot run here: the demo uses the test peers that emulate
-# their documented behaviour (tests/emulators/), never product code.
-from tests.emulators.ipam import IpamEmulator  # noqa: E402
-from tests.emulators.kubeovn import KubeOvnEmulator  # noqa: E402
+from cluster import PEERS, LocalCluster, _read_versions  # noqa: E402
 
 # Ready reasons that do not change by waiting (a refusal the sample set provokes on purpose).
 SETTLED = {"Ready", "NamespaceNotAllowed", "ZoneExhausted", "ZoneNotFound", "PoolOverlapsSubnet"}
+CHASSIS_ANNOTATION = "ovn.kubernetes.io/chassis"
+KUBE_OVN_FINALIZER = "kubeovn.io/kube-ovn-controller"
 
 
 def load_samples() -> list[dict]:
@@ -41,45 +40,151 @@ def load_samples() -> list[dict]:
     return docs
 
 
-def converged(cluster: LocalCluster, expected_networks: int) -> bool:
+# --------------------------------------------------------------------------- OVN rows
+
+
+def _atom(value: Any) -> Any:
+    """ovn-nbctl/ovn-sbctl --format=json datum -> Python (uuid -> str, set -> list, map -> dict)."""
+    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "named-uuid"):
+        return value[1]
+    if isinstance(value, list) and len(value) == 2 and value[0] == "set":
+        return [_atom(v) for v in value[1]]
+    if isinstance(value, list) and len(value) == 2 and value[0] == "map":
+        return {_atom(k): _atom(v) for k, v in value[1]}
+    return value
+
+
+def _set(value: Any) -> list:
+    """A set column as a list (a one-element set comes back as the bare element)."""
+    return value if isinstance(value, list) else [value]
+
+
+def rows(ctl: Callable[..., str], table: str, columns: str, *conditions: str) -> list[dict[str, Any]]:
+    """Rows of ``table`` (all, or those matching ``conditions``) as dicts of ``columns``."""
+    verb = ("find", table, *conditions) if conditions else ("list", table)
+    out = json.loads(ctl("--format=json", f"--columns={columns}", *verb))
+    return [dict(zip(out["headings"], map(_atom, row))) for row in out["data"]]
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def peer_lines(cluster: LocalCluster) -> list[str]:
+    """One line per real peer: what it is, its version, pid, user and log."""
+    v = _read_versions()
+    kube_ovn_log = cluster.workdir / "kube-ovn-controller.log"
+    logged = re.search(r"^\s*Version:\s*(\S+)", kube_ovn_log.read_text(errors="replace"), re.M)
+    users = {"kube-ovn-controller": cluster.kube_ovn_user, "ipam-provider": cluster.ipam_user}
+    what = {
+        "kube-ovn-controller": (
+            f"kube-ovn-controller {v['KUBE_OVN_VERSION']} (github.com/kubeovn/kube-ovn; "
+            f"its log says Version: {logged.group(1) if logged else '?'})"
+        ),
+        "ipam-provider": (
+            f"in-cluster IPAM provider {v['IPAM_PROVIDER_VERSION']} (sigs.k8s.io/cluster-api-ipam-provider-in-cluster, "
+            f"with the IPAddress/IPAddressClaim/Cluster CRDs of cluster-api {v['CLUSTER_API_VERSION']})"
+        ),
+    }
+    out = []
+    for name in PEERS:
+        out.append(f"    {what[name]}")
+        out.append(f"      pid {cluster.peer_pid(name)}, as {users[name]}, log {cluster.workdir / (name + '.log')}")
+    out.append(f"    binaries built by hack/build-peers.sh in {cluster.peers_dir / 'bin'}")
+    return out
+
+
+def register_chassis(cluster: LocalCluster, nodes: list[dict]) -> list[str]:
+    """Each trunk Node's chassis in the SB, as ovn-controller on that node would register it:
+    name = the Node's chassis annotation, hostname = the Node's name (kube-ovn-controller's
+    chassis GC deletes a chassis whose hostname names no Node), one geneve encap each (the
+    SB allows one encap per type and IP). One transaction per chassis, so the GC never sees
+    one without its hostname."""
+    names = []
+    for i, node in enumerate(nodes, start=11):
+        chassis = node["metadata"]["annotations"][CHASSIS_ANNOTATION]
+        cluster.sbctl("--may-exist", "chassis-add", chassis, "geneve", f"127.0.0.{i}",
+                      "--", "set", "Chassis", chassis, f"hostname={node['metadata']['name']}")
+        names.append(chassis)
+    return names
+
+
+def pending(cluster: LocalCluster, expected_networks: int, chassis: list[str]) -> str:
+    """What the demo still waits for ("" once everything has settled)."""
     out = cluster.run_kubectl("get", "pxnet,pxzone", "-A", "-o", "json").stdout
     items = json.loads(out)["items"]
     nets = [i for i in items if i["kind"] == "ProxmoxNetwork"]
     zones = [i for i in items if i["kind"] == "ProxmoxNetworkZone"]
     if len(nets) != expected_networks:
-        return False
+        return f"{len(nets)} of {expected_networks} networks"
     for obj in nets + zones:
         st = obj.get("status") or {}
         if st.get("observedGeneration") != obj["metadata"].get("generation") or not st.get("conditions"):
-            return False
+            return f"{obj['kind']} {obj['metadata']['name']} not observed yet"
     for n in nets:
         ready = next((c for c in n["status"]["conditions"] if c["type"] == "Ready"), {})
         if ready.get("reason") not in SETTLED:
-            return False
-    return all((z.get("status") or {}).get("allocatedVLANs") is not None for z in zones)
+            return f"network {n['metadata']['namespace']}/{n['metadata']['name']} at {ready.get('reason')}"
+    if not all((z.get("status") or {}).get("allocatedVLANs") is not None for z in zones):
+        return "zone counts"
+    tagged = {r["name"] for r in rows(cluster.sbctl, "Chassis", "name,external_ids")
+              if r["external_ids"].get("vendor") == "kube-ovn"}
+    untagged = [c for c in chassis if c not in tagged]
+    return f"kube-ovn-controller to tag chassis {untagged}" if untagged else ""
 
 
 def gateway_table(cluster: LocalCluster) -> str:
     """HA_Chassis_Group name, its network and members (chassis=priority), one line each."""
-    chassis = json.loads(cluster.nbctl("--format=json", "--columns=_uuid,chassis_name,priority", "list", "HA_Chassis"))
-    members = {row[0][1]: (row[1], row[2]) for row in chassis["data"]}
-    groups = json.loads(cluster.nbctl("--format=json", "--columns=name,external_ids,ha_chassis", "list",
-                                      "HA_Chassis_Group"))
+    members = {r["_uuid"]: (r["chassis_name"], r["priority"])
+               for r in rows(cluster.nbctl, "HA_Chassis", "_uuid,chassis_name,priority")}
     lines = [f"{'GROUP':44} {'NETWORK':24} CHASSIS=PRIORITY"]
-    for name, ids, refs in sorted(groups["data"]):
-        uuids = [r[1] for r in refs[1]] if refs[0] == "set" else [refs[1]]
-        ms = sorted((members[u] for u in uuids if u in members), key=lambda m: -m[1])
-        network = dict(ids[1]).get("network", "")
-        lines.append(f"{name:44} {network:24} " + ", ".join(f"{c}={p}" for c, p in ms))
+    for g in sorted(rows(cluster.nbctl, "HA_Chassis_Group", "name,external_ids,ha_chassis"), key=lambda g: g["name"]):
+        ms = sorted((members[u] for u in _set(g["ha_chassis"]) if u in members), key=lambda m: -m[1])
+        lines.append(f"{g['name']:44} {g['external_ids'].get('network', ''):24} "
+                     + ", ".join(f"{c}={p}" for c, p in ms))
     return "\n".join(lines) + "\n"
+
+
+def localnet_table(cluster: LocalCluster) -> str:
+    """Kube-OVN's localnet ports: port, switch, VLAN tag, provider network, who made it."""
+    lines = [f"{'PORT':32} {'SWITCH':24} {'TAG':>4}  {'NETWORK':10} VENDOR"]
+    for p in sorted(rows(cluster.nbctl, "Logical_Switch_Port", "name,tag,options,external_ids", "type=localnet"),
+                    key=lambda p: p["name"]):
+        tag = p["tag"] if not isinstance(p["tag"], list) else ""
+        lines.append(f"{p['name']:32} {p['external_ids'].get('ls', ''):24} {tag!s:>4}  "
+                     f"{p['options'].get('network_name', ''):10} {p['external_ids'].get('vendor', '')}")
+    return "\n".join(lines) + "\n"
+
+
+def router_port_table(cluster: LocalCluster) -> str:
+    """Kube-OVN's router ports: router, port, networks, who made it, the HA chassis group it points at."""
+    groups = {g["_uuid"]: g["name"] for g in rows(cluster.nbctl, "HA_Chassis_Group", "_uuid,name")}
+    lines = [f"{'ROUTER':13} {'PORT':36} {'NETWORKS':15} {'VENDOR':9} HA_CHASSIS_GROUP"]
+    ports = rows(cluster.nbctl, "Logical_Router_Port", "name,networks,external_ids,ha_chassis_group")
+    for p in sorted(ports, key=lambda p: (p["external_ids"].get("lr", ""), p["name"])):
+        group = ", ".join(groups.get(u, u) for u in _set(p["ha_chassis_group"])) or "-"
+        lines.append(f"{p['external_ids'].get('lr', ''):13} {p['name']:36} {','.join(_set(p['networks'])):15} "
+                     f"{p['external_ids'].get('vendor', ''):9} {group}")
+    return "\n".join(lines) + "\n"
+
+
+def chassis_table(cluster: LocalCluster) -> str:
+    lines = [f"{'CHASSIS':20} {'HOSTNAME':9} VENDOR"]
+    for c in sorted(rows(cluster.sbctl, "Chassis", "name,hostname,external_ids"), key=lambda c: c["hostname"]):
+        lines.append(f"{c['name']:20} {c['hostname']:9} {c['external_ids'].get('vendor', '')}")
+    return "\n".join(lines) + "\n"
+
+
+def kubectl_out(cluster: LocalCluster, *args: str) -> str:
+    return cluster.run_kubectl(*args).stdout.decode()
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default=str(REPO / ".run" / "demo"))
-    ap.add_argument("--keep", action="store_true", help="leave the control plane and controller running")
-    ap.add_argument("--timeout", type=float, default=90.0)
+    ap.add_argument("--keep", action="store_true", help="leave the control plane, the peers and the controller running")
+    ap.add_argument("--timeout", type=float, default=120.0)
     args = ap.parse_args()
+    t0 = time.monotonic()
 
     workdir = Path(args.workdir)
     if workdir.exists():
@@ -87,24 +192,33 @@ def main() -> int:
             LocalCluster.attach(workdir).stop()
         except Exception:
             pass
-    print("==> starting kube-apiserver + etcd + OVN NB/SB + ovn-northd on 127.0.0.1 (CRDs and RBAC from manifests/)",
-          flush=True)
-    cluster = LocalCluster(workdir, detach=args.keep)
+    print("==> starting etcd, kube-apiserver, OVN NB/SB (Kube-OVN's schemas) and ovn-northd on 127.0.0.1, "
+          "CRDs and RBAC from manifests/, and the real Kube-OVN and IPAM provider", flush=True)
+    cluster = LocalCluster(workdir, detach=args.keep, with_peers=True)
     cluster.start()
     controller = None
-    peers: list = []
     try:
-        print(f"    control plane up in {cluster.start_seconds:.1f}s at {cluster.server}", flush=True)
-        print("==> starting the Kube-OVN and IPAM emulators (tests/emulators/) as the peers", flush=True)
-        peers = [KubeOvnEmulator(cluster, manage_nb=True).start(), IpamEmulator(cluster).start()]
+        print(f"    bed up in {cluster.start_seconds:.1f}s at {cluster.server}; the real peers run "
+              "(kube-ovn-controller leads with its VPC ovn-cluster up, the provider runs its workers):", flush=True)
+        print("\n".join(peer_lines(cluster)), flush=True)
         samples = load_samples()
         print(f"==> applying {len(samples)} sample objects from hack/sample/", flush=True)
         cluster.apply_docs(samples, "sample objects")
-        # What Kube-OVN's controller would report for the provider network.
+        nodes = [d for d in samples if d["kind"] == "Node"]
+        print("==> playing the Proxmox nodes' own agents, which do not run here (kube-ovn-cni, ovn-controller):",
+              flush=True)
+        chassis = register_chassis(cluster, nodes)
+        print(f"    registered the trunk chassis {', '.join(chassis)} in the OVN SB, as ovn-controller would",
+              flush=True)
+        # kube-ovn-controller writes this itself from the Nodes' ready labels, but only every 30 s.
+        ready_nodes = [n["metadata"]["name"] for n in nodes]
         cluster.run_kubectl(
             "patch", "provider-networks.kubeovn.io", "physnet1", "--subresource=status", "--type=merge",
-            "-p", json.dumps({"status": {"ready": True, "readyNodes": ["pve-1", "pve-2", "pve-3"]}}),
+            "-p", json.dumps({"status": {"ready": True, "readyNodes": ready_nodes}}),
         )
+        print(f"    wrote ProviderNetwork physnet1 status ready=true, readyNodes={ready_nodes} "
+              "(what kube-ovn-controller "
+              "derives from the Nodes' ready labels every 30 s; written now so the demo does not wait)", flush=True)
         log_path = workdir / "controller.log"
         print(f"==> running proxmox-network-controller as {cluster.controller_user} (log: {log_path})", flush=True)
         controller = subprocess.Popen(
@@ -124,41 +238,71 @@ def main() -> int:
             start_new_session=args.keep,
         )
         expected = sum(1 for d in samples if d["kind"] == "ProxmoxNetwork")
-        deadline = time.monotonic() + args.timeout
-        while not converged(cluster, expected):
+        t_controller = time.monotonic()
+        deadline = t_controller + args.timeout
+        while waiting := pending(cluster, expected, chassis):
             if controller.poll() is not None:
                 print(log_path.read_text()[-4000:], file=sys.stderr)
                 raise SystemExit(f"controller exited with {controller.returncode}")
             if time.monotonic() > deadline:
-                raise SystemExit(f"not converged after {args.timeout}s; see {log_path}")
+                raise SystemExit(f"not settled after {args.timeout:.0f}s (waiting for {waiting}); see {log_path} "
+                                 f"and the peers' logs in {workdir}")
             time.sleep(0.2)
+        cluster.nbctl("--wait=sb", "sync", timeout=30)  # ovn-northd has caught up with the NB
+        print(f"    settled {time.monotonic() - t_controller:.1f}s after the controller started", flush=True)
+
         print("==> kubectl get pxzone,pxnet -A", flush=True)
-        print(cluster.run_kubectl("get", "pxzone,pxnet", "-A").stdout.decode(), flush=True)
+        print(kubectl_out(cluster, "get", "pxzone,pxnet", "-A"), flush=True)
         print("==> kubectl get pxnet -A -o wide   (the Reason column is priority 1)", flush=True)
-        print(cluster.run_kubectl("get", "pxnet", "-A", "-o", "wide").stdout.decode(), flush=True)
-        print("==> Kube-OVN Vlans the controller created", flush=True)
-        print(
-            cluster.run_kubectl(
-                "get", "vlans.kubeovn.io", "-o",
-                "custom-columns=NAME:.metadata.name,ID:.spec.id,PROVIDER:.spec.provider,"
-                "ZONE:.metadata.labels.proxmox\\.cozystack\\.io/zone,FINALIZERS:.metadata.finalizers",
-            ).stdout.decode(),
-            flush=True,
-        )
+        print(kubectl_out(cluster, "get", "pxnet", "-A", "-o", "wide"), flush=True)
+        print("==> Kube-OVN Vlans the controller created (STATUS.SUBNETS written by kube-ovn-controller)", flush=True)
+        print(kubectl_out(
+            cluster, "get", "vlans.kubeovn.io", "-o",
+            "custom-columns=NAME:.metadata.name,ID:.spec.id,PROVIDER:.spec.provider,"
+            "ZONE:.metadata.labels.proxmox\\.cozystack\\.io/zone,FINALIZERS:.metadata.finalizers,"
+            "STATUS.SUBNETS:.status.subnets",
+        ), flush=True)
+        print("==> Kube-OVN Subnets of the sample (READY written by kube-ovn-controller)", flush=True)
+        subnets = [d["metadata"]["name"] for d in samples if d["kind"] == "Subnet"]
+        print(kubectl_out(
+            cluster, "get", "subnets.kubeovn.io", *subnets, "-o",
+            "custom-columns=NAME:.metadata.name,VPC:.spec.vpc,VLAN:.spec.vlan,CIDR:.spec.cidrBlock,"
+            "READY:.status.conditions[?(@.type==\"Ready\")].status,FINALIZERS:.metadata.finalizers",
+        ), end="", flush=True)
+        subs = json.loads(kubectl_out(cluster, "get", "subnets.kubeovn.io", *subnets, "-o", "json"))["items"]
+        without = [s["metadata"]["name"] for s in subs
+                   if KUBE_OVN_FINALIZER not in (s["metadata"].get("finalizers") or [])]
+        if without:
+            print(f"    note: {len(without)} of {len(subs)} carry no {KUBE_OVN_FINALIZER} (Kube-OVN's own finalizer). "
+                  "kube-ovn-controller v1.13 adds it only to a Subnet without any finalizer (handleSubnetFinalizer, "
+                  "pkg/controller/subnet.go:379) and gets that far only once the Vlan exists (before, formatSubnet "
+                  "fails: \"failed to get vlan\"); the controller creates the Vlan and adds "
+                  "proxmox.cozystack.io/network to the Subnet in one pass, so it is always first. A finding on the "
+                  "real peer, reported, not changed by the demo.", flush=True)
+        print(flush=True)
+        print("==> OVN NB: the localnet ports kube-ovn-controller made (tag = the Vlan's ID)", flush=True)
+        print(localnet_table(cluster), flush=True)
+        print("==> OVN NB: the router ports kube-ovn-controller made (<vpc>-<subnet>: Subnet with spec.vpc and "
+              "logicalGateway: true), and the HA chassis group the controller pointed each at", flush=True)
+        print(router_port_table(cluster), flush=True)
         print("==> OVN NB: the HA_Chassis_Group of each bound network's router port (highest priority is active)",
               flush=True)
         print(gateway_table(cluster), flush=True)
+        print("==> OVN SB: the trunk chassis (registered by the demo; VENDOR kube-ovn is kube-ovn-controller's tag)",
+              flush=True)
+        print(chassis_table(cluster), flush=True)
         print("==> OVN SB (ovn-northd): the chassis-redirect ports that answer the VMs' ARP", flush=True)
         cr = cluster.sbctl("--bare", "--columns=logical_port", "find", "Port_Binding", "type=chassisredirect")
         print("\n".join(sorted(cr.split())) + "\n", flush=True)
+        print(f"==> done in {time.monotonic() - t0:.0f}s", flush=True)
         if args.keep:
-            print(f"==> left running; KUBECONFIG={cluster.admin_kubeconfig} {cluster.kubectl} get pxnet -A")
-            print(f"    stop with: python hack/cluster.py stop --dir {workdir} (and kill {controller.pid})")
+            print("==> left running (control plane, kube-ovn-controller, IPAM provider, "
+                  f"controller pid {controller.pid}):")
+            print(f"    KUBECONFIG={cluster.admin_kubeconfig} {cluster.kubectl} get pxnet -A")
+            print(f"    stop with: kill {controller.pid}; python hack/cluster.py stop --dir {workdir}")
             controller = None
         return 0
     finally:
-        for p in peers:
-            p.stop()
         if controller is not None:
             controller.terminate()
             try:
