@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import structlog
 
-from controller import allocator, names
+from controller import allocator, kubeovn, names
 from controller.addresses import check_pool_split, prefix_bits
 from controller.conditions import (
     FALSE,
@@ -636,14 +636,20 @@ class NetworkReconciler:
             if not (sub.get("metadata") or {}).get("deletionTimestamp"):
                 return wait("SubnetStillExists",
                             f'Subnet "{sname}" still exists; VLAN {vid} is released after it is deleted', SUBNET_EXISTS_RETRY)
-            try:
-                self.writer.remove_finalizer(names.SUBNETS, sub, names.FINALIZER)
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-            return wait("SubnetDeleting",
-                        f'waiting for Kube-OVN to delete Subnet "{sname}" before VLAN {vid} is released',
-                        SUBNET_DELETING_RETRY)
+            message = f'waiting for Kube-OVN to delete Subnet "{sname}" before VLAN {vid} is released'
+            held = kubeovn.held_only_by_us(sub)
+            if held:
+                # Kube-OVN put no finalizer of its own on it (ours came first): ours keeps
+                # the Subnet while Kube-OVN still counts IPs in it (docs/real-peers.md).
+                message += (f"; Kube-OVN counts {held} IP(s) in use in it and has no finalizer of its own on it, "
+                            f"so the controller keeps its finalizer until they are released")
+            else:
+                try:
+                    self.writer.remove_finalizer(names.SUBNETS, sub, names.FINALIZER)
+                except ApiError as err:
+                    if not err.not_found:
+                        raise
+            return wait("SubnetDeleting", message, SUBNET_DELETING_RETRY)
 
         # 3. Gateway release (holds the VLAN while the NB still points at it).
         if self.manage_gateway and vid:

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from controller import allocator, names
+from controller import allocator, kubeovn, names
 from controller.conditions import FALSE, TRUE, Clock, set_condition, transition, utc_now
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
@@ -185,7 +185,9 @@ class ZoneReconciler:
         # No network holds this Vlan any more: our finalizer must not keep a deleting Subnet.
         for sub in self.l.subnets.by_index("vlan", vname) if self.l.subnets is not None else []:
             smeta = sub.get("metadata") or {}
-            if smeta.get("deletionTimestamp") and names.FINALIZER in (smeta.get("finalizers") or []):
+            if (smeta.get("deletionTimestamp") and names.FINALIZER in (smeta.get("finalizers") or [])
+                    and not kubeovn.held_only_by_us(sub)):
+                # (Kept while Kube-OVN, without a finalizer of its own, counts IPs in it.)
                 try:
                     self.writer.remove_finalizer(names.SUBNETS, sub, names.FINALIZER)
                 except ApiError as err:

@@ -53,8 +53,14 @@ class Admin:
         return self.co.get_namespaced_custom_object(*PX, ns, "proxmoxnetworks", name)
 
     # Kube-OVN ----------------------------------------------------------------------
-    def create_provider_network(self, name: str, ready: bool = True, ready_nodes: list[str] | None = None) -> dict:
-        body = {"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork", "metadata": {"name": name}, "spec": {}}
+    def create_provider_network(self, name: str, ready: bool = True, ready_nodes: list[str] | None = None,
+                                default_interface: str = "eth1") -> dict:
+        """A ProviderNetwork with the status its node agent would write. The real CRD
+        (Kube-OVN v1.13) wants ``spec.defaultInterface`` and a name of at most 12 bytes;
+        on a bed with the real kube-ovn-controller it rewrites this status every 30 s from
+        the Nodes' ``<name>.provider-network.kubernetes.io/ready`` labels."""
+        body = {"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork", "metadata": {"name": name},
+                "spec": {"defaultInterface": default_interface}}
         obj = self.co.create_cluster_custom_object(*KUBEOVN, "provider-networks", body)
         obj["status"] = {"ready": ready, "readyNodes": ready_nodes if ready_nodes is not None else ["node-a"]}
         return self.co.replace_cluster_custom_object_status(*KUBEOVN, "provider-networks", name, obj)
