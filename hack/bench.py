@@ -3,15 +3,28 @@
 
     python hack/bench.py [--sizes 100,500,2000] [--zones 5] [--out docs/performance.md]
                          [--profile-size 500] [--workdir DIR] [--threads 4]
+                         [--shared-provider] [--controller-tree DIR] [--label TEXT]
 
 For each size N, on a fresh LocalCluster (etcd + kube-apiserver on loopback, no OVN NB):
 
-1. ``zones`` ProviderNetworks (status ready) and one ProxmoxNetworkZone on each, range 1-4094.
+1. ``zones`` ProxmoxNetworkZones, each with range 1-4094: by default each on its own
+   ProviderNetwork (status ready); with ``--shared-provider`` all of them on ONE
+   ProviderNetwork, so their ranges overlap completely and every allocation competes for the
+   same IDs (the layout of issue 12).
 2. The controller, a separate process as the controller user, waits with empty caches.
+   ``--controller-tree DIR`` runs the controller from another checkout (e.g. a worktree of
+   an earlier commit); the bed, the CRDs and this harness stay those of this tree.
 3. Convergence: N ProxmoxNetworks (over 10 namespaces, round-robin over the zones) are
    created by ``threads`` admin threads; timed from the first create until every network has
    VLANAllocated=True/Allocated and status.observedGeneration == metadata.generation.
-   (Ready stays False: there are no Subnets. That is expected.)
+   (Ready stays False: there are no Subnets. That is expected.) When the count stops moving
+   for 30 s after the creates are done (e.g. networks held in VLANConflict), the run is not
+   converged: it is reported as a failure.
+3b. Allocation check, after convergence: the Vlans of the bench networks per provider, the
+   distinct IDs on each provider, every ID held by two Vlans of one provider, and the
+   networks with VLANAllocated=True. A duplicate, a missing Vlan or a network not allocated
+   fails the run: it is printed as FAILED, marked in the tables, and the exit status is 1.
+   A failed run skips steps 4-6 (the floor, 7, is still measured).
 4. Restart recovery: SIGTERM, start again with --resync-period=30s; time until the
    "resync complete" line of the start pass; controller writes in that window (audit log).
 5. Steady state: the next periodic resync pass; its writes and controller CPU (utime+stime).
@@ -58,6 +71,8 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# The checkout the controller runs from (``--controller-tree``); the bed and CRDs are this tree's.
+CONTROLLER_TREE = REPO
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
@@ -67,6 +82,9 @@ from tests.support import audit  # noqa: E402
 GROUP, VERSION = "proxmox.cozystack.io", "v1alpha1"
 FINALIZER = "proxmox.cozystack.io/network"
 NAMESPACES = 10
+LAYOUT_PER_ZONE = "per-zone"  # one ProviderNetwork per zone (the figures before issue 12)
+LAYOUT_SHARED = "shared"  # every zone on one ProviderNetwork, ranges overlapping (issue 12)
+LAYOUT_TEXT = {LAYOUT_PER_ZONE: "1 provider per zone", LAYOUT_SHARED: "all zones on 1 provider"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ANALYSIS_MARKER = "<!-- analysis: kept by hack/bench.py -->"
 
@@ -92,7 +110,9 @@ class Controller:
     """The controller as a child process with a JSON log we tail."""
 
     def __init__(self, cluster: LocalCluster, log_path: Path, resync: str = "10m", profile: Path | None = None,
-                 nb: str | None = None):
+                 nb: str | None = None, tree: Path | None = None):
+        tree = Path(tree or CONTROLLER_TREE)
+        self.tree = tree
         self.log_path = log_path
         self.metrics_port = _free_ports(1)[0]
         gw = ["--manage-gateway-chassis=true", f"--ovn-nb-address={nb}"] if nb else ["--manage-gateway-chassis=false"]
@@ -115,8 +135,8 @@ class Controller:
         self.lines: list[dict] = []
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            cmd, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            cmd, cwd=tree, stdout=self._log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONPATH=str(tree)),
         )
         self.pid = self.proc.pid
 
@@ -194,7 +214,18 @@ class Controller:
 # --------------------------------------------------------------------------- objects
 
 
-def setup_objects(cluster: LocalCluster, zones: int) -> None:
+def zone_provider(z: int, shared_provider: bool = False) -> str:
+    """The ProviderNetwork of zone ``z``: its own, or the one every zone shares."""
+    return "bench-pn-0" if shared_provider else f"bench-pn-{z}"
+
+
+def provider_names(zones: int, shared_provider: bool = False) -> list[str]:
+    return sorted({zone_provider(z, shared_provider) for z in range(zones)})
+
+
+def setup_objects(cluster: LocalCluster, zones: int, shared_provider: bool = False) -> None:
+    """Namespaces, ProviderNetworks (ready) and ``zones`` zones with range 1-4094, each on
+    its own provider, or with ``shared_provider`` all on one (overlapping ranges)."""
     from kubernetes import client
 
     api = cluster.api_client("admin")
@@ -202,17 +233,19 @@ def setup_objects(cluster: LocalCluster, zones: int) -> None:
         core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
         for i in range(NAMESPACES):
             core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=f"bench-{i}")))
-        for z in range(zones):
+        for k, pn in enumerate(provider_names(zones, shared_provider)):
             co.create_cluster_custom_object("kubeovn.io", "v1", "provider-networks", {
                 "apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork",
-                "metadata": {"name": f"bench-pn-{z}"}, "spec": {"defaultInterface": f"eth{z + 1}"},
+                "metadata": {"name": pn}, "spec": {"defaultInterface": f"eth{k + 1}"},
             })
-            co.patch_cluster_custom_object_status("kubeovn.io", "v1", "provider-networks", f"bench-pn-{z}",
+            co.patch_cluster_custom_object_status("kubeovn.io", "v1", "provider-networks", pn,
                                                   {"status": {"ready": True, "readyNodes": ["pve-1", "pve-2"]}})
+        for z in range(zones):
             co.create_cluster_custom_object(GROUP, VERSION, "proxmoxnetworkzones", {
                 "apiVersion": f"{GROUP}/{VERSION}", "kind": "ProxmoxNetworkZone",
                 "metadata": {"name": f"bench-z{z}"},
-                "spec": {"bridge": f"vmbr{z}", "providerNetwork": f"bench-pn-{z}", "vlanRanges": ["1-4094"]},
+                "spec": {"bridge": f"vmbr{z}", "providerNetwork": zone_provider(z, shared_provider),
+                         "vlanRanges": ["1-4094"]},
             })
     finally:
         api.close()
@@ -268,6 +301,78 @@ def converged_count(co, n_expected: int) -> int:
                 break
     return done
 
+
+def check_allocation(co, n_expected: int, prefix: str = "net-") -> dict:
+    """What the converged bed holds, read as admin: the bench networks' Vlans per provider,
+    distinct IDs per provider, every ID two Vlans of one provider hold, and the networks
+    with VLANAllocated=True (and whose ``status.vlan`` is their Vlan's ID)."""
+    def raw(group: str, version: str, plural: str) -> list[dict]:
+        resp = co.list_cluster_custom_object(group, version, plural, _preload_content=False)
+        return json.loads(resp.data)["items"]
+
+    vlans = [v for v in raw("kubeovn.io", "v1", "vlans")
+             if ((v["metadata"].get("labels") or {}).get("proxmox.cozystack.io/network-name") or "").startswith(prefix)]
+    holders: dict[str, dict[int, list[str]]] = collections.defaultdict(lambda: collections.defaultdict(list))
+    by_name = {}
+    for v in vlans:
+        spec = v.get("spec") or {}
+        holders[spec.get("provider") or ""][spec.get("id")].append(v["metadata"]["name"])
+        by_name[v["metadata"]["name"]] = v
+    nets = [x for x in raw(GROUP, VERSION, "proxmoxnetworks") if x["metadata"]["name"].startswith(prefix)]
+    allocated = mismatched = 0
+    not_allocated: collections.Counter = collections.Counter()
+    examples: list[str] = []
+    for net in nets:
+        st = net.get("status") or {}
+        cond = next((c for c in st.get("conditions") or [] if c.get("type") == "VLANAllocated"), {})
+        if cond.get("status") == "True":
+            allocated += 1
+            v = by_name.get(net["spec"]["subnet"])
+            if v is None or (v.get("spec") or {}).get("id") != st.get("vlan"):
+                mismatched += 1
+        else:
+            not_allocated[f"{cond.get('status')}/{cond.get('reason')}"] += 1
+            if len(examples) < 5:
+                examples.append(f"{net['metadata']['namespace']}/{net['metadata']['name']}: "
+                                f"{cond.get('reason')}: {cond.get('message')}")
+    duplicates = [{"provider": p, "id": vid, "vlans": sorted(names)}
+                  for p, ids in sorted(holders.items()) for vid, names in sorted(ids.items(), key=lambda x: str(x[0]))
+                  if len(names) > 1]
+    return {
+        "networks_expected": n_expected,
+        "networks": len(nets),
+        "vlans": len(vlans),
+        "providers": {p: {"vlans": sum(len(x) for x in ids.values()), "distinct_ids": len(ids)}
+                      for p, ids in sorted(holders.items())},
+        "distinct_ids": sum(len(ids) for ids in holders.values()),
+        "duplicated_ids": len(duplicates),
+        "duplicates": duplicates[:50],
+        "allocated": allocated,
+        "allocated_status_mismatch": mismatched,
+        "not_allocated_by_reason": dict(sorted(not_allocated.items())),
+        "not_allocated_examples": examples,
+    }
+
+
+def allocation_failures(check: dict) -> list[str]:
+    """Why an allocation check fails (empty: it passed)."""
+    n = check["networks_expected"]
+    out = []
+    if check["duplicated_ids"]:
+        out.append(f"{check['duplicated_ids']} VLAN ID(s) held by two or more Vlans of one provider, e.g. "
+                   + "; ".join(f"{d['id']} on {d['provider']}: {d['vlans']}" for d in check["duplicates"][:3]))
+    if check["networks"] != n:
+        out.append(f"{check['networks']} networks exist, {n} expected")
+    if check["vlans"] != n:
+        out.append(f"{check['vlans']} Vlans for {n} networks")
+    if check["distinct_ids"] != n:
+        out.append(f"{check['distinct_ids']} distinct (provider, ID) pairs for {n} networks")
+    if check["allocated"] != n:
+        out.append(f"{check['allocated']}/{n} networks VLANAllocated=True; the others: "
+                   f"{check['not_allocated_by_reason']}, e.g. {check['not_allocated_examples'][:2]}")
+    if check["allocated_status_mismatch"]:
+        out.append(f"{check['allocated_status_mismatch']} allocated networks whose status.vlan is not their Vlan's ID")
+    return out
 
 
 def mark(cluster: LocalCluster) -> str:
@@ -340,17 +445,22 @@ def run_floor(cluster: LocalCluster, n: int, threads: int, prefix: str = "floor"
 # --------------------------------------------------------------------------- one size
 
 
-def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | None, log=print) -> dict:
+def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | None, log=print,
+             shared_provider: bool = False, settle: float = 30.0) -> dict:
+    """One size: convergence, allocation check, restart, steady pass, floor (see the module
+    docstring). ``r["failures"]`` lists what the allocation check found wrong (empty: passed);
+    a failed run stops after the check."""
     from kubernetes import client
 
-    r: dict = {"n": n}
+    layout = LAYOUT_SHARED if shared_provider else LAYOUT_PER_ZONE
+    r: dict = {"n": n, "layout": layout, "zones": zones, "providers": len(provider_names(zones, shared_provider))}
     cluster = LocalCluster(workdir, with_nb=False)
     ctl: Controller | None = None
     admin = None
     try:
         cluster.start()
-        log(f"[N={n}] cluster up in {cluster.start_seconds:.1f}s")
-        setup_objects(cluster, zones)
+        log(f"[N={n} {layout}] cluster up in {cluster.start_seconds:.1f}s")
+        setup_objects(cluster, zones, shared_provider)
         admin = cluster.api_client("admin")
         co = client.CustomObjectsApi(admin)
 
@@ -367,29 +477,60 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
             network_body("net", i, f"bench-z{i % zones}")[1])))
         creator.start()
         deadline = t0 + max(180.0, n * 0.5)
-        done = 0
+        done, last_change, last_done = 0, time.monotonic(), -1
+        stuck = ""
         while True:
             if not creator.is_alive():
                 r.setdefault("create_s", time.monotonic() - t0)
             done = converged_count(co, n)
+            now = time.monotonic()
+            if done != last_done:
+                last_done, last_change = done, now
             if done >= n:
                 break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"only {done}/{n} networks converged; see {ctl.log_path}")
+            if now > deadline:
+                stuck = f"only {done}/{n} networks converged within {deadline - t0:.0f}s"
+                break
+            if not creator.is_alive() and now - last_change > settle:
+                stuck = f"stuck at {done}/{n} networks converged: no progress for {settle:.0f}s after the creates"
+                break
             if ctl.proc.poll() is not None:
                 raise RuntimeError(f"controller exited; see {ctl.log_path}")
             time.sleep(0.25)
-        r["converge_s"] = time.monotonic() - t0
+        r["converged"] = not stuck
+        r["converged_count"] = done
+        r["last_progress_s"] = last_change - t0  # when the converged count last moved
+        r["converge_s"] = None if stuck else time.monotonic() - t0
         creator.join()
-        r.setdefault("create_s", r["converge_s"])
+        r.setdefault("create_s", time.monotonic() - t0)
         r["converge_cpu_s"] = cpu_seconds(ctl.pid) - cpu0
         time.sleep(2)  # let trailing passes (events, namespace annotations) land
         w = controller_writes_since(cluster, start_marker)
         r["converge_writes"] = len(w)
         r["converge_writes_by"] = writes_by_resource(w)
         r["rss_converged_mib"] = rss_mib(ctl.pid)
-        log(f"[N={n}] converged in {r['converge_s']:.2f}s (creates done in {r['create_s']:.2f}s), "
-            f"{r['converge_writes']} writes, RSS {r['rss_converged_mib']:.1f} MiB")
+        if stuck:
+            log(f"[N={n} {layout}] NOT CONVERGED: {stuck}; see {ctl.log_path}")
+        else:
+            log(f"[N={n} {layout}] converged in {r['converge_s']:.2f}s (creates done in {r['create_s']:.2f}s), "
+                f"{r['converge_writes']} writes, RSS {r['rss_converged_mib']:.1f} MiB")
+
+        # -- allocation check --------------------------------------------------------
+        r["check"] = check_allocation(co, n)
+        r["failures"] = ([f"not converged: {stuck}"] if stuck else []) + allocation_failures(r["check"])
+        c = r["check"]
+        log(f"[N={n} {layout}] check: {c['vlans']} Vlans, distinct IDs per provider "
+            f"{ {p: x['distinct_ids'] for p, x in c['providers'].items()} }, {c['duplicated_ids']} duplicated IDs, "
+            f"{c['allocated']}/{n} VLANAllocated=True")
+        if r["failures"]:
+            for f in r["failures"]:
+                log(f"[N={n} {layout}] FAILED: {f}")
+            # Restart and steady state would measure a broken state; the floor (controller
+            # stopped) is still measured, to compare the convergence figures with.
+            ctl.stop()
+            ctl = None
+            run_floors(r, cluster, n, threads, log)
+            return r
 
         # -- restart recovery -------------------------------------------------------
         m0 = mark(cluster)
@@ -441,13 +582,7 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
         ctl.stop()
         ctl = None
 
-        # -- floor ----------------------------------------------------------------------
-        r["floor_s"] = run_floor(cluster, n, threads)
-        r["ratio"] = r["converge_s"] / r["floor_s"]
-        r["floor_full_s"] = run_floor(cluster, n, threads, prefix="floorfull", full=True)
-        r["ratio_full"] = r["converge_s"] / r["floor_full_s"]
-        log(f"[N={n}] floor {r['floor_s']:.2f}s; controller/floor = {r['ratio']:.2f}; "
-            f"floor with events+namespace patch {r['floor_full_s']:.2f}s, ratio {r['ratio_full']:.2f}")
+        run_floors(r, cluster, n, threads, log)
         return r
     finally:
         if ctl is not None:
@@ -455,6 +590,17 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
         if admin is not None:
             admin.close()
         cluster.stop()
+
+
+def run_floors(r: dict, cluster: LocalCluster, n: int, threads: int, log=print) -> None:
+    """The plain floor and floor+ (controller stopped), and convergence/floor when converged."""
+    r["floor_s"] = run_floor(cluster, n, threads)
+    r["floor_full_s"] = run_floor(cluster, n, threads, prefix="floorfull", full=True)
+    if r.get("converge_s") is not None:
+        r["ratio"] = r["converge_s"] / r["floor_s"]
+        r["ratio_full"] = r["converge_s"] / r["floor_full_s"]
+    log(f"[N={n}] floor {r['floor_s']:.2f}s; controller/floor = {_f(r, 'ratio')}; "
+        f"floor with events+namespace patch {r['floor_full_s']:.2f}s, ratio {_f(r, 'ratio_full')}")
 
 
 def _ts(line: dict) -> _dt.datetime:
@@ -720,27 +866,87 @@ def profile_top(path: Path, limit: int = 25) -> str:
     return out.getvalue()
 
 
+def _f(r: dict, key: str, fmt: str = ".2f") -> str:
+    """A figure of a run, or "–" when the run has none (a failed run stops early)."""
+    v = r.get(key)
+    return "–" if v is None else format(v, fmt)
+
+
+def code_of(r: dict) -> str:
+    """The controller code of a run: commit, ``+wt`` with uncommitted changes, and its label."""
+    code = f"{r.get('commit') or '?'}{'+wt' if r.get('dirty') else ''}"
+    return f"{code} ({r['label']})" if r.get("label") else code
+
+
+def run_of(r: dict) -> str:
+    """N, layout and code of a run, for the first cell of a row."""
+    return f"{r['n']} | {LAYOUT_TEXT[r.get('layout', LAYOUT_PER_ZONE)]} | {code_of(r)}"
+
+
+def convergence_cell(r: dict) -> str:
+    if r.get("converged", True):
+        return _f(r, "converge_s")
+    last = r.get("last_progress_s")
+    return (f"**not converged** ({r.get('converged_count')}/{r['n']}"
+            + (f", last one at {last:.2f} s" if last is not None else "") + ")")
+
+
+def verdict(r: dict) -> str:
+    if "check" not in r:
+        return "not checked (run before the check existed)"
+    return "**FAILED**: " + "; ".join(r["failures"]) if r.get("failures") else "ok"
+
+
+def main_order(r: dict) -> tuple:
+    return (r["n"], r.get("label", ""), r.get("layout", LAYOUT_PER_ZONE) != LAYOUT_PER_ZONE, r.get("date", ""))
+
+
 def render_main(results: list[dict], zones: int, threads: int, profile_n: int | None, profile_text: str | None) -> list[str]:
+    results = sorted(results, key=main_order)
     L = [
         "## Convergence, restart, steady state, memory (gateway management off)", "",
-        f"{zones} zones, {threads} creating threads, controller with 4 workers, no OVN NB.", "",
-        "| N | create N (admin) s | convergence s | floor s | controller/floor | floor+events+ns s | controller/floor+ | controller CPU during convergence s |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"{zones} zones, {threads} creating threads, controller with 4 workers, no OVN NB. Layout: *1 provider per "
+        "zone* (each zone on its own ProviderNetwork, range 1-4094) or *all zones on 1 provider* (`--shared-provider`: "
+        "every zone on one ProviderNetwork, every range 1-4094, so all allocations compete for the same IDs). Code: the "
+        "controller's commit, `+wt` with the uncommitted changes of its tree (listed in the JSON as `dirty`), and the "
+        "run's label.", "",
+        "| N | layout | code | create N (admin) s | convergence s | floor s | controller/floor | floor+events+ns s | controller/floor+ | controller CPU during convergence s |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
-        L.append(f"| {r['n']} | {r['create_s']:.2f} | {r['converge_s']:.2f} | {r['floor_s']:.2f} | {r['ratio']:.2f} | "
-                 f"{r['floor_full_s']:.2f} | {r['ratio_full']:.2f} | {r['converge_cpu_s']:.2f} |")
-    L += ["", "| N | old process: SIGTERM→exit s (writes) | restart: exec→resync complete s | caches synced→resync complete s | "
-          "writes by restarted controller | steady pass CPU s | steady pass wall s | writes per resync |",
-          "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        conv = convergence_cell(r)
+        L.append(f"| {run_of(r)} | {_f(r, 'create_s')} | {conv} | {_f(r, 'floor_s')} | {_f(r, 'ratio')} | "
+                 f"{_f(r, 'floor_full_s')} | {_f(r, 'ratio_full')} | {_f(r, 'converge_cpu_s')} |")
+    L += ["", "Allocation check after convergence (admin reads of the Vlans and networks; a duplicate or a network "
+          "not allocated fails the run and the benchmark exits 1):", "",
+          "| N | layout | code | date | convergence s | controller writes | Vlans | distinct IDs per provider | "
+          "duplicated IDs | VLANAllocated=True | verdict |",
+          "|---:|---|---|---|---:|---:|---:|---|---:|---:|---|"]
     for r in results:
-        L.append(f"| {r['n']} | {r['stop_s']:.1f} ({r['shutdown_writes']}) | {r['restart_s']:.2f} | {r['restart_after_sync_s']:.2f} | "
+        c = r.get("check")
+        conv = convergence_cell(r)
+        head = f"| {run_of(r)} | {r.get('date', '')} | {conv} | {r.get('converge_writes', '–')} |"
+        if c is None:
+            L.append(f"{head} – | – | – | – | {verdict(r)} |")
+            continue
+        per = ", ".join(f"{p}: {x['distinct_ids']}" for p, x in c["providers"].items())
+        L.append(f"{head} {c['vlans']} | {per} | {c['duplicated_ids']} | "
+                 f"{c['allocated']}/{c['networks_expected']} | {verdict(r)} |")
+    L += ["", "| N | layout | code | old process: SIGTERM→exit s (writes) | restart: exec→resync complete s | caches synced→resync complete s | "
+          "writes by restarted controller | steady pass CPU s | steady pass wall s | writes per resync |",
+          "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        if r.get("restart_s") is None:
+            L.append(f"| {run_of(r)} | – | – | – | – | – | – | – |")
+            continue
+        L.append(f"| {run_of(r)} | {r['stop_s']:.1f} ({r['shutdown_writes']}) | {r['restart_s']:.2f} | {r['restart_after_sync_s']:.2f} | "
                  f"{r['restart_writes']} | {r['steady_cpu_s']:.2f} | {r['steady_wall_s']:.2f} | {r['steady_writes']} |")
-    L += ["", "| N | RSS after convergence MiB | RSS after restart pass MiB | RSS after steady pass MiB | controller writes during convergence |",
-          "|---:|---:|---:|---:|---|"]
+    L += ["", "| N | layout | code | RSS after convergence MiB | RSS after restart pass MiB | RSS after steady pass MiB | controller writes during convergence |",
+          "|---:|---|---|---:|---:|---:|---|"]
     for r in results:
         by = ", ".join(f"{k}: {v}" for k, v in r["converge_writes_by"].items())
-        L.append(f"| {r['n']} | {r['rss_converged_mib']:.1f} | {r['rss_restarted_mib']:.1f} | {r['rss_steady_mib']:.1f} | {r['converge_writes']} ({by}) |")
+        L.append(f"| {run_of(r)} | {_f(r, 'rss_converged_mib', '.1f')} | {_f(r, 'rss_restarted_mib', '.1f')} | "
+                 f"{_f(r, 'rss_steady_mib', '.1f')} | {r['converge_writes']} ({by}) |")
     L.append("")
     if profile_text:
         L += [f"### Profile (N={profile_n}, converging controller (create → converge → SIGTERM) under yappi, CPU clock, all threads)", "",
@@ -785,13 +991,17 @@ def render_gateway(results: list[dict], zones: int, profile_tag: str | None, pro
 
 
 def render(data: dict) -> str:
-    now = data["meta"]["date"]
+    runs = data.get("main", []) + data.get("gateway", [])
+    dates = sorted(r["date"] for r in runs if r.get("date")) or [data["meta"]["date"]]
+    codes = sorted({f"{r['commit']}{' + uncommitted changes in ' + r['dirty'] if r.get('dirty') else ''}"
+                    for r in runs if r.get("commit")}) or [data["meta"]["commit"]]
+    when = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
     L = [
         "# Performance", "",
-        f"Measured {now} on a machine with `nproc` = {data['meta']['nproc']}, by `python hack/bench.py` "
-        f"(code at {data['meta']['commit']}{' + uncommitted changes in ' + data['meta']['dirty'] if data['meta'].get('dirty') else ''}; "
+        f"Measured {when} on a machine with `nproc` = {data['meta']['nproc']}, by `python hack/bench.py` "
+        f"(code at {'; '.join(codes)}: each row of the main tables names its code; "
         "all on loopback). The machine was shared with other engineers' test runs, so single figures "
-        "vary by ±30%: compare ratios within one table rather than absolute seconds. "
+        "vary by ±30%: compare ratios within one table rather than absolute seconds, and rows of one date with each other. "
         "The targets, the reading of the profiles and the findings are under [Reading](#reading) below.", "",
     ]
     if data.get("main"):
@@ -817,8 +1027,9 @@ def parse_gateway(spec: str) -> list[tuple[int, int]]:
 
 
 def _meta(args) -> dict:
+    """Date, machine and the controller tree's commit (and its uncommitted product files)."""
     def git(*a: str) -> str:
-        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout
+        return subprocess.run(["git", *a], cwd=CONTROLLER_TREE, capture_output=True, text=True).stdout
 
     dirty = git("status", "--porcelain", "--", "controller", "ovn", "informers")
     return {
@@ -829,11 +1040,34 @@ def _meta(args) -> dict:
     }
 
 
+def main_key(r: dict) -> tuple:
+    return (r["n"], r.get("layout", LAYOUT_PER_ZONE), r.get("label", ""))
+
+
+def gateway_key(r: dict) -> tuple:
+    return (r["n"], r["vpcs"])
+
+
+def _merge_runs(old: list[dict], new: list[dict], key) -> list[dict]:
+    out = {key(x): x for x in old}
+    out.update({key(x): x for x in new})
+    return list(out.values())
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100,500", help="main benchmark sizes ('' to skip)")
     ap.add_argument("--zones", type=int, default=5)
     ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--shared-provider", action="store_true",
+                    help="main runs: every zone on ONE ProviderNetwork with overlapping ranges (1-4094 each); "
+                         "default: one ProviderNetwork per zone")
+    ap.add_argument("--controller-tree", type=Path, default=None,
+                    help="run the controller from this checkout (e.g. a git worktree of an earlier commit); "
+                         "main runs only")
+    ap.add_argument("--label", default=None,
+                    help="name of this code in the tables (default: none for this tree, the commit for "
+                         "--controller-tree); a run replaces an earlier one with the same N, layout and label")
     ap.add_argument("--gateway", default="", help="gateway runs as NxVPCS,... e.g. 250x10,500x10,1000x10,1000x1")
     ap.add_argument("--gateway-profile", default="", help="one gateway run (NxVPCS) profiled with yappi")
     ap.add_argument("--gateway-profile-phase", choices=("restart", "converge"), default="restart",
@@ -850,14 +1084,38 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     gw_runs = parse_gateway(args.gateway)
+    if gw_runs and (args.shared_provider or args.controller_tree or args.label):
+        ap.error("--shared-provider, --controller-tree and --label apply to main runs only (the gateway tables "
+                 "do not tell layouts or trees apart): run them without --gateway")
+    global CONTROLLER_TREE
+    if args.controller_tree is not None:
+        CONTROLLER_TREE = args.controller_tree.resolve()
+        if not (CONTROLLER_TREE / "controller" / "main.py").exists():
+            ap.error(f"--controller-tree {CONTROLLER_TREE}: no controller/main.py there")
+    label = args.label if args.label is not None else (
+        "" if CONTROLLER_TREE == REPO else _meta(args)["commit"])
+    layout = LAYOUT_SHARED if args.shared_provider else LAYOUT_PER_ZONE
+    failed: list[str] = []
     base = args.workdir or Path(tempfile.mkdtemp(prefix="pnc-bench-"))
     base.mkdir(parents=True, exist_ok=True)
     data: dict = {}
     for path in args.merge_json:
         loaded = json.loads(path.read_text())
-        data.update(loaded if isinstance(loaded, dict) else {"main": loaded})
+        if isinstance(loaded, dict):
+            # Runs of an earlier results file keep the code they were measured with.
+            old = loaded.get("meta") or {}
+            for key in ("main", "gateway"):
+                for x in loaded.get(key) or []:
+                    x.setdefault("commit", old.get("commit"))
+                    x.setdefault("dirty", old.get("dirty", ""))
+        loaded = loaded if isinstance(loaded, dict) else {"main": loaded}
+        # Several files: their runs add up (a later run with the same key replaces an earlier one).
+        merged = {key: _merge_runs(data.get(key, []), loaded.get(key, []), fn)
+                  for key, fn in (("main", main_key), ("gateway", gateway_key)) if key in data or key in loaded}
+        data.update(loaded)
+        data.update(merged)
     data["meta"] = {**data.get("meta", {}), **_meta(args)}
-    say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    say = lambda s: print(f"[{time.strftime('%H:%M:%S')}] {s}", file=sys.stderr, flush=True)  # noqa: E731
 
     def save() -> None:
         if args.json:
@@ -867,9 +1125,15 @@ def main(argv=None) -> int:
         if sizes:
             for n in sizes:
                 prof = base / f"profile-{n}.pstat" if args.profile_size == n else None
-                r = run_size(n, args.zones, args.threads, base / f"n{n}", prof, log=say)
-                r["date"] = _meta(args)["date"]
-                data["main"] = sorted([x for x in data.get("main", []) if x["n"] != n] + [r], key=lambda x: x["n"])
+                r = run_size(n, args.zones, args.threads, base / f"n{n}-{layout}", prof, log=say,
+                             shared_provider=args.shared_provider)
+                meta = _meta(args)
+                r.update(date=meta["date"], commit=meta["commit"], dirty=meta["dirty"], label=label,
+                         tree=str(CONTROLLER_TREE))
+                if r.get("failures"):
+                    failed.append(f"N={n}, {LAYOUT_TEXT[layout]}, code {code_of(r)}: " + "; ".join(r["failures"]))
+
+                data["main"] = sorted(_merge_runs(data.get("main", []), [r], main_key), key=main_order)
                 if prof is not None and prof.exists():
                     data["main_profile"], data["main_profile_n"] = profile_top(prof), n
                 save()
@@ -906,6 +1170,10 @@ def main(argv=None) -> int:
                 keep = old[old.index(ANALYSIS_MARKER):]
         args.out.write_text(text + ("\n" + keep if keep else ""))
     print(text)
+    if failed:
+        say("\n" + "=" * 72 + "\nBENCHMARK FAILED: the allocation check found a broken state\n"
+            + "\n".join(f"  * {f}" for f in failed) + "\n" + "=" * 72)
+        return 1
     return 0
 
 

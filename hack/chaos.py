@@ -8,7 +8,7 @@ under restarts, cache lag and kills") and field reports B01, B11, B12, B13.
 What runs (all on loopback, in a bed of its own, because the API server is restarted):
 
 * a :class:`~hack.cluster.LocalCluster` (etcd + kube-apiserver + OVN NB/SB + ovn-northd),
-  with three trunk Nodes carrying both provider networks;
+  with three trunk Nodes carrying every provider network;
 * two controller replicas as subprocesses (``python -m controller.main --leader-elect=true
   --manage-gateway-chassis=true --ovn-nb-address=<the bed's NB>``; ``--manage-gateway
   false`` turns gateway management off), kept alive by a :class:`Supervisor` the way a
@@ -17,10 +17,14 @@ What runs (all on loopback, in a bed of its own, because the API server is resta
 * the Kube-OVN and IPAM emulators of ``tests/emulators/``;
 * a :class:`Loader` that creates and deletes networks (with their Subnet and pool),
   ProxmoxMachines (both capmox versions), IPAddressClaims and IPAddresses across several
-  zones, two provider networks and several namespaces;
+  namespaces and two kinds of zones: ``zones`` zones alternating over two provider networks
+  with disjoint ranges, and ``shared_zones`` zones all on a third provider network with one
+  and the same range (the layout of issue 12: zones that share a provider compete for the
+  same IDs, so only the per-provider lock and the assumed set keep them apart);
 * an :class:`InvariantMonitor` with its own watches (not the product's informers) on Vlans,
   Subnets, networks, machines, addresses and claims. It checks, on every Vlan event, that no
-  two Vlans share an ID on one provider, and records every Vlan deletion with its
+  two Vlans share an ID on one provider (whatever their zones: the check is keyed by
+  ``spec.provider`` and ``spec.id`` only), and records every Vlan deletion with its
   resourceVersion; a deletion is judged against the history of the other kinds at that
   resourceVersion (a consumer of the network's pool, or a subnet listed in the deleted
   Vlan's ``status.subnets`` that still existed, is a violation).
@@ -136,7 +140,9 @@ class ChaosConfig:
     compactions: int = 1
     nb_restarts: int = 1
     namespaces: int = 3
-    zones: int = 4  # over two provider networks
+    zones: int = 4  # over two provider networks, disjoint ranges
+    shared_zones: int = 3  # on a third provider network, every one with the range ``shared_range``
+    shared_range: str = "1000-1039"
     slots: int = 20  # networks that can exist at once (each slot is reused with fresh names)
     initial_networks: int = 12
     load_window: tuple[float, float] = (1.0, 4.0)  # seconds of load before a fault, drawn uniformly
@@ -189,6 +195,9 @@ class ChaosResult:
     teardown_seconds: float | None = None
     vlan_deletions_unjudgeable: int = 0  # deletions of Vlans whose network the monitor never saw
     monitor_caught_up: bool = False  # the final judgement saw every event (watches = a fresh list)
+    # provider -> {"vlans": Vlans the monitor saw on it, "ids": distinct IDs they held}: shows
+    # that the shared provider was contended (many Vlans over few IDs)
+    vlans_by_provider: dict[str, dict[str, int]] = field(default_factory=dict)
     commit: str = ""
 
     def survived(self, kind: str) -> int:
@@ -214,6 +223,9 @@ class ChaosResult:
                      f"teardown leftovers {len(self.teardown_leftovers)}, replica exits {len(self.replica_exits)} "
                      f"(unexpected {len(self.unexpected_exits())}), Vlan deletions checked {self.vlan_deletions_checked}, "
                      f"left open by a relist gap {len(self.uncertain)}")
+        if self.vlans_by_provider:
+            lines.append("Vlans seen per provider (distinct IDs): " + ", ".join(
+                f"{p} {x['vlans']} ({x['ids']})" for p, x in self.vlans_by_provider.items()))
         for v in self.violations + self.convergence_failures + self.teardown_leftovers:
             lines.append(f"  ! {v}")
         for v in self.refuted:
@@ -397,10 +409,11 @@ def gateway_flags(cluster: LocalCluster, cfg: ChaosConfig) -> list[str]:
 
 
 TRUNK_NODES = ("chaos-node-a", "chaos-node-b", "chaos-node-c")
+SHARED_PROVIDER = "chaos-pn2"  # the provider network of the ``shared_zones``
 
 
 def create_trunk_nodes(admin: Any, providers: list[str]) -> None:
-    """Nodes that carry both provider networks, each with its OVN chassis (Kube-OVN's label
+    """Nodes that carry every provider network, each with its OVN chassis (Kube-OVN's label
     and annotation), so every network's router port gets an HA chassis group."""
     for n in TRUNK_NODES:
         admin.core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(
@@ -507,6 +520,7 @@ class InvariantMonitor:
         self._threads = [threading.Thread(target=self._run, args=(k,), name=f"monitor-{k}", daemon=True)
                          for k in KINDS]
         self._seen_dups: set[tuple] = set()
+        self.seen_by_provider: dict[str, tuple[set[str], set[Any]]] = {}  # provider -> (Vlan names, IDs)
 
     def start(self, timeout: float = 60.0) -> "InvariantMonitor":
         for t in self._threads:
@@ -610,6 +624,9 @@ class InvariantMonitor:
             return
         # B01: never two Vlans with one ID on one provider, at any resourceVersion we see.
         spec = obj.get("spec") or {}
+        names, ids = self.seen_by_provider.setdefault(spec.get("provider"), (set(), set()))
+        names.add((obj.get("metadata") or {}).get("uid") or key)
+        ids.add(spec.get("id"))
         same = sorted(k for k, v in self.current["vlans"].items()
                       if (v.get("spec") or {}).get("provider") == spec.get("provider")
                       and (v.get("spec") or {}).get("id") == spec.get("id"))
@@ -1135,7 +1152,7 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
         api = cluster.api_client("admin")
         admin = Admin(api)
         run_id = f"{cfg.seed:x}"
-        providers = [f"chaos-pn{i}" for i in range(2)]
+        providers = [f"chaos-pn{i}" for i in range(3 if cfg.shared_zones else 2)]
         for p in providers:
             admin.create_provider_network(p)
         if cfg.manage_gateway:
@@ -1145,6 +1162,12 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
             name = f"chaos-z{z}"
             lo = 100 + z * 200
             admin.create_zone(name, providers[z % 2], [f"{lo}-{lo + 149}"])
+            zones.append(name)
+        # Zones sharing one provider with the same range (issue 12): every allocation in them
+        # competes for the same IDs; the monitor's duplicate check is per provider.
+        for z in range(cfg.shared_zones):
+            name = f"chaos-s{z}"
+            admin.create_zone(name, SHARED_PROVIDER, [cfg.shared_range], bridge=f"vmbr{10 + z}")
             zones.append(name)
         namespaces = [f"chaos-{run_id}-ns{i}" for i in range(cfg.namespaces)]
         for ns in namespaces:
@@ -1236,6 +1259,8 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
             res.uncertain = list(mon.uncertain)
             res.vlan_events = mon.vlan_events
             res.monitor_relists = mon.relists
+            res.vlans_by_provider = {p: {"vlans": len(n), "ids": len(i)}
+                                     for p, (n, i) in sorted(mon.seen_by_provider.items())}
             mon.stop()
         if sup is not None:
             sup.stop()
@@ -1346,7 +1371,8 @@ def render_markdown(res: ChaosResult) -> str:
         f"Run of {res.started_utc} on {res.machine}; `python hack/chaos.py "
         f"--kills {cfg['kills']} --api-restarts {cfg['api_restarts']} --compactions {cfg['compactions']} "
         f"--nb-restarts {cfg['nb_restarts']} --slots {cfg['slots']} --initial-networks {cfg['initial_networks']} "
-        f"--namespaces {cfg['namespaces']} --zones {cfg['zones']} --seed {cfg['seed']} "
+        f"--namespaces {cfg['namespaces']} --zones {cfg['zones']} --shared-zones {cfg.get('shared_zones', 0)} "
+        f"--seed {cfg['seed']} "
         f"--manage-gateway {'true' if cfg.get('manage_gateway', True) else 'false'}`"
         f"{f' at commit {res.commit}' if res.commit else ''}, wall time {res.wall_seconds / 60:.1f} min.",
         "",
@@ -1368,9 +1394,15 @@ def render_markdown(res: ChaosResult) -> str:
         f"* Replica exits: {len(exits)} — {killed} SIGKILLed by the harness, {lost} after losing the lease during an "
         f"API outage (exit 1, as designed), **{len(res.unexpected_exits())}** unexpected.",
         f"* Load: {sum(res.ops.values())} operations ({', '.join(f'{k} {v}' for k, v in sorted(res.ops.items()))}) over "
-        f"{cfg['slots']} network slots, {cfg['zones']} zones on 2 provider networks, {cfg['namespaces']} namespaces; "
+        f"{cfg['slots']} network slots, {cfg['zones']} zones on 2 provider networks"
+        + (f" and {cfg['shared_zones']} zones sharing a third one (`{SHARED_PROVIDER}`, every one with range "
+           f"{cfg.get('shared_range')})" if cfg.get("shared_zones") else "")
+        + f", {cfg['namespaces']} namespaces; "
         f"initial {cfg['initial_networks']} networks Ready in {res.initial_converge_seconds}s; teardown "
-        f"{res.teardown_seconds}s.",
+        f"{res.teardown_seconds}s."
+        + (" Vlans the monitor saw per provider (distinct IDs they held): " + ", ".join(
+            f"{p} {x['vlans']} ({x['ids']})" for p, x in res.vlans_by_provider.items()) + "."
+           if res.vlans_by_provider else ""),
     ])
 
 
@@ -1399,7 +1431,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slots", type=int, default=30)
     ap.add_argument("--initial-networks", type=int, default=20)
     ap.add_argument("--namespaces", type=int, default=4)
-    ap.add_argument("--zones", type=int, default=4)
+    ap.add_argument("--zones", type=int, default=4, help="zones over two provider networks, disjoint ranges")
+    ap.add_argument("--shared-zones", type=int, default=ChaosConfig.shared_zones,
+                    help=f"zones all on a third provider network ({SHARED_PROVIDER}) with one and the same range "
+                         "(issue 12's layout; 0: none)")
+    ap.add_argument("--shared-range", default=ChaosConfig.shared_range, help="the range of every shared zone")
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--duration", type=float, default=0.0,
                     help="stop injecting faults after this many seconds (0: inject them all)")
@@ -1428,7 +1464,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if res.ok else 1
     cfg = ChaosConfig(kills=args.kills, api_restarts=args.api_restarts, compactions=args.compactions,
                       nb_restarts=args.nb_restarts, slots=args.slots, initial_networks=args.initial_networks,
-                      namespaces=args.namespaces, zones=args.zones, seed=args.seed,
+                      namespaces=args.namespaces, zones=args.zones, shared_zones=args.shared_zones,
+                      shared_range=args.shared_range, seed=args.seed,
                       converge_timeout=args.converge_timeout, workdir=args.workdir, keep_workdir=args.keep)
     cfg.duration = args.duration
     cfg.manage_gateway = args.manage_gateway
