@@ -31,7 +31,6 @@ import argparse
 import collections
 import datetime as _dt
 import hashlib
-import inspect
 import json
 import os
 import shutil
@@ -55,17 +54,8 @@ ZONES = 5
 
 def start_controller(cluster: LocalCluster, log_path: Path, tree: Path) -> Controller:
     """bench.Controller running ``python -m controller.main`` from ``tree`` (its cwd and
-    PYTHONPATH): through its ``tree`` parameter, or, in a bench.py without one, by pointing
-    ``bench.REPO`` there while it starts. Checked on the child's cwd either way."""
-    if "tree" in inspect.signature(Controller).parameters:
-        ctl = Controller(cluster, log_path, tree=tree)
-    else:
-        saved = bench.REPO
-        bench.REPO = tree
-        try:
-            ctl = Controller(cluster, log_path)
-        finally:
-            bench.REPO = saved
+    PYTHONPATH), checked on the child's cwd."""
+    ctl = Controller(cluster, log_path, tree=tree)
     cwd = Path(os.readlink(f"/proc/{ctl.pid}/cwd")).resolve()
     if cwd != tree:
         ctl.stop()

@@ -224,6 +224,33 @@ def _terminate_pid(pid: int, timeout: float = 10.0) -> None:
 # --------------------------------------------------------------------------- certificates
 
 
+def ovsdb_atom(value: Any) -> Any:
+    """An ``ovn-nbctl``/``ovn-sbctl --format=json`` datum as Python: uuid -> str, set ->
+    list, map -> dict (recursively)."""
+    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "named-uuid"):
+        return value[1]
+    if isinstance(value, list) and len(value) == 2 and value[0] == "set":
+        return [ovsdb_atom(v) for v in value[1]]
+    if isinstance(value, list) and len(value) == 2 and value[0] == "map":
+        return {ovsdb_atom(k): ovsdb_atom(v) for k, v in value[1]}
+    return value
+
+
+def ovsdb_set(value: Any) -> list:
+    """A set column as a list (the tools print a one-element set as the bare element)."""
+    return value if isinstance(value, list) else [value]
+
+
+def ovsdb_rows(ctl: Any, table: str, *conditions: str, columns: str | None = None) -> list[dict[str, Any]]:
+    """Rows of ``table`` through ``ctl`` (:meth:`LocalCluster.nbctl` or ``sbctl``): all of
+    them, or those matching ``conditions`` (``find``); every column, or ``columns``
+    (comma-separated), as :func:`ovsdb_atom` values."""
+    verb = ("find", table, *conditions) if conditions else ("list", table)
+    cols = (f"--columns={columns}",) if columns else ()
+    out = json.loads(ctl("--format=json", *cols, *verb))
+    return [dict(zip(out["headings"], map(ovsdb_atom, row))) for row in out["data"]]
+
+
 def _write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:

@@ -18,14 +18,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
 
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 
-from cluster import PEERS, LocalCluster, _read_versions  # noqa: E402
+from cluster import PEERS, LocalCluster, _read_versions, ovsdb_rows, ovsdb_set  # noqa: E402
 
 # Ready reasons that do not change by waiting (a refusal the sample set provokes on purpose).
 SETTLED = {"Ready", "NamespaceNotAllowed", "ZoneExhausted", "ZoneNotFound", "PoolOverlapsSubnet"}
@@ -38,32 +37,6 @@ def load_samples() -> list[dict]:
     for f in sorted((REPO / "hack" / "sample").glob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(f.read_text()) if d]
     return docs
-
-
-# --------------------------------------------------------------------------- OVN rows
-
-
-def _atom(value: Any) -> Any:
-    """ovn-nbctl/ovn-sbctl --format=json datum -> Python (uuid -> str, set -> list, map -> dict)."""
-    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "named-uuid"):
-        return value[1]
-    if isinstance(value, list) and len(value) == 2 and value[0] == "set":
-        return [_atom(v) for v in value[1]]
-    if isinstance(value, list) and len(value) == 2 and value[0] == "map":
-        return {_atom(k): _atom(v) for k, v in value[1]}
-    return value
-
-
-def _set(value: Any) -> list:
-    """A set column as a list (a one-element set comes back as the bare element)."""
-    return value if isinstance(value, list) else [value]
-
-
-def rows(ctl: Callable[..., str], table: str, columns: str, *conditions: str) -> list[dict[str, Any]]:
-    """Rows of ``table`` (all, or those matching ``conditions``) as dicts of ``columns``."""
-    verb = ("find", table, *conditions) if conditions else ("list", table)
-    out = json.loads(ctl("--format=json", f"--columns={columns}", *verb))
-    return [dict(zip(out["headings"], map(_atom, row))) for row in out["data"]]
 
 
 # --------------------------------------------------------------------------- steps
@@ -126,7 +99,7 @@ def pending(cluster: LocalCluster, expected_networks: int, chassis: list[str]) -
             return f"network {n['metadata']['namespace']}/{n['metadata']['name']} at {ready.get('reason')}"
     if not all((z.get("status") or {}).get("allocatedVLANs") is not None for z in zones):
         return "zone counts"
-    tagged = {r["name"] for r in rows(cluster.sbctl, "Chassis", "name,external_ids")
+    tagged = {r["name"] for r in ovsdb_rows(cluster.sbctl, "Chassis", columns="name,external_ids")
               if r["external_ids"].get("vendor") == "kube-ovn"}
     untagged = [c for c in chassis if c not in tagged]
     return f"kube-ovn-controller to tag chassis {untagged}" if untagged else ""
@@ -135,10 +108,10 @@ def pending(cluster: LocalCluster, expected_networks: int, chassis: list[str]) -
 def gateway_table(cluster: LocalCluster) -> str:
     """HA_Chassis_Group name, its network and members (chassis=priority), one line each."""
     members = {r["_uuid"]: (r["chassis_name"], r["priority"])
-               for r in rows(cluster.nbctl, "HA_Chassis", "_uuid,chassis_name,priority")}
+               for r in ovsdb_rows(cluster.nbctl, "HA_Chassis", columns="_uuid,chassis_name,priority")}
     lines = [f"{'GROUP':44} {'NETWORK':24} CHASSIS=PRIORITY"]
-    for g in sorted(rows(cluster.nbctl, "HA_Chassis_Group", "name,external_ids,ha_chassis"), key=lambda g: g["name"]):
-        ms = sorted((members[u] for u in _set(g["ha_chassis"]) if u in members), key=lambda m: -m[1])
+    for g in sorted(ovsdb_rows(cluster.nbctl, "HA_Chassis_Group", columns="name,external_ids,ha_chassis"), key=lambda g: g["name"]):
+        ms = sorted((members[u] for u in ovsdb_set(g["ha_chassis"]) if u in members), key=lambda m: -m[1])
         lines.append(f"{g['name']:44} {g['external_ids'].get('network', ''):24} "
                      + ", ".join(f"{c}={p}" for c, p in ms))
     return "\n".join(lines) + "\n"
@@ -147,7 +120,7 @@ def gateway_table(cluster: LocalCluster) -> str:
 def localnet_table(cluster: LocalCluster) -> str:
     """Kube-OVN's localnet ports: port, switch, VLAN tag, provider network, who made it."""
     lines = [f"{'PORT':32} {'SWITCH':24} {'TAG':>4}  {'NETWORK':10} VENDOR"]
-    for p in sorted(rows(cluster.nbctl, "Logical_Switch_Port", "name,tag,options,external_ids", "type=localnet"),
+    for p in sorted(ovsdb_rows(cluster.nbctl, "Logical_Switch_Port", "type=localnet", columns="name,tag,options,external_ids"),
                     key=lambda p: p["name"]):
         tag = p["tag"] if not isinstance(p["tag"], list) else ""
         lines.append(f"{p['name']:32} {p['external_ids'].get('ls', ''):24} {tag!s:>4}  "
@@ -157,19 +130,19 @@ def localnet_table(cluster: LocalCluster) -> str:
 
 def router_port_table(cluster: LocalCluster) -> str:
     """Kube-OVN's router ports: router, port, networks, who made it, the HA chassis group it points at."""
-    groups = {g["_uuid"]: g["name"] for g in rows(cluster.nbctl, "HA_Chassis_Group", "_uuid,name")}
+    groups = {g["_uuid"]: g["name"] for g in ovsdb_rows(cluster.nbctl, "HA_Chassis_Group", columns="_uuid,name")}
     lines = [f"{'ROUTER':13} {'PORT':36} {'NETWORKS':15} {'VENDOR':9} HA_CHASSIS_GROUP"]
-    ports = rows(cluster.nbctl, "Logical_Router_Port", "name,networks,external_ids,ha_chassis_group")
+    ports = ovsdb_rows(cluster.nbctl, "Logical_Router_Port", columns="name,networks,external_ids,ha_chassis_group")
     for p in sorted(ports, key=lambda p: (p["external_ids"].get("lr", ""), p["name"])):
-        group = ", ".join(groups.get(u, u) for u in _set(p["ha_chassis_group"])) or "-"
-        lines.append(f"{p['external_ids'].get('lr', ''):13} {p['name']:36} {','.join(_set(p['networks'])):15} "
+        group = ", ".join(groups.get(u, u) for u in ovsdb_set(p["ha_chassis_group"])) or "-"
+        lines.append(f"{p['external_ids'].get('lr', ''):13} {p['name']:36} {','.join(ovsdb_set(p['networks'])):15} "
                      f"{p['external_ids'].get('vendor', ''):9} {group}")
     return "\n".join(lines) + "\n"
 
 
 def chassis_table(cluster: LocalCluster) -> str:
     lines = [f"{'CHASSIS':20} {'HOSTNAME':9} VENDOR"]
-    for c in sorted(rows(cluster.sbctl, "Chassis", "name,hostname,external_ids"), key=lambda c: c["hostname"]):
+    for c in sorted(ovsdb_rows(cluster.sbctl, "Chassis", columns="name,hostname,external_ids"), key=lambda c: c["hostname"]):
         lines.append(f"{c['name']:20} {c['hostname']:9} {c['external_ids'].get('vendor', '')}")
     return "\n".join(lines) + "\n"
 

@@ -9,6 +9,10 @@ Fixtures
   kubectl            kubectl(*args, input=None, user="admin", check=True) -> stdout (str);
                      raises KubectlError (with stderr) on a non-zero exit.
   unique_namespace   name of a fresh namespace; deleted (best effort) afterwards.
+  peers_bed          module: a LocalCluster of the module's own with the real
+                     kube-ovn-controller and IPAM provider (with_peers=True); a module
+                     fixture, because its tests stop, kill and pause the peers.
+  peers_admin        module: tests.support.objects.Admin on peers_bed.
 
 Integration tests carry ``@pytest.mark.integration``.
 """
@@ -29,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from hack.cluster import ClusterError, LocalCluster  # noqa: E402
+from tests.support.objects import Admin  # noqa: E402
 
 
 class KubectlError(ClusterError):
@@ -59,6 +64,28 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture(scope="module")
+def peers_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("peers"), with_peers=True)
+    try:
+        c.start()
+    except ClusterError as e:
+        pytest.fail(f"test bed with peers did not start: {e}", pytrace=False)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="module")
+def peers_admin(peers_bed: LocalCluster) -> Iterator[Admin]:
+    api = peers_bed.api_client("admin")
+    try:
+        yield Admin(api)
+    finally:
+        api.close()
 
 
 @pytest.fixture

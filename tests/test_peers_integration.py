@@ -20,7 +20,6 @@ what the product relies on them for, read back from the API server and from the 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -28,7 +27,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from hack.cluster import ClusterError, LocalCluster
+from hack.cluster import ClusterError, LocalCluster, ovsdb_rows, ovsdb_set
 from ovn import planner
 from ovn.gateway import GatewayApplier
 from ovn.nb import fetch_schema
@@ -48,25 +47,13 @@ WAIT = 60.0  # seconds; both peers usually answer within one or two
 
 
 @pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("peers"), with_peers=True)
-    try:
-        c.start()
-    except ClusterError as e:
-        pytest.fail(f"test bed with peers did not start: {e}", pytrace=False)
-    try:
-        yield c
-    finally:
-        c.stop()
+def bed(peers_bed: LocalCluster) -> LocalCluster:
+    return peers_bed
 
 
 @pytest.fixture(scope="module")
-def admin(bed: LocalCluster) -> Iterator[Admin]:
-    api = bed.api_client("admin")
-    try:
-        yield Admin(api)
-    finally:
-        api.close()
+def admin(peers_admin: Admin) -> Admin:
+    return peers_admin
 
 
 class Objects:
@@ -123,31 +110,6 @@ def objects(admin: Admin) -> Iterator[Objects]:
         o.cleanup()
 
 
-# --------------------------------------------------------------------------- NB/SB reading
-
-
-def _atom(value: Any) -> Any:
-    """ovn-nbctl --format=json datum -> Python (uuid -> str, set -> list, map -> dict)."""
-    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "named-uuid"):
-        return value[1]
-    if isinstance(value, list) and len(value) == 2 and value[0] == "set":
-        return [_atom(v) for v in value[1]]
-    if isinstance(value, list) and len(value) == 2 and value[0] == "map":
-        return {_atom(k): _atom(v) for k, v in value[1]}
-    return value
-
-
-def members(value: Any) -> list:
-    """A set column as a list (ovn-nbctl prints a one-element set as the bare element)."""
-    return value if isinstance(value, list) else [value]
-
-
-def find(ctl, table: str, *conditions: str) -> list[dict[str, Any]]:
-    """Rows of ``table`` matching ``conditions`` via ``ovn-nbctl``/``ovn-sbctl`` ``find``."""
-    out = json.loads(ctl("--format=json", "find", table, *conditions))
-    return [dict(zip(out["headings"], map(_atom, row))) for row in out["data"]]
-
-
 def subnet_ready(objects: Objects, name: str) -> dict | None:
     sub = objects.get("subnets", name)
     conds = {c["type"]: c["status"] for c in (sub.get("status") or {}).get("conditions") or []}
@@ -172,14 +134,14 @@ def test_subnet_on_a_vlan_gets_kube_ovns_localnet_port(bed, objects):
     sub = wait_for(lambda: subnet_ready(objects, name), timeout=WAIT, what=f"Subnet {name} Ready")
     assert KUBE_OVN_FINALIZER in sub["metadata"]["finalizers"]
 
-    switch = find(bed.nbctl, "Logical_Switch", f"name={name}")
+    switch = ovsdb_rows(bed.nbctl, "Logical_Switch", f"name={name}")
     assert len(switch) == 1 and switch[0]["external_ids"]["vendor"] == "kube-ovn"
-    ports = find(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{name}")
+    ports = ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{name}")
     assert len(ports) == 1
     lsp = ports[0]
     assert (lsp["type"], lsp["tag"], lsp["options"], lsp["addresses"]) == (
         "localnet", 321, {"network_name": provider}, "unknown")
-    assert lsp["_uuid"] in members(switch[0]["ports"])
+    assert lsp["_uuid"] in ovsdb_set(switch[0]["ports"])
 
     listed = wait_for(lambda: (objects.get("vlans", name).get("status") or {}).get("subnets"),
                       timeout=WAIT, what=f"Vlan {name} status.subnets")
@@ -231,7 +193,7 @@ def ensure(applier: GatewayApplier, vs: dict[str, str]):
 
 
 def port_group(bed: LocalCluster, lrp: str) -> str | None:
-    (port,) = find(bed.nbctl, "Logical_Router_Port", f"name={lrp}")
+    (port,) = ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name={lrp}")
     return port["ha_chassis_group"] or None
 
 
@@ -240,14 +202,14 @@ def test_router_port_of_kube_ovn_gets_our_group_and_a_chassis_redirect_port(bed,
     # The NB is the one Kube-OVN v1.13 maps, read by our client from the server.
     assert fetch_schema(bed.nb_tcp)["version"] == "7.3.0"
 
-    routers = find(bed.nbctl, "Logical_Router", f"name={vs['vpc']}")
+    routers = ovsdb_rows(bed.nbctl, "Logical_Router", f"name={vs['vpc']}")
     assert len(routers) == 1
-    ports = find(bed.nbctl, "Logical_Router_Port", f"name={vs['lrp']}")
+    ports = ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name={vs['lrp']}")
     assert len(ports) == 1 and ports[0]["networks"] == "10.231.0.1/24"
-    assert ports[0]["_uuid"] in members(routers[0]["ports"])
-    (peer,) = find(bed.nbctl, "Logical_Switch_Port", f"name={vs['subnet']}-{vs['vpc']}")
+    assert ports[0]["_uuid"] in ovsdb_set(routers[0]["ports"])
+    (peer,) = ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name={vs['subnet']}-{vs['vpc']}")
     assert (peer["type"], peer["options"]["router-port"]) == ("router", vs["lrp"])
-    (localnet,) = find(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{vs['subnet']}")
+    (localnet,) = ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{vs['subnet']}")
     assert localnet["tag"] == 322
 
     st = ensure(applier, vs)
@@ -258,7 +220,7 @@ def test_router_port_of_kube_ovn_gets_our_group_and_a_chassis_redirect_port(bed,
     assert group["chassis"] == {"ch-worker1": [100], "ch-worker2": [90]}
     assert port_group(bed, vs["lrp"]) == group["uuid"]
 
-    cr = wait_for(lambda: find(bed.sbctl, "Port_Binding", f"logical_port=cr-{vs['lrp']}"),
+    cr = wait_for(lambda: ovsdb_rows(bed.sbctl, "Port_Binding", f"logical_port=cr-{vs['lrp']}"),
                   timeout=WAIT, what=f"SB binding cr-{vs['lrp']}")
     assert [b["type"] for b in cr] == ["chassisredirect"]
 
@@ -289,7 +251,7 @@ def test_kube_ovn_killed_and_restarted_leaves_our_group_on_the_port(bed, applier
 
     assert port_group(bed, vs["lrp"]) == before["uuid"]
     assert ha_chassis_groups(bed.nbctl, vs["group"]) == [before]
-    assert [b["type"] for b in find(bed.sbctl, "Port_Binding", f"logical_port=cr-{vs['lrp']}")] == ["chassisredirect"]
+    assert [b["type"] for b in ovsdb_rows(bed.sbctl, "Port_Binding", f"logical_port=cr-{vs['lrp']}")] == ["chassisredirect"]
 
 
 # --------------------------------------------------------------------------- (d) IPAM

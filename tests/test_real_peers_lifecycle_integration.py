@@ -46,10 +46,10 @@ from kubernetes.client.rest import ApiException
 
 from controller import names
 from controller.kube import KubeWriter
-from hack.cluster import ClusterError, LocalCluster
+from hack.cluster import ClusterError, LocalCluster, ovsdb_rows
 from tests.support.controller import running_controller
 from tests.support.objects import Admin, reason, unique, wait_condition
-from tests.support.ovsdb import RowMonitor, find_rows, ha_chassis_groups
+from tests.support.ovsdb import RowMonitor, ha_chassis_groups
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
@@ -74,25 +74,13 @@ WAIT = 60.0
 
 
 @pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("real-peers"), with_peers=True)
-    try:
-        c.start()
-    except ClusterError as e:
-        pytest.fail(f"test bed with peers did not start: {e}", pytrace=False)
-    try:
-        yield c
-    finally:
-        c.stop()
+def bed(peers_bed: LocalCluster) -> LocalCluster:
+    return peers_bed
 
 
 @pytest.fixture(scope="module")
-def admin(bed: LocalCluster) -> Iterator[Admin]:
-    api = bed.api_client("admin")
-    try:
-        yield Admin(api)
-    finally:
-        api.close()
+def admin(peers_admin: Admin) -> Admin:
+    return peers_admin
 
 
 class Ctl:
@@ -267,11 +255,11 @@ class Scene:
                 if e.involved_object.name == self.net and e.reason == why]
 
     def port(self) -> dict | None:
-        rows = find_rows(self.bed.nbctl, "Logical_Router_Port", f"name={self.lrp}")
+        rows = ovsdb_rows(self.bed.nbctl, "Logical_Router_Port", f"name={self.lrp}")
         return rows[0] if rows else None
 
     def cr_binding(self) -> list[dict]:
-        return find_rows(self.bed.sbctl, "Port_Binding", f"logical_port=cr-{self.lrp}")
+        return ovsdb_rows(self.bed.sbctl, "Port_Binding", f"logical_port=cr-{self.lrp}")
 
 
 def kube_ovn_log_since(bed: LocalCluster, offset: int) -> str:
@@ -351,7 +339,7 @@ def test_network_is_ready_with_its_group_on_kube_ovns_router_port(bed, ctl, worl
     assert (sub["spec"]["provider"], sub["spec"]["enableLb"]) == ("ovn", True)
 
     # The NB: Kube-OVN's localnet port with our VLAN, Kube-OVN's router port, our group on it.
-    (localnet,) = find_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{sc.sub}")
+    (localnet,) = ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{sc.sub}")
     assert (localnet["type"], localnet["tag"], localnet["options"]) == ("localnet", vid, {"network_name": world.provider})
     port = sc.port()
     assert port is not None and port["external_ids"] == {"lr": VPC, "vendor": "kube-ovn"}
@@ -509,14 +497,14 @@ def test_subnet_deletion_waits_for_kube_ovns_finalizer_then_its_pruning_releases
     ctl.resync()
     assert reason(sc.network(), "Ready")[1] == "SubnetDeleting"
     assert sc.vlan()["status"]["subnets"] == [sc.sub]
-    assert find_rows(bed.nbctl, "Logical_Switch", f"name={sc.sub}")
+    assert ovsdb_rows(bed.nbctl, "Logical_Switch", f"name={sc.sub}")
 
     # The IP goes: Kube-OVN lets the Subnet go, deletes its switch and router port and prunes
     # the name from the Vlan itself; the VLAN is released then, not at the prune timeout.
     world.a.co.delete_cluster_custom_object(*KUBEOVN, "ips", f"vm-pod.{sc.ns}")
     sc.network_gone()
     assert world.gone("subnets", sc.sub) and world.gone("vlans", sc.sub)
-    assert not find_rows(bed.nbctl, "Logical_Switch", f"name={sc.sub}")
+    assert not ovsdb_rows(bed.nbctl, "Logical_Switch", f"name={sc.sub}")
     assert sc.port() is None and ha_chassis_groups(bed.nbctl, sc.group) == []
     wait_for(lambda: not sc.cr_binding(), timeout=WAIT, what=f"cr-{sc.lrp} gone from the SB")
     released = sc.events(ctl, "VLANReleased")
@@ -560,12 +548,12 @@ def test_subnet_kube_ovn_put_no_finalizer_on_is_kept_while_it_counts_ips(bed, ct
         f"are released")
     ctl.resync()
     assert sc.finalizers() == [OURS] and sc.subnet()["metadata"]["deletionTimestamp"]
-    assert find_rows(bed.nbctl, "Logical_Switch", f"name={sc.sub}")
+    assert ovsdb_rows(bed.nbctl, "Logical_Switch", f"name={sc.sub}")
 
     world.a.co.delete_cluster_custom_object(*KUBEOVN, "ips", f"vm-pod.{sc.ns}")
     sc.network_gone()
     assert world.gone("subnets", sc.sub) and world.gone("vlans", sc.sub)
-    assert not find_rows(bed.nbctl, "Logical_Switch", f"name={sc.sub}")
+    assert not ovsdb_rows(bed.nbctl, "Logical_Switch", f"name={sc.sub}")
     assert sc.events(ctl, "VLANReleasedAfterPruneTimeout") == []
 
 
@@ -642,7 +630,7 @@ def test_vlan_is_released_at_the_prune_timeout_when_kube_ovn_is_stopped(bed, ctl
     # ports): that is left on the VPC router, with nothing of ours on it.
     offset = kube_ovn_log_size(bed)
     bed.start_peer(KUBE_OVN)
-    wait_for(lambda: not find_rows(bed.nbctl, "Logical_Switch", f"name={sc.sub}"), timeout=WAIT,
+    wait_for(lambda: not ovsdb_rows(bed.nbctl, "Logical_Switch", f"name={sc.sub}"), timeout=WAIT,
              what=f"Kube-OVN collecting the logical switch {sc.sub}")
     wait_for(lambda: "start to gc vpc dns" in kube_ovn_log_since(bed, offset), timeout=WAIT,
              what="kube-ovn-controller's start-up garbage collection")
@@ -679,7 +667,7 @@ def test_hand_made_duplicate_vlan_is_our_vlan_conflict_and_no_kube_ovn_status(be
     assert sc.vlan()["status"] == {"subnets": [sc.sub]}
     admin.set_vlan_status(dup, {"conflict": True})
     assert "conflict" not in (world.get("vlans", dup).get("status") or {})
-    (localnet,) = find_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{sc.sub}")
+    (localnet,) = ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{sc.sub}")
     assert localnet["tag"] == vid
     assert ha_chassis_groups(bed.nbctl, sc.group) == [group_before]
 
@@ -711,4 +699,4 @@ def test_subnet_without_vpc_gets_kube_ovns_default_vpc_and_no_router_port(bed, c
              what="the router port of the default VPC looked up")
     obj = sc.wait("SubnetReady", "Ready")
     assert reason(obj, "Ready") == ("False", "RouterPortMissing", missing)
-    assert not find_rows(bed.nbctl, "Logical_Router_Port", f"name=ovn-cluster-{sc.sub}")
+    assert not ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name=ovn-cluster-{sc.sub}")

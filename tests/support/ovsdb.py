@@ -2,7 +2,7 @@
 session bed's NB is shared and must stay up). Same database file and port across a
 restart, so rows survive an outage as they do in a real NB.
 
-Also: ``ha_chassis_groups`` and ``find_rows`` read rows back with ``ovn-nbctl``/``ovn-sbctl``;
+Also: ``ha_chassis_groups`` reads groups back with ``ovn-nbctl``/``ovn-sbctl``;
 ``RowMonitor`` records every change the NB reports for a table's rows through an
 independent ``ovsdb-client monitor`` (counting NB writes to a router port)."""
 
@@ -114,22 +114,6 @@ def ha_chassis_groups(nbctl: Callable[..., str], name: str) -> list[dict]:
 
 
 
-def _atom(value):
-    """ovn-nbctl/ovn-sbctl --format=json datum -> Python (uuid -> str, set -> list, map -> dict)."""
-    if isinstance(value, list) and len(value) == 2 and value[0] in ("uuid", "named-uuid"):
-        return value[1]
-    if isinstance(value, list) and len(value) == 2 and value[0] == "set":
-        return [_atom(v) for v in value[1]]
-    if isinstance(value, list) and len(value) == 2 and value[0] == "map":
-        return {_atom(k): _atom(v) for k, v in value[1]}
-    return value
-
-
-def find_rows(ctl: Callable[..., str], table: str, *conditions: str) -> list[dict]:
-    """Rows of ``table`` matching ``conditions`` (``ovn-nbctl``/``ovn-sbctl`` ``find``),
-    every column as Python values. A one-element set column comes back as its element."""
-    out = json.loads(ctl("--format=json", "find", table, *conditions))
-    return [dict(zip(out["headings"], map(_atom, row))) for row in out["data"]]
 
 class RowMonitor:
     """Every change the NB itself reports for the rows of one table, as seen by an
