@@ -77,7 +77,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
 from cluster import LocalCluster, _free_ports  # noqa: E402
-from tests.support import audit  # noqa: E402
+from hack import audit  # noqa: E402
 
 GROUP, VERSION = "proxmox.cozystack.io", "v1alpha1"
 FINALIZER = "proxmox.cozystack.io/network"

@@ -76,7 +76,7 @@ from kubernetes import watch as k8s_watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
 from hack.cluster import LocalCluster, _set_pdeathsig  # noqa: E402
-from tests.support.http import status_of  # noqa: E402
+from hack.probe import status_of  # noqa: E402
 
 OUR_PREFIX = "proxmox.cozystack.io/"
 PX = ("proxmox.cozystack.io", "v1alpha1")
@@ -1147,7 +1147,7 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
         progress(f"bed up in {cluster.start_seconds:.1f}s at {cluster.server} (workdir {workdir})")
         from tests.emulators.ipam import IpamEmulator
         from tests.emulators.kubeovn import KubeOvnEmulator
-        from tests.support.objects import Admin
+        from hack.objects import Admin
 
         api = cluster.api_client("admin")
         admin = Admin(api)

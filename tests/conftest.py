@@ -12,7 +12,7 @@ Fixtures
   peers_bed          module: a LocalCluster of the module's own with the real
                      kube-ovn-controller and IPAM provider (with_peers=True); a module
                      fixture, because its tests stop, kill and pause the peers.
-  peers_admin        module: tests.support.objects.Admin on peers_bed.
+  peers_admin        module: hack.objects.Admin on peers_bed.
 
 Integration tests carry ``@pytest.mark.integration``.
 """
@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from hack.cluster import ClusterError, LocalCluster  # noqa: E402
-from tests.support.objects import Admin  # noqa: E402
+from hack.objects import Admin  # noqa: E402
 
 
 class KubectlError(ClusterError):

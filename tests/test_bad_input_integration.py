@@ -21,7 +21,7 @@ from kubernetes.client.rest import ApiException
 from tests.emulators.ipam import IpamEmulator
 from tests.emulators.kubeovn import KubeOvnEmulator
 from tests.support.controller import running_controller
-from tests.support.objects import Admin, condition, reason, unique
+from hack.objects import Admin, condition, reason, unique
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 from tests.emulators import IpamEmulator, KubeOvnEmulator
 from tests.emulators.ipam import PROTECT_ADDRESS, PROTECT_POOL, RELEASE_ADDRESS, pool_status
 from tests.emulators.kubeovn import KUBEOVN_FINALIZER, ip_counts, subnet_networks
-from tests.support.objects import KUBEOVN, Admin, condition, unique
+from hack.objects import KUBEOVN, Admin, condition, unique
 from tests.support.wait import wait_for
 
 PRODUCT_FINALIZER = "proxmox.cozystack.io/network"

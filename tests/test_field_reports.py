@@ -17,7 +17,7 @@ from informers import Resource
 from tests.emulators.ipam import IpamEmulator
 from tests.emulators.kubeovn import KubeOvnEmulator
 from tests.support.controller import running_controller
-from tests.support.objects import Admin, reason, unique, wait_condition
+from hack.objects import Admin, reason, unique, wait_condition
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration

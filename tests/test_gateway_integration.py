@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 
 from controller.gateway import FAILING_SINCE
 from tests.support.controller import running_controller
-from tests.support.objects import Admin, reason, unique
+from hack.objects import Admin, reason, unique
 from tests.support.ovsdb import NBServer, ha_chassis_groups
 from tests.support.pki import CA, kube_ovn_secret
 from tests.support.wait import wait_for

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from tests.support.controller import running_controller
-from tests.support.objects import Admin, reason, unique, wait_condition
+from hack.objects import Admin, reason, unique, wait_condition
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration

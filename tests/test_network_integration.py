@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.audit import format_writes, write_marker, writes_before
+from hack.audit import format_writes, write_marker, writes_before
 from tests.support.controller import running_controller
-from tests.support.objects import Admin, reason, unique
+from hack.objects import Admin, reason, unique
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration

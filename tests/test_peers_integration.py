@@ -31,7 +31,7 @@ from hack.cluster import ClusterError, LocalCluster, ovsdb_rows, ovsdb_set
 from ovn import planner
 from ovn.gateway import GatewayApplier
 from ovn.nb import fetch_schema
-from tests.support.objects import Admin, unique
+from hack.objects import Admin, unique
 from tests.support.ovsdb import ha_chassis_groups
 from tests.support.wait import wait_for
 

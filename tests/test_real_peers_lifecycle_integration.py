@@ -48,7 +48,7 @@ from controller import names
 from controller.kube import KubeWriter
 from hack.cluster import ClusterError, LocalCluster, ovsdb_rows
 from tests.support.controller import running_controller
-from tests.support.objects import Admin, reason, unique, wait_condition
+from hack.objects import Admin, reason, unique, wait_condition
 from tests.support.ovsdb import RowMonitor, ha_chassis_groups
 from tests.support.wait import wait_for
 

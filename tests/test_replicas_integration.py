@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.http import status_of
-from tests.support.objects import Admin, reason, unique
+from hack.probe import status_of
+from hack.objects import Admin, reason, unique
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration

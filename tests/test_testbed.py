@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from hack.cluster import CONTROLLER_USER, LocalCluster
-from tests.support.audit import audit_writes, format_writes, write_marker, writes_before
+from hack.audit import audit_writes, format_writes, write_marker, writes_before
 from tests.support.tcpproxy import TCPProxy
 
 pytestmark = pytest.mark.integration

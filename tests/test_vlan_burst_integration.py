@@ -34,7 +34,7 @@ from controller.kube import KubeWriter
 from controller.manager import zone_index_provider
 from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from informers import SharedInformerFactory
-from tests.support.objects import KUBEOVN, PX, Admin, unique
+from hack.objects import KUBEOVN, PX, Admin, unique
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ import yaml
 
 from controller.kube import KubeWriter
 from controller.leader import LeaderElector
-from tests.support.audit import read_events
+from hack.audit import read_events
 from tests.support.controller import running_controller
-from tests.support.objects import Admin, unique
+from hack.objects import Admin, unique
 from tests.support.wait import wait_for
 from tests.test_egress_integration import annotation, chain
 from tests.test_lifecycle_integration import Env, ready_network
