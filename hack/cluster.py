@@ -3,12 +3,12 @@
 
 See product-decisions.md §5 and §7. Importable (``LocalCluster``) and a CLI::
 
-    python hack/cluster.py start --dir DIR [--no-watch-cache] [--no-nb] [--no-sb] [--peers]
+    python hack/cluster.py start --dir DIR [--no-watch-cache] [--no-nb] [--no-sb] [--no-peers]
     python hack/cluster.py env   --dir DIR      # shell exports for a running bed
     python hack/cluster.py stop  --dir DIR      # works from any process (pid files)
 
 Binaries come from hack/build-control-plane.sh (cached under ~/.cache); set
-``PNC_CONTROL_PLANE_BIN`` to use another directory. With ``--peers`` the bed also runs the
+``PNC_CONTROL_PLANE_BIN`` to use another directory. Unless ``--no-peers`` (or ``--no-sb``) the bed also runs the
 real kube-ovn-controller and in-cluster IPAM provider from hack/build-peers.sh (issue 13;
 ``PNC_PEERS_DIR`` for another build). Nothing listens on anything but 127.0.0.1 and unix
 sockets inside the work directory.
@@ -381,8 +381,8 @@ class LocalCluster:
     bed is started once Kube-OVN leads and its VPC ``ovn-cluster`` and Subnet
     ``ovn-default`` are Ready, and the provider runs its workers. A test faults a peer with
     :meth:`stop_peer`, :meth:`start_peer`, :meth:`kill_peer`, :meth:`pause_peer` and
-    :meth:`resume_peer`. Off by default for now: the existing tests still run against the
-    fixtures and ``tests/emulators/``; moving them to the peers is a later step of issue 13.
+    :meth:`resume_peer`. On by default whenever the bed has the NB and SB (``with_peers=None``);
+    ``with_peers=False`` gives a bed where a test writes the peers' state by hand.
     """
 
     def __init__(
@@ -396,19 +396,20 @@ class LocalCluster:
         manifest_dirs: Sequence[Path | str] | None = None,
         detach: bool = False,
         start_timeout: float = 90.0,
-        with_peers: bool = False,
+        with_peers: bool | None = None,
         peers_dir: Path | str | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.watch_cache = watch_cache
         self.with_nb = with_nb
         self.with_sb = with_nb if with_sb is None else (with_sb and with_nb)
-        self.with_peers = with_peers
+        # The real peers need both OVN databases; a bed with them runs the peers unless told not to.
+        self.with_peers = self.with_sb if with_peers is None else with_peers
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.peers_dir = Path(peers_dir) if peers_dir else default_peers_dir()
         # Kube-OVN v1.13 maps columns Debian's OVN schemas do not have.
-        self.nb_schema = self.peers_dir / "ovsdb" / "ovn-nb.ovsschema" if with_peers else NB_SCHEMA
-        self.sb_schema = self.peers_dir / "ovsdb" / "ovn-sb.ovsschema" if with_peers else SB_SCHEMA
+        self.nb_schema = self.peers_dir / "ovsdb" / "ovn-nb.ovsschema" if self.with_peers else NB_SCHEMA
+        self.sb_schema = self.peers_dir / "ovsdb" / "ovn-sb.ovsschema" if self.with_peers else SB_SCHEMA
         self.manifest_dirs = (
             [Path(p) for p in manifest_dirs]
             if manifest_dirs is not None
@@ -1377,8 +1378,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--no-nb", action="store_true")
     s.add_argument("--no-sb", action="store_true", help="no OVN SB ovsdb-server and no ovn-northd")
     s.add_argument(
-        "--peers", action=argparse.BooleanOptionalAction, default=False,
-        help="run the real kube-ovn-controller and IPAM provider (hack/build-peers.sh); off by default for now",
+        "--peers", action=argparse.BooleanOptionalAction, default=None,
+        help="run the real kube-ovn-controller and IPAM provider (hack/build-peers.sh); "
+        "default: on when the bed has the NB and SB",
     )
     for name in ("stop", "env"):
         p = sub.add_parser(name)

@@ -1,7 +1,9 @@
 """Shared pytest fixtures: the local test bed (hack/cluster.py) and clients for it.
 
 Fixtures
-  cluster            session: a started LocalCluster (etcd + kube-apiserver + OVN NB).
+  cluster            session: a started LocalCluster (etcd + kube-apiserver + OVN NB and SB)
+                     without the peers (with_peers=False): its tests write Kube-OVN's
+                     and the IPAM provider's state by hand.
                      Set PNC_CLUSTER_DIR=<dir> to reuse a bed started with
                      `python hack/cluster.py start --dir <dir>` (it is left running).
   admin_client       kubernetes.client.ApiClient as the admin (system:masters).
@@ -55,7 +57,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         except ClusterError as e:
             pytest.fail(f"PNC_CLUSTER_DIR={attach}: {e}", pytrace=False)
         return
-    c = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    # No peers here: these tests write Kube-OVN's and the IPAM provider's state by hand.
+    c = LocalCluster(tmp_path_factory.mktemp("cluster"), with_peers=False)
     try:
         c.start()
     except ClusterError as e:
