@@ -1,5 +1,5 @@
 """What kube-ovn-controller (v1.13) itself does with a Subnet's finalizers, where our
-release order depends on it (docs/real-peers.md).
+release order depends on it (docs/testing.md "What the real peers taught us").
 
 Kube-OVN adds its finalizer ``kubeovn.io/kube-ovn-controller`` only to a Subnet that has
 **no finalizer at all** (``handleSubnetFinalizer``: ``len(subnet.GetFinalizers()) == 0``),

@@ -640,7 +640,8 @@ class NetworkReconciler:
             held = kubeovn.held_only_by_us(sub)
             if held:
                 # Kube-OVN put no finalizer of its own on it (ours came first): ours keeps
-                # the Subnet while Kube-OVN still counts IPs in it (docs/real-peers.md).
+                # the Subnet while Kube-OVN still counts IPs in it (docs/testing.md, "What
+                # the real peers taught us").
                 message += (f"; Kube-OVN counts {held} IP(s) in use in it and has no finalizer of its own on it, "
                             f"so the controller keeps its finalizer until they are released")
             else:

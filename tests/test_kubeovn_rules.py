@@ -1,5 +1,5 @@
 """``controller.kubeovn``: Kube-OVN v1.13's own release rule for a deleting Subnet, which
-our finalizer must not bypass (docs/real-peers.md). Upstream: kube-ovn v1.13.0
+our finalizer must not bypass (docs/testing.md "What the real peers taught us"). Upstream: kube-ovn v1.13.0
 ``pkg/controller/subnet.go`` ``handleSubnetFinalizer`` (its finalizer is added only to a
 Subnet without finalizers and removed once ``usingIPs == 0``, or ``== 1`` with a U2O
 interconnection IP; ``v6usingIPs`` for an IPv6 CIDR, ``v4usingIPs`` otherwise)."""
