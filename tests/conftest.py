@@ -15,6 +15,8 @@ Fixtures
                      kube-ovn-controller and IPAM provider (with_peers=True); a module
                      fixture, because its tests stop, kill and pause the peers.
   peers_admin        module: hack.objects.Admin on peers_bed.
+  peers_restored     function: whatever the test did to peers_bed's peers (stopped, killed,
+                     paused), both run again afterwards.
 
 Integration tests carry ``@pytest.mark.integration``.
 """
@@ -89,6 +91,16 @@ def peers_admin(peers_bed: LocalCluster) -> Iterator[Admin]:
         yield Admin(api)
     finally:
         api.close()
+
+
+@pytest.fixture
+def peers_restored(peers_bed: LocalCluster) -> Iterator[None]:
+    from tests.support.peers import restore_peers
+
+    try:
+        yield
+    finally:
+        restore_peers(peers_bed)
 
 
 @pytest.fixture
