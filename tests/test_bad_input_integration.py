@@ -1,27 +1,31 @@
 """The bad-input corpus (product-decisions.md §6: "Bad input never crashes the controller or
 loses data: it becomes a condition with a reason and a message that says what to fix").
 
-Every case is fed to a running controller (as its own user) with the Kube-OVN and IPAM
-emulators: malformed zones (ranges, reserved and static VLANs, selectors), networks,
-pools and their addresses, Subnet fields, the prune-timer annotation on a Vlan, the
-namespace annotation ``proxmox.cozystack.io/networks``, and OVN NB rows we do not own.
-Each ends in the condition the spec names (reference-behaviour.md §4, §5.3-§5.6, §7) or is
-ignored; input the CRD schema refuses is answered 422 by the API server and never reaches
-the controller. Throughout, no reconcile may crash (the log never says
-``reconcile crashed``), the workers stay alive, and no allocated VLAN or finalizer is lost.
+Every case is fed to a running controller (as its own user) next to the real peers
+(kube-ovn-controller v1.13.0 and the in-cluster IPAM provider v1.0.3 of a peers bed of this
+module's own, conftest ``peers_bed``): malformed zones (ranges, reserved and static VLANs,
+selectors), networks, pools and their addresses, Subnet fields (with what the real Kube-OVN
+says of them), the prune-timer annotation on a Vlan, the namespace annotation
+``proxmox.cozystack.io/networks``, and OVN NB rows we do not own. Each ends in the condition
+the spec names (reference-behaviour.md §4, §5.3-§5.6, §7) or is ignored; input the CRD schema
+refuses is answered 422 by the API server and never reaches the controller. Throughout, no
+reconcile may crash (the log never says ``reconcile crashed``), the workers stay alive, and
+no allocated VLAN or finalizer is lost.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from typing import Iterator
 
 import pytest
+from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tests.emulators.ipam import IpamEmulator
-from tests.emulators.kubeovn import KubeOvnEmulator
-from tests.support.controller import running_controller
+from hack.cluster import LocalCluster
 from hack.objects import Admin, condition, reason, unique
+from tests.support.peers import KUBE_OVN, Ctl, Trunk, kube_get
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
@@ -32,33 +36,55 @@ IPAM = ("ipam.cluster.x-k8s.io", "v1alpha2")
 PX = ("proxmox.cozystack.io", "v1alpha1")
 DELETED_SUBNETS = "proxmox.cozystack.io/deleted-subnets"
 NS_ANNOTATION = "proxmox.cozystack.io/networks"
+PRUNE = 6.0  # --subnet-prune-timeout here, seconds
+
+
+@pytest.fixture(scope="module")
+def cluster(peers_bed: LocalCluster) -> LocalCluster:
+    """This module's bed: the real peers run on it (the session bed has none)."""
+    return peers_bed
+
+
+@pytest.fixture(scope="module")
+def admin(peers_admin: Admin) -> Admin:
+    return peers_admin
+
+
+@pytest.fixture(scope="module")
+def trunk(admin: Admin) -> Trunk:
+    """One trunk Node; every zone's ProviderNetwork is made ready on it (its label), because
+    the real kube-ovn-controller rewrites a ProviderNetwork's status from the Nodes' labels."""
+    return Trunk(admin, nodes=(("bad-input-node", "ch-bad-input"),))
 
 
 @pytest.fixture
-def admin(admin_client):
-    return Admin(admin_client)
+def unique_namespace(request: pytest.FixtureRequest, admin: Admin) -> str:
+    name = unique(request.node.originalname.replace("_", "-")[5:40].strip("-"))
+    admin.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    return name
 
 
 class Bed:
     """A namespace, zones on providers of their own, and helpers to build networks with a
     Subnet and a pool (shaped like Kube-OVN's and CAPI's, sound unless a case breaks them)."""
 
-    def __init__(self, admin: Admin, ns: str) -> None:
+    def __init__(self, admin: Admin, trunk: Trunk, ns: str) -> None:
         self.a = admin
+        self.trunk = trunk
         self.ns = ns
         self.octet = 0
 
     def zone(self, ranges: list[str], **spec) -> tuple[str, str]:
-        provider = unique("pn")[:12]
+        provider = self.trunk.add_provider()
         name = unique("bad-zone")
-        self.a.create_provider_network(provider)
         self.a.create_zone(name, provider, ranges, **spec)
         return name, provider
 
     def subnet(self, name: str, **overrides) -> None:
         self.octet += 1
         n = f"10.77.{self.octet}"
-        spec = {"vlan": name, "cidrBlock": f"{n}.0/24", "gateway": f"{n}.1", "excludeIps": [f"{n}.1", f"{n}.100..{n}.150"]}
+        spec = {"vlan": name, "cidrBlock": f"{n}.0/24", "gateway": f"{n}.1", "protocol": "IPv4",
+                "excludeIps": [f"{n}.1", f"{n}.100..{n}.150"]}
         spec.update(overrides)
         self.a.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
             "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name}, "spec": spec})
@@ -98,8 +124,8 @@ class Bed:
 
 
 @pytest.fixture
-def bed(admin, unique_namespace):
-    return Bed(admin, unique_namespace)
+def bed(admin, trunk, unique_namespace):
+    return Bed(admin, trunk, unique_namespace)
 
 
 def watch_for_crashes(mgr) -> list[str]:
@@ -125,15 +151,38 @@ def watch_for_crashes(mgr) -> list[str]:
     return crashes
 
 
+class WatchedCtl(Ctl):
+    """The module's controller, its reconcilers watched for crashes (again after a restart)."""
+
+    crashes: list[str] = []
+
+    def start(self) -> None:
+        super().start()
+        self.crashes = watch_for_crashes(self.mgr)
+
+
+@pytest.fixture(scope="module")
+def ctl(cluster: LocalCluster, trunk: Trunk) -> Iterator[WatchedCtl]:
+    c = WatchedCtl(cluster, subnet_prune_timeout=PRUNE)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
 @pytest.fixture
-def controller(cluster):
-    """Controller + emulators; afterwards: no reconcile crashed, every worker alive."""
-    with KubeOvnEmulator(cluster), IpamEmulator(cluster), running_controller(cluster, subnet_prune_timeout=30) as mgr:
-        crashes = watch_for_crashes(mgr)
-        yield mgr
-        assert crashes == []
-        assert mgr.healthy(), "a worker or the resync thread died"
-        assert mgr.caches_fresh()
+def controller(ctl: WatchedCtl):
+    """The controller next to the real peers; afterwards: no reconcile crashed, every worker alive."""
+    if ctl.mgr is None:
+        ctl.start()
+    ctl.crashes.clear()
+    yield ctl.mgr
+    if ctl.mgr is None:  # a test that stops it failed before starting it again
+        ctl.start()
+    assert ctl.crashes == []
+    assert ctl.mgr.healthy(), "a worker or the resync thread died"
+    assert ctl.mgr.caches_fresh()
 
 
 def full_resync(mgr) -> None:
@@ -285,17 +334,42 @@ def test_subnet_bound_to_another_vlan(bed, controller):
 # --------------------------------------------------------------------------- Subnet fields and pools
 
 
-def test_subnet_fields_kube_ovn_refuses(bed, controller):
+def kube_ovn_log(cluster: LocalCluster) -> str:
+    return (cluster.workdir / f"{KUBE_OVN}.log").read_text(errors="replace")
+
+
+def test_subnet_fields_kube_ovn_refuses(cluster, bed, controller):
+    """What the real Kube-OVN says of a broken Subnet is passed on (§5.5), and our own pool
+    check names the field. An unparsable CIDR is refused before Kube-OVN writes any status
+    (it logs and retries): the network waits on ``SubnetNotReady``. A gateway outside the CIDR
+    and an unparsable ``excludeIps`` entry are Kube-OVN's ``Validated=False``: ``SubnetInvalid``
+    with Kube-OVN's message (for the entry, after Kube-OVN has rewritten it in the spec)."""
     zone, _ = bed.zone(["460-462"])
     sub, _ = bed.network("cidr", zone, subnet_overrides={"cidrBlock": "10.77.0.0/33"})
     _, c = bed.wait("cidr", "IPPoolReady", "SubnetCIDRInvalid")
     assert c["message"].startswith('subnet cidrBlock "10.77.0.0/33": ')
-    # Kube-OVN's Validated=False message is passed on (§5.5).
-    _, c = bed.wait("cidr", "SubnetReady", "SubnetInvalid")
-    assert (c["status"], c["message"]) == ("False", f"subnet {sub} cidr 10.77.0.0/33 is invalid")
-    bed.network("excl", zone, subnet_overrides={"excludeIps": ["banana..10.77.9.9"]})
-    _, c = bed.wait("excl", "IPPoolReady", "SubnetExcludeIPsInvalid")
-    assert c["message"] == '"banana..10.77.9.9": bad start address'
+    wait_for(lambda: f"subnet {sub} cidr 10.77.0.0/33 is invalid" in kube_ovn_log(cluster), timeout=40,
+             what="Kube-OVN refusing the CIDR")
+    _, c = bed.wait("cidr", "SubnetReady", "SubnetNotReady")
+    assert (c["status"], c["message"]) == ("False", "Kube-OVN has not reported the subnet Ready yet")
+    assert not (kube_get(bed.a, "subnets", sub).get("status") or {}).get("conditions")
+
+    sub, _ = bed.network("gw", zone, subnet_overrides={"gateway": "10.77.99.1"})
+    o = bed.octet
+    _, c = bed.wait("gw", "SubnetReady", "SubnetInvalid")
+    assert (c["status"], c["message"]) == ("False", f"gateway 10.77.99.1 is not in cidr 10.77.{o}.0/24")
+
+    # Kube-OVN formats excludeIps before it validates them: the unparsable start becomes
+    # "<nil>" in the Subnet's spec, and both its message and ours quote that.
+    sub, _ = bed.network("excl", zone, subnet_overrides={"excludeIps": ["banana..10.77.9.9"]})
+    excl = wait_for(lambda: (lambda e: e if "<nil>..10.77.9.9" in e else None)(
+        kube_get(bed.a, "subnets", sub)["spec"]["excludeIps"]), timeout=40, what="Kube-OVN's rewrite of excludeIps")
+    assert "banana..10.77.9.9" not in excl, excl
+    _, c = bed.wait("excl", "SubnetReady", "SubnetInvalid")
+    assert (c["status"], c["message"]) == ("False", "ip <nil> in excludeIps is not a valid address")
+    wait_for(lambda: reason(bed.a.network(bed.ns, "excl"), "IPPoolReady") == (
+        "False", "SubnetExcludeIPsInvalid", '"<nil>..10.77.9.9": bad start address'), timeout=40,
+        what="our excludeIps message on Kube-OVN's rewrite")
 
 
 def test_pools_that_do_not_fit_their_subnet(bed, controller):
@@ -393,39 +467,51 @@ def test_namespace_annotation_of_a_namespace_without_networks_is_left_alone(admi
     json.dumps({"SUB": "2999-01-01T00:00:00Z"}),  # in the future: restarts now
     json.dumps({"SUB": "yesterday"}),
 ])
-def test_garbage_prune_timer_annotation_restarts_the_timer(admin, bed, cluster, stored):
+def test_garbage_prune_timer_annotation_restarts_the_timer(admin, bed, cluster, ctl, controller, peers_restored,
+                                                           stored):
     """Kube-OVN lost the Subnet delete (B03): the name stays listed on the Vlan. Whatever
-    sits in the ``deleted-subnets`` annotation, an unreadable timer restarts at now, so the
-    VLAN is held for the full prune timeout (never released early, never held for ever),
-    and the annotation is rewritten in the spec's format."""
-    timeout = 8
-    with KubeOvnEmulator(cluster, delete_mode="lost"), IpamEmulator(cluster), \
-            running_controller(cluster, subnet_prune_timeout=timeout) as mgr:
-        crashes = watch_for_crashes(mgr)
-        zone, _ = bed.zone(["495"])
-        sub, _ = bed.network("n1", zone)
-        obj, _ = bed.wait("n1", "Ready", "Ready")
-        admin.co.patch_cluster_custom_object(*KUBEOVN, "vlans", sub, {
-            "metadata": {"annotations": {DELETED_SUBNETS: stored.replace("SUB", sub)}}})
-        admin.co.delete_namespaced_custom_object(*PX, bed.ns, "proxmoxnetworks", "n1")
-        admin.co.delete_cluster_custom_object(*KUBEOVN, "subnets", sub)
-        obj, c = bed.wait("n1", "Ready", "SwitchDeleting")
-        ann = admin.vlan(sub)["metadata"]["annotations"][DELETED_SUBNETS]
-        timers = json.loads(ann)
-        assert list(timers) == [sub] and timers[sub].endswith("Z") and len(timers[sub]) == 20
-        assert not timers[sub].startswith("2999")
-        assert c["message"].startswith(f'Kube-OVN still lists deleted subnets [{sub}] on Vlan "{sub}" until it has '
-                                       "deleted their logical switches; VLAN 495 is released then, or at ")
+    sits in the ``deleted-subnets`` annotation when the controller first sees the Subnet gone,
+    an unreadable timer restarts at now, so the VLAN is held for the full prune timeout (never
+    released early, never held for ever), and the annotation is rewritten in the spec's
+    format. The lost delete is made with the real kube-ovn-controller stopped while the
+    Subnet goes (its finalizers stripped by hand, with our controller stopped too, so that the
+    garbage is in place before its first pass sees the Subnet gone)."""
+    zone, _ = bed.zone(["495"])
+    sub, _ = bed.network("n1", zone)
+    bed.wait("n1", "Ready", "Ready")
+    ctl.stop()
+    cluster.stop_peer(KUBE_OVN)
+    admin.co.delete_namespaced_custom_object(*PX, bed.ns, "proxmoxnetworks", "n1")
+    admin.co.delete_cluster_custom_object(*KUBEOVN, "subnets", sub)
+    admin.strip_finalizers(*KUBEOVN, "subnets", sub)
+    wait_for(lambda: kube_get(admin, "subnets", sub) is None, what="the Subnet gone")
+    assert admin.vlan(sub)["status"]["subnets"] == [sub]  # nobody pruned it
+    admin.co.patch_cluster_custom_object(*KUBEOVN, "vlans", sub, {
+        "metadata": {"annotations": {DELETED_SUBNETS: stored.replace("SUB", sub)}}})
+    written = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    ctl.start()
+    mgr = ctl.mgr
 
-        def gone():
-            try:
-                admin.network(bed.ns, "n1")
-            except ApiException as exc:
-                return exc.status == 404
-            return False
-        wait_for(gone, timeout=timeout + 40, what="released after the prune timeout")
-        assert crashes == []
-        assert mgr.healthy()
+    obj, c = bed.wait("n1", "Ready", "SwitchDeleting")
+    timers = json.loads(admin.vlan(sub)["metadata"]["annotations"][DELETED_SUBNETS])
+    assert list(timers) == [sub] and timers[sub].endswith("Z") and len(timers[sub]) == 20
+    started = dt.datetime.fromisoformat(timers[sub].replace("Z", "+00:00"))
+    assert started >= written  # restarted now: not the garbage, not earlier
+    deadline = (started + dt.timedelta(seconds=PRUNE)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert c["message"] == (f'Kube-OVN still lists deleted subnets [{sub}] on Vlan "{sub}" until it has '
+                            f"deleted their logical switches; VLAN 495 is released then, or at {deadline} at the "
+                            "latest")
+
+    def gone():
+        try:
+            admin.network(bed.ns, "n1")
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+    wait_for(gone, timeout=PRUNE + 40, what="released after the prune timeout")
+    assert dt.datetime.now(dt.timezone.utc) >= started + dt.timedelta(seconds=PRUNE)
+    assert ctl.crashes == []
+    assert mgr.healthy()
 
 
 # --------------------------------------------------------------------------- NB rows we do not own
