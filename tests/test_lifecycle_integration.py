@@ -1,7 +1,16 @@
 """The network lifecycle on a real kube-apiserver: Subnet and pool checks, consumers,
-deletion order, prune timers, orphans. Here the test plays Kube-OVN and the IPAM provider
-by hand (exact control over each peer state); tests/test_field_reports.py runs the same
-paths against the emulators.
+deletion order, prune timers, the gateway conditions, Events.
+
+Most tests run next to the real peers (kube-ovn-controller v1.13.0 and the in-cluster IPAM
+provider v1.0.3 of a peers bed of this module's own, conftest ``peers_bed``): Kube-OVN makes
+and deletes the logical switches and prunes ``Vlan.status.subnets``, the provider counts
+pools and makes and releases addresses; "Kube-OVN lost the delete" is kube-ovn-controller
+stopped while the Subnet goes (tests/support/peers.py). Two tests still write a peer's state
+by hand on the session bed (``cluster``, no peers), each saying why in one line: the state
+is one the real peer cannot produce on demand. The rest of the lifecycle on the real peers
+(Ready on Kube-OVN's router port, Kube-OVN's finalizer, the prune timeout with Kube-OVN
+stopped, orphans, claims and ProtectPool, a hand-made duplicate) is
+tests/test_real_peers_lifecycle_integration.py.
 
 Expected texts: reference-behaviour.md §5.5, §5.6, §6, §7, §8.1; product-decisions.md §4.3.
 """
@@ -9,21 +18,37 @@ Expected texts: reference-behaviour.md §5.5, §5.6, §6, §7, §8.1; product-de
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
+from typing import Iterator
 
 import pytest
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
 
-from tests.support.controller import running_controller
+from hack.cluster import LocalCluster
 from hack.objects import Admin, reason, unique, wait_condition
+from tests.support.controller import running_controller
+from tests.support.peers import ADDRESS_V, IPAM_PROVIDER, OURS, Trunk, kube_get, lose_subnet_delete
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
 FINALIZER = "proxmox.cozystack.io/network"
 IPAM = ("ipam.cluster.x-k8s.io", "v1alpha2")
+IPAM_GROUP = "ipam.cluster.x-k8s.io"
 KUBEOVN = ("kubeovn.io", "v1")
+PX = ("proxmox.cozystack.io", "v1alpha1")
 CAPMOX = "infrastructure.cluster.x-k8s.io"
+DELETED_SUBNETS = "proxmox.cozystack.io/deleted-subnets"
 PRUNE = 4.0  # --subnet-prune-timeout for these tests, seconds
+
+
+def parse(ts: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+# =========================================================================== by hand (session bed, no peers)
 
 
 @pytest.fixture
@@ -38,7 +63,7 @@ def ctl(cluster):
 
 
 class Env:
-    """One zone on its own provider, one namespace, helpers to play the peers."""
+    """One zone on its own provider, one namespace, helpers to write the peers' state by hand."""
 
     def __init__(self, admin: Admin, ns: str) -> None:
         self.a = admin
@@ -68,12 +93,6 @@ class Env:
     def get_subnet(self, name: str) -> dict:
         return self.a.co.get_cluster_custom_object(*KUBEOVN, "subnets", name)
 
-    def delete_subnet(self, name: str) -> None:
-        self.a.co.delete_cluster_custom_object(*KUBEOVN, "subnets", name)
-
-    def vlan_subnets(self, vlan: str, subnets: list[str]) -> None:
-        self.a.set_vlan_status(vlan, {"subnets": subnets})
-
     # IPAM ----------------------------------------------------------------------------
     def pool(self, name: str, addresses=("10.20.0.200-10.20.0.250",), prefix=24, gateway="10.20.0.1",
              total=51, used=0) -> dict:
@@ -95,37 +114,9 @@ class Env:
     def wait(self, net: str, ctype: str, expected: str, timeout: float = 40) -> dict:
         return wait_condition(self.a, self.ns, net, ctype, expected, timeout)
 
-    def gone(self, net: str, timeout: float = 30) -> None:
-        def check():
-            try:
-                self.a.network(self.ns, net)
-            except Exception as exc:  # ApiException 404
-                return getattr(exc, "status", None) == 404
-            return False
-        wait_for(check, timeout=timeout, what=f"{net} deleted")
-
-    def vlan_exists(self, name: str) -> bool:
-        try:
-            self.a.vlan(name)
-            return True
-        except Exception as exc:
-            if getattr(exc, "status", None) == 404:
-                return False
-            raise
-
-
-def ready_network(env: Env, net: str, sub: str, pool: str) -> dict:
-    """A network whose Subnet, pool and VLAN are all fine (management off: Ready True)."""
-    env.a.create_network(env.ns, net, env.zone, sub, pool)
-    env.wait(net, "VLANAllocated", "Allocated")
-    env.subnet(sub, sub)
-    env.subnet_conditions(sub, ("Validated", "True", ""), ("Ready", "True", ""))
-    env.pool(pool)
-    env.vlan_subnets(sub, [sub])
-    return env.wait(net, "Ready", "Ready")
-
 
 def test_subnet_and_pool_reasons(admin, ctl, unique_namespace):
+    # By hand: Kube-OVN's Ready/Validated messages and a full pool's count on command; the real peers overwrite them.
     env = Env(admin, unique_namespace)
     ns, net, sub, pool = unique_namespace, "n", unique("sub"), "p"
     admin.create_network(ns, net, env.zone, sub, pool)
@@ -196,250 +187,11 @@ def test_subnet_and_pool_reasons(admin, ctl, unique_namespace):
     assert obj["status"]["ipPool"] == {"total": 51, "used": 51, "free": 0}
 
 
-def machine_v1alpha1(ns: str, name: str, pool: str) -> dict:
-    return {"apiVersion": f"{CAPMOX}/v1alpha1", "kind": "ProxmoxMachine", "metadata": {"name": name, "namespace": ns},
-            "spec": {"network": {"default": {"bridge": "vmbr0"}, "additionalDevices": [
-                {"name": "net1", "bridge": "vmbr1",
-                 "ipv4PoolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": pool}}]}}}
-
-
-def machine_v1alpha2(ns: str, name: str, pool: str) -> dict:
-    return {"apiVersion": f"{CAPMOX}/v1alpha2", "kind": "ProxmoxMachine", "metadata": {"name": name, "namespace": ns},
-            "spec": {"network": {"networkDevices": [
-                {"name": "net0", "bridge": "vmbr0"},
-                {"name": "net1", "bridge": "vmbr1",
-                 "ipPoolRef": [{"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": pool}]}]}}}
-
-
-def ip_address(ns: str, name: str, pool: str) -> dict:
-    return {"apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress", "metadata": {"name": name, "namespace": ns},
-            "spec": {"address": "10.20.0.200", "prefix": 24, "gateway": "10.20.0.1",
-                     "claimRef": {"name": name},
-                     "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": pool}}}
-
-
-def test_vm_holds_the_network_until_the_last_consumer_is_gone(admin, ctl, unique_namespace):
-    """issue: a v1alpha1 machine, then a v1alpha2 machine, then only an IPAddress keep the
-    network InUse with Vlan, Subnet and pool held; it releases once the last one is gone."""
-    env = Env(admin, unique_namespace)
-    ns, net, sub, pool = unique_namespace, "vmnet", unique("sub"), "vmpool"
-    obj = ready_network(env, net, sub, pool)
-    vid = obj["status"]["vlan"]
-    co = admin.co
-    co.create_namespaced_custom_object(CAPMOX, "v1alpha1", ns, "proxmoxmachines", machine_v1alpha1(ns, "m1", pool))
-    admin.co.delete_namespaced_custom_object(*("proxmox.cozystack.io", "v1alpha1"), ns, "proxmoxnetworks", net)
-
-    in_use = (f'0 address(es) of pool "{pool}" are allocated and 1 ProxmoxMachine(s) reference it; '
-              f'VLAN {vid} and subnet "{sub}" are kept until they are gone')
-    obj = env.wait(net, "Ready", "InUse")
-    assert reason(obj, "Ready") == ("False", "InUse", in_use)
-
-    co.create_namespaced_custom_object(CAPMOX, "v1alpha2", ns, "proxmoxmachines", machine_v1alpha2(ns, "m2", pool))
-    co.delete_namespaced_custom_object(CAPMOX, "v1alpha1", ns, "proxmoxmachines", "m1")
-    # Only the v1alpha2 machine is left: still one machine.
-    wait_for(lambda: len(co.list_namespaced_custom_object(CAPMOX, "v1alpha2", ns, "proxmoxmachines")["items"]) == 1)
-    co.create_namespaced_custom_object("ipam.cluster.x-k8s.io", "v1beta2", ns, "ipaddresses", ip_address(ns, "m2-net1-00-inet", pool))
-    env.pool_status(pool, 51, 1)
-    co.delete_namespaced_custom_object(CAPMOX, "v1alpha2", ns, "proxmoxmachines", "m2")
-    obj = wait_for(lambda: (lambda o: o if "0 ProxmoxMachine(s)" in reason(o, "Ready")[2] else None)(admin.network(ns, net)))
-    assert reason(obj, "Ready") == ("False", "InUse",
-        f'1 address(es) of pool "{pool}" are allocated and 0 ProxmoxMachine(s) reference it; '
-        f'1 IPAddress(es) and 0 IPAddressClaim(s) name the pool; VLAN {vid} and subnet "{sub}" are kept until they are gone')
-    # Everything is still held.
-    assert FINALIZER in admin.vlan(sub)["metadata"]["finalizers"]
-    assert FINALIZER in env.get_subnet(sub)["metadata"]["finalizers"]
-
-    # The pool's count lags (B15): the address object alone holds the network.
-    env.pool_status(pool, 51, 0)
-    obj = wait_for(lambda: (lambda o: o if reason(o, "Ready")[2].startswith("0 address(es)") else None)(admin.network(ns, net)))
-    assert reason(obj, "Ready")[1] == "InUse"
-    co.delete_namespaced_custom_object("ipam.cluster.x-k8s.io", "v1beta2", ns, "ipaddresses", "m2-net1-00-inet")
-
-    obj = env.wait(net, "Ready", "SubnetStillExists")
-    assert reason(obj, "Ready")[2] == f'Subnet "{sub}" still exists; VLAN {vid} is released after it is deleted'
-    env.delete_subnet(sub)  # our finalizer keeps it Terminating until we let go
-    # The Subnet goes (we removed our finalizer from the Terminating Subnet), the Vlan
-    # still lists it: SwitchDeleting until Kube-OVN prunes it.
-    obj = env.wait(net, "Ready", "SwitchDeleting")
-    assert f'Kube-OVN still lists deleted subnets [{sub}] on Vlan "{sub}"' in reason(obj, "Ready")[2]
-    assert reason(obj, "SwitchDeleted")[:2] == ("False", "ListedOnVlan")
-    assert reason(obj, "SwitchDeleted")[2] == f"Kube-OVN still lists deleted subnets [{sub}] on the Vlan"
-    env.vlan_subnets(sub, [])
-    env.gone(net)
-    assert not env.vlan_exists(sub)
-    # The pass after the network is gone drops it from the namespace annotation.
-    wait_for(lambda: "proxmox.cozystack.io/networks" not in (admin.core.read_namespace(ns).metadata.annotations or {}),
-             what="namespace annotation removed")
-
-
-def test_subnet_deleting_and_vlan_still_referenced(admin, ctl, unique_namespace):
-    env = Env(admin, unique_namespace)
-    ns, net, sub, pool = unique_namespace, "n", unique("sub"), "p"
-    obj = ready_network(env, net, sub, pool)
-    vid = obj["status"]["vlan"]
-    # Kube-OVN's own finalizer keeps the Subnet Terminating after ours is gone (B04).
-    env.a.co.patch_cluster_custom_object(*KUBEOVN, "subnets", sub,
-                                         {"metadata": {"finalizers": ["kube-ovn-controller", FINALIZER]}})
-    other = unique("other")
-    env.subnet(other, sub, cidr="10.30.0.0/24", gateway="10.30.0.1", exclude=())
-    env.vlan_subnets(sub, [sub, other])
-    admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", net)
-    obj = env.wait(net, "Ready", "SubnetStillExists")
-    env.delete_subnet(sub)
-    obj = env.wait(net, "Ready", "SubnetDeleting")
-    assert reason(obj, "Ready")[2] == f'waiting for Kube-OVN to delete Subnet "{sub}" before VLAN {vid} is released'
-    # Ours is off, Kube-OVN's is untouched.
-    assert wait_for(lambda: env.get_subnet(sub)["metadata"].get("finalizers") == ["kube-ovn-controller"])
-    assert env.vlan_exists(sub)
-    # Kube-OVN finishes: its finalizer goes, the Subnet is gone; another subnet still sits on the Vlan.
-    env.a.strip_finalizers(*KUBEOVN, "subnets", sub)
-    obj = env.wait(net, "Ready", "VLANStillReferenced")
-    assert reason(obj, "Ready")[2] == f'Kube-OVN still lists subnets [{other}] on Vlan "{sub}"'
-    env.delete_subnet(other)
-    env.vlan_subnets(sub, [])
-    env.gone(net)
-    assert not env.vlan_exists(sub)
-
-
-def parse(ts: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))
-
-
-def test_delete_lost_releases_after_the_prune_timeout_across_a_restart(admin, cluster, unique_namespace):
-    """Kube-OVN lost the delete (B03): the Subnet is gone but the Vlan still lists it. The
-    VLAN is released once the timer in the Vlan annotation runs out; a controller restart
-    in between neither restarts nor extends it."""
-    env = Env(admin, unique_namespace)
-    ns, net, sub, pool = unique_namespace, "lost", unique("sub"), "p"
-    timeout = 8.0
-    with running_controller(cluster, subnet_prune_timeout=timeout):
-        obj = ready_network(env, net, sub, pool)
-        vid = obj["status"]["vlan"]
-        admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", net)
-        env.delete_subnet(sub)  # Kube-OVN never prunes: status.subnets keeps [sub]
-        obj = env.wait(net, "Ready", "SwitchDeleting")
-        ann = admin.vlan(sub)["metadata"]["annotations"]["proxmox.cozystack.io/deleted-subnets"]
-    started = parse(__import__("json").loads(ann)[sub])
-    deadline = (started + dt.timedelta(seconds=timeout)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert reason(obj, "Ready") == ("False", "SwitchDeleting",
-        f'Kube-OVN still lists deleted subnets [{sub}] on Vlan "{sub}" until it has deleted their logical switches; '
-        f"VLAN {vid} is released then, or at {deadline} at the latest")
-    assert started >= parse(obj["metadata"]["deletionTimestamp"])  # notBefore = the deletion
-    # A new controller process continues the same timer (state lives in the Vlan, not memory).
-    with running_controller(cluster, subnet_prune_timeout=timeout):
-        env.gone(net, timeout=timeout + 20)
-        released_at = dt.datetime.now(dt.timezone.utc)
-    assert not env.vlan_exists(sub)
-    assert released_at >= started + dt.timedelta(seconds=timeout)
-
-
-def test_recreated_network_gets_a_full_wait(admin, cluster, unique_namespace):
-    """A network deleted while Kube-OVN still lists its subnet, its finalizer then stripped
-    by hand, and a network of the same name created again: adoption drops the old timers,
-    and its own deletion gets the full prune wait (§7.2)."""
-    with running_controller(cluster, subnet_prune_timeout=15.0):
-        _recreated_network_gets_a_full_wait(admin, unique_namespace, 15.0)
-
-
-def _recreated_network_gets_a_full_wait(admin, unique_namespace, timeout):
-    env = Env(admin, unique_namespace)
-    ns, net, sub, pool = unique_namespace, "again", unique("sub"), "p"
-    ready_network(env, net, sub, pool)
-    admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", net)
-    env.delete_subnet(sub)
-    env.wait(net, "Ready", "SwitchDeleting")
-    old = admin.vlan(sub)["metadata"]["annotations"]["proxmox.cozystack.io/deleted-subnets"]
-    # Timers have second precision: let the clock pass the old timer's second first.
-    old_start = parse(__import__("json").loads(old)[sub])
-    wait_for(lambda: dt.datetime.now(dt.timezone.utc) >= old_start + dt.timedelta(seconds=2), what="clock")
-    # Someone strips the finalizer by hand and recreates the network at once.
-    admin.strip_finalizers("proxmox.cozystack.io", "v1alpha1", "proxmoxnetworks", net, ns)
-    env.gone(net)
-    admin.create_network(ns, net, env.zone, sub, pool)
-    env.wait(net, "VLANAllocated", "Allocated")
-    # Adopted: same Vlan, old timers dropped.
-    wait_for(lambda: "proxmox.cozystack.io/deleted-subnets" not in (admin.vlan(sub)["metadata"].get("annotations") or {}))
-    assert old
-    admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", net)
-    obj = env.wait(net, "Ready", "SwitchDeleting")
-    new = __import__("json").loads(admin.vlan(sub)["metadata"]["annotations"]["proxmox.cozystack.io/deleted-subnets"])
-    started = parse(new[sub])
-    assert started >= parse(obj["metadata"]["deletionTimestamp"])
-    assert started > parse(__import__("json").loads(old)[sub])
-    deadline = (started + dt.timedelta(seconds=timeout)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert reason(obj, "Ready")[2].endswith(f"or at {deadline} at the latest")
-    env.gone(net, timeout=timeout + 20)
-    assert not env.vlan_exists(sub)
-
-
-def test_orphaned_vlan_is_collected_after_the_finalizer_is_stripped(admin, ctl, unique_namespace):
-    env = Env(admin, unique_namespace)
-    ns, net, sub, pool = unique_namespace, "orphan", unique("sub"), "p"
-    ready_network(env, net, sub, pool)
-    admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", net)
-    env.wait(net, "Ready", "SubnetStillExists")
-    # Someone strips our finalizer: the network is gone, its Vlan and Subnet are left.
-    admin.strip_finalizers("proxmox.cozystack.io", "v1alpha1", "proxmoxnetworks", net, ns)
-    env.gone(net)
-    # The orphan is held while a Subnet is bound to it...
-    def zone_msg():
-        return reason(admin.zone(env.zone), "Ready")[2]
-    wait_for(lambda: "1 orphaned Vlan(s) still referenced by a subnet" in zone_msg(), what="orphan counted")
-    assert env.vlan_exists(sub)
-    # ...and collected once the Subnet is gone: no network holds it, so our finalizer
-    # comes off the deleting Subnet, and Kube-OVN's pruning frees the Vlan.
-    env.delete_subnet(sub)
-    wait_for(lambda: not env.a.co.list_cluster_custom_object(*KUBEOVN, "subnets",
-                                                               field_selector=f"metadata.name={sub}")["items"],
-             what="Subnet released by the orphan collection")
-    env.vlan_subnets(sub, [])
-    wait_for(lambda: not env.vlan_exists(sub), timeout=30, what="orphan collected")
-    wait_for(lambda: "orphaned" not in zone_msg())
-
-
-def test_gateway_management_on_conditions_and_release_pending(admin, cluster, unique_namespace):
-    """With --manage-gateway-chassis=true: GatewayReady waits for the VLAN and the bound
-    Subnet, and a failing gateway release holds the VLAN (GatewayReleasePending, §6 step 3)."""
-    env = Env(admin, unique_namespace)
-    ns, sub, pool = unique_namespace, unique("sub"), "p"
-    with running_controller(cluster, manage_gateway=True, subnet_prune_timeout=PRUNE) as mgr:
-        # A network refused its VLAN: every dependent condition, the gateway's included, waits.
-        admin.create_network(ns, "nozone", "no-such-zone", unique("s"))
-        obj = env.wait("nozone", "VLANAllocated", "ZoneNotFound")
-        assert reason(obj, "GatewayReady") == ("Unknown", "WaitingForVLAN", "waits for a VLAN to be allocated")
-
-        admin.create_network(ns, "gw", env.zone, sub, pool)
-        obj = env.wait("gw", "VLANAllocated", "Allocated")
-        assert reason(obj, "GatewayReady") == ("Unknown", "SubnetUnavailable",
-                                               "the router port is looked up once the subnet is bound")
-        env.subnet(sub, sub)
-        env.subnet_conditions(sub, ("Validated", "True", ""), ("Ready", "True", ""))
-        env.pool(pool)
-        obj = env.wait("gw", "Ready", "Pending")
-        assert reason(obj, "Ready") == ("False", "Pending", "GatewayReady has not been evaluated")
-
-        calls = []
-
-        def failing_release(net):
-            calls.append(net["metadata"]["name"])
-            return "connection refused"
-
-        mgr.network_reconciler.gateway_release = failing_release
-        admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", "gw")
-        env.wait("gw", "Ready", "SubnetStillExists")
-        env.delete_subnet(sub)
-        obj = env.wait("gw", "Ready", "GatewayReleasePending")
-        assert reason(obj, "Ready")[2] == (
-            "could not delete the network's HA chassis group from OVN NB: connection refused")
-        assert env.vlan_exists(sub) and calls
-        mgr.network_reconciler.gateway_release = lambda net: None
-        env.vlan_subnets(sub, [])
-        env.gone("gw")
-        assert not env.vlan_exists(sub)
 
 
 def test_identical_events_are_aggregated(admin, cluster, ctl, unique_namespace):
     """product-decisions.md §4.1: one Event per distinct transition, identical ones counted."""
+    # By hand: Vlan status.conflict, which Kube-OVN v1.13 lacks (its CRD prunes it); newer versions may set it.
     env = Env(admin, unique_namespace)
     ns, sub = unique_namespace, unique("sub")
     admin.create_network(ns, "ev", env.zone, sub, "p")
@@ -464,29 +216,330 @@ def test_identical_events_are_aggregated(admin, cluster, ctl, unique_namespace):
     assert len(allocated) == 1 and allocated[0].count == 1
 
 
-def test_subnet_recreated_and_deleted_again_gets_its_own_full_wait(admin, cluster, unique_namespace):
-    """A Subnet of the same name that comes back drops the earlier timer; its second
-    deletion waits the whole prune timeout again (§7.1, field report B03)."""
-    timeout = 20.0
-    with running_controller(cluster, subnet_prune_timeout=timeout):
-        env = Env(admin, unique_namespace)
-        ns, sub = unique_namespace, unique("sub")
-        ready_network(env, "twice", sub, "p")
-        admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", "twice")
-        env.wait("twice", "Ready", "SubnetStillExists")
+
+def machine_v1alpha1(ns: str, name: str, pool: str) -> dict:
+    return {"apiVersion": f"{CAPMOX}/v1alpha1", "kind": "ProxmoxMachine", "metadata": {"name": name, "namespace": ns},
+            "spec": {"network": {"default": {"bridge": "vmbr0"}, "additionalDevices": [
+                {"name": "net1", "bridge": "vmbr1",
+                 "ipv4PoolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": pool}}]}}}
+
+
+def machine_v1alpha2(ns: str, name: str, pool: str) -> dict:
+    return {"apiVersion": f"{CAPMOX}/v1alpha2", "kind": "ProxmoxMachine", "metadata": {"name": name, "namespace": ns},
+            "spec": {"network": {"networkDevices": [
+                {"name": "net0", "bridge": "vmbr0"},
+                {"name": "net1", "bridge": "vmbr1",
+                 "ipPoolRef": [{"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": pool}]}]}}}
+
+
+# =========================================================================== on the real peers (a peers bed)
+
+
+@pytest.fixture(scope="module")
+def trunk(peers_admin: Admin) -> Trunk:
+    return Trunk(peers_admin)
+
+
+_ranges = itertools.count(1400, 10)
+_octets = itertools.count(20)
+
+
+class PeerEnv:
+    """One zone on the trunk's provider (a VLAN range of its own), one namespace; Subnets on
+    Kube-OVN's default VPC (``10.<o>.0.0/24``, the pool's ``.200-.250`` in ``excludeIps``) and
+    pools, all handled by the real peers."""
+
+    def __init__(self, bed: LocalCluster, admin: Admin, trunk: Trunk) -> None:
+        self.bed, self.a = bed, admin
+        self.provider = trunk.provider
+        self.first_vlan = next(_ranges)
+        self.zone = unique("zone")
+        admin.create_zone(self.zone, self.provider, [f"{self.first_vlan}-{self.first_vlan + 9}"])
+        self.ns = unique("life")
+        admin.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=self.ns)))
+        self.prefixes: dict[str, str] = {}
+
+    def subnet(self, name: str, vlan: str) -> str:
+        """A Subnet on Vlan ``vlan``; returns its first three octets."""
+        p = self.prefixes.setdefault(name, f"10.{next(_octets)}.0")
+        self.a.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
+            "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name},
+            "spec": {"vlan": vlan, "cidrBlock": f"{p}.0/24", "gateway": f"{p}.1", "protocol": "IPv4",
+                     "excludeIps": [f"{p}.200..{p}.250"]}})
+        return p
+
+    def pool(self, name: str, p: str) -> None:
+        self.a.co.create_namespaced_custom_object(*IPAM, self.ns, "inclusterippools", {
+            "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool", "metadata": {"name": name},
+            "spec": {"addresses": [f"{p}.200-{p}.250"], "prefix": 24, "gateway": f"{p}.1"}})
+
+    def ready_network(self, net: str, sub: str, pool: str) -> dict:
+        """Network, Subnet and pool at once (as a chart applies them), awaited Ready."""
+        self.a.create_network(self.ns, net, self.zone, sub, pool)
+        self.pool(pool, self.subnet(sub, sub))
+        return self.wait(net, "Ready", "Ready")
+
+    def delete_network(self, net: str) -> None:
+        self.a.co.delete_namespaced_custom_object(*PX, self.ns, "proxmoxnetworks", net)
+
+    def delete_subnet(self, name: str) -> None:
+        self.a.co.delete_cluster_custom_object(*KUBEOVN, "subnets", name)
+
+    def wait(self, net: str, ctype: str, expected: str, timeout: float = 60) -> dict:
+        return wait_condition(self.a, self.ns, net, ctype, expected, timeout)
+
+    def gone(self, net: str, timeout: float = 60) -> None:
+        def check() -> bool:
+            try:
+                self.a.network(self.ns, net)
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+        wait_for(check, timeout=timeout, what=f"{net} deleted")
+
+    def vlan_exists(self, name: str) -> bool:
+        return kube_get(self.a, "vlans", name) is not None
+
+    def timer(self, vlan: str, sub: str) -> dt.datetime:
+        return parse(json.loads(self.a.vlan(vlan)["metadata"]["annotations"][DELETED_SUBNETS])[sub])
+
+
+@pytest.fixture
+def penv(peers_bed: LocalCluster, peers_admin: Admin, trunk: Trunk) -> PeerEnv:
+    return PeerEnv(peers_bed, peers_admin, trunk)
+
+
+@pytest.fixture
+def pctl(peers_bed: LocalCluster, trunk: Trunk) -> Iterator:
+    with running_controller(peers_bed, subnet_prune_timeout=PRUNE) as mgr:
+        yield mgr
+
+
+def ip_address(ns: str, name: str, pool: str, address: str) -> dict:
+    """An IPAddress made by hand (as clusterctl move makes one in the target cluster)."""
+    return {"apiVersion": f"{IPAM_GROUP}/{ADDRESS_V}", "kind": "IPAddress", "metadata": {"name": name, "namespace": ns},
+            "spec": {"address": address, "prefix": 24, "gateway": address.rsplit(".", 1)[0] + ".1",
+                     "claimRef": {"name": name},
+                     "poolRef": {"apiGroup": IPAM_GROUP, "kind": "InClusterIPPool", "name": pool}}}
+
+
+def test_vm_holds_the_network_until_the_last_consumer_is_gone(peers_bed, peers_admin, penv, pctl, peers_restored):
+    """A v1alpha1 machine, then a v1alpha2 machine, then only an IPAddress keep the network
+    InUse with Vlan and Subnet held; the address alone holds it while the real provider has
+    not counted it (the provider paused: the pool's count lags, B15), and once counted; it
+    releases once the last one is gone, and Kube-OVN's pruning lets the VLAN go."""
+    admin, env, co = peers_admin, penv, peers_admin.co
+    ns, net, sub, pool = env.ns, "vmnet", unique("sub"), "vmpool"
+    obj = env.ready_network(net, sub, pool)
+    vid = obj["status"]["vlan"]
+    assert obj["status"]["ipPool"] == {"total": 51, "used": 0, "free": 51}  # counted by the provider
+    co.create_namespaced_custom_object(CAPMOX, "v1alpha1", ns, "proxmoxmachines", machine_v1alpha1(ns, "m1", pool))
+    env.delete_network(net)
+
+    in_use = (f'0 address(es) of pool "{pool}" are allocated and 1 ProxmoxMachine(s) reference it; '
+              f'VLAN {vid} and subnet "{sub}" are kept until they are gone')
+    obj = env.wait(net, "Ready", "InUse")
+    assert reason(obj, "Ready") == ("False", "InUse", in_use)
+
+    co.create_namespaced_custom_object(CAPMOX, "v1alpha2", ns, "proxmoxmachines", machine_v1alpha2(ns, "m2", pool))
+    co.delete_namespaced_custom_object(CAPMOX, "v1alpha1", ns, "proxmoxmachines", "m1")
+    # Only the v1alpha2 machine is left: still one machine.
+    wait_for(lambda: len(co.list_namespaced_custom_object(CAPMOX, "v1alpha2", ns, "proxmoxmachines")["items"]) == 1)
+    peers_bed.pause_peer(IPAM_PROVIDER)
+    p = env.prefixes[sub]
+    co.create_namespaced_custom_object(IPAM_GROUP, ADDRESS_V, ns, "ipaddresses",
+                                       ip_address(ns, "m2-net1-00-inet", pool, f"{p}.200"))
+    co.delete_namespaced_custom_object(CAPMOX, "v1alpha2", ns, "proxmoxmachines", "m2")
+    # The provider has not counted the address: it alone holds the network (B15).
+    obj = wait_for(lambda: (lambda o: o if "0 ProxmoxMachine(s)" in reason(o, "Ready")[2] else None)(
+        admin.network(ns, net)), what="the machines gone from the message")
+    assert reason(obj, "Ready") == ("False", "InUse",
+        f'0 address(es) of pool "{pool}" are allocated and 0 ProxmoxMachine(s) reference it; '
+        f'1 IPAddress(es) and 0 IPAddressClaim(s) name the pool; VLAN {vid} and subnet "{sub}" are kept until they '
+        f"are gone")
+    assert FINALIZER in admin.vlan(sub)["metadata"]["finalizers"]
+    assert FINALIZER in kube_get(admin, "subnets", sub)["metadata"]["finalizers"]
+
+    peers_bed.resume_peer(IPAM_PROVIDER)
+    obj = wait_for(lambda: (lambda o: o if reason(o, "Ready")[2].startswith("1 address(es)") else None)(
+        admin.network(ns, net)), what="the provider's count of the address")
+    assert reason(obj, "Ready")[1] == "InUse"
+    co.delete_namespaced_custom_object(IPAM_GROUP, ADDRESS_V, ns, "ipaddresses", "m2-net1-00-inet")
+
+    obj = env.wait(net, "Ready", "SubnetStillExists")
+    assert reason(obj, "Ready")[2] == f'Subnet "{sub}" still exists; VLAN {vid} is released after it is deleted'
+    env.delete_subnet(sub)  # Kube-OVN deletes its switch and prunes the name from the Vlan
+    env.gone(net)
+    assert not env.vlan_exists(sub)
+    # The pass after the network is gone drops it from the namespace annotation.
+    wait_for(lambda: "proxmox.cozystack.io/networks" not in (admin.core.read_namespace(ns).metadata.annotations or {}),
+             what="namespace annotation removed")
+
+
+def test_vlan_still_referenced_by_another_subnet(peers_admin, penv, pctl):
+    """A second Subnet on the network's Vlan: Kube-OVN lists both in ``Vlan.status.subnets``;
+    the network's own Subnet deleted (and pruned by Kube-OVN), the VLAN is held while
+    Kube-OVN lists the other (``VLANStillReferenced``), and released once it goes too."""
+    admin, env = peers_admin, penv
+    net, sub, pool = "n", unique("sub"), "p"
+    obj = env.ready_network(net, sub, pool)
+    vid = obj["status"]["vlan"]
+    other = unique("other")
+    env.subnet(other, sub)
+    wait_for(lambda: sorted(admin.vlan(sub)["status"]["subnets"]) == sorted([sub, other]), timeout=60,
+             what="Kube-OVN listing both Subnets on the Vlan")
+    assert OURS not in (kube_get(admin, "subnets", other)["metadata"].get("finalizers") or [])  # not the network's
+    env.delete_network(net)
+    env.wait(net, "Ready", "SubnetStillExists")
+    env.delete_subnet(sub)
+    obj = env.wait(net, "Ready", "VLANStillReferenced")
+    assert reason(obj, "Ready")[2] == f'Kube-OVN still lists subnets [{other}] on Vlan "{sub}"'
+    assert admin.vlan(sub)["status"]["subnets"] == [other]
+    assert admin.vlan(sub)["spec"]["id"] == vid
+    env.delete_subnet(other)
+    env.gone(net)
+    assert not env.vlan_exists(sub)
+
+
+def test_delete_lost_releases_after_the_prune_timeout_across_a_restart(peers_bed, peers_admin, penv,
+                                                                       peers_restored):
+    """Kube-OVN lost the delete (B03; kube-ovn-controller stopped while the Subnet goes): the
+    Subnet is gone but the Vlan still lists it. The VLAN is released once the timer in the
+    Vlan annotation runs out; a controller restart in between neither restarts nor extends it."""
+    admin, env = peers_admin, penv
+    net, sub, pool = "lost", unique("sub"), "p"
+    timeout = 8.0
+    with running_controller(peers_bed, subnet_prune_timeout=timeout):
+        obj = env.ready_network(net, sub, pool)
+        vid = obj["status"]["vlan"]
+        env.delete_network(net)
+        env.wait(net, "Ready", "SubnetStillExists")
+        lose_subnet_delete(peers_bed, admin, sub)
+        obj = env.wait(net, "Ready", "SwitchDeleting")
+        started = env.timer(sub, sub)
+    assert admin.vlan(sub)["status"]["subnets"] == [sub]
+    deadline = (started + dt.timedelta(seconds=timeout)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert reason(obj, "Ready") == ("False", "SwitchDeleting",
+        f'Kube-OVN still lists deleted subnets [{sub}] on Vlan "{sub}" until it has deleted their logical switches; '
+        f"VLAN {vid} is released then, or at {deadline} at the latest")
+    assert started >= parse(obj["metadata"]["deletionTimestamp"])  # notBefore = the deletion
+    # A new controller process continues the same timer (state lives in the Vlan, not memory).
+    with running_controller(peers_bed, subnet_prune_timeout=timeout):
+        env.gone(net, timeout=timeout + 20)
+        released_at = dt.datetime.now(dt.timezone.utc)
+    assert not env.vlan_exists(sub)
+    assert released_at >= started + dt.timedelta(seconds=timeout)
+
+
+def test_recreated_network_gets_a_full_wait(peers_bed, peers_admin, penv, peers_restored):
+    """A network deleted while Kube-OVN still lists its subnet (kube-ovn-controller stopped
+    while the Subnet went), its finalizer then stripped by hand, and a network of the same
+    name created again: adoption drops the old timers, and its own deletion gets the full
+    prune wait (§7.2)."""
+    admin, env = peers_admin, penv
+    timeout = 15.0
+    ns, net, sub, pool = env.ns, "again", unique("sub"), "p"
+    with running_controller(peers_bed, subnet_prune_timeout=timeout):
+        env.ready_network(net, sub, pool)
+        env.delete_network(net)
+        env.wait(net, "Ready", "SubnetStillExists")
+        lose_subnet_delete(peers_bed, admin, sub)
+        env.wait(net, "Ready", "SwitchDeleting")
+        old_start = env.timer(sub, sub)
+        # Timers have second precision: let the clock pass the old timer's second first.
+        wait_for(lambda: dt.datetime.now(dt.timezone.utc) >= old_start + dt.timedelta(seconds=2), what="clock")
+        # Someone strips the finalizer by hand and recreates the network at once.
+        admin.strip_finalizers(*PX, "proxmoxnetworks", net, ns)
+        env.gone(net)
+        admin.create_network(ns, net, env.zone, sub, pool)
+        env.wait(net, "VLANAllocated", "Allocated")
+        # Adopted: same Vlan, old timers dropped.
+        wait_for(lambda: DELETED_SUBNETS not in (admin.vlan(sub)["metadata"].get("annotations") or {}),
+                 what="the old timers dropped")
+        env.delete_network(net)
+        obj = env.wait(net, "Ready", "SwitchDeleting")
+        started = env.timer(sub, sub)
+        assert started >= parse(obj["metadata"]["deletionTimestamp"])
+        assert started > old_start
+        deadline = (started + dt.timedelta(seconds=timeout)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert reason(obj, "Ready")[2].endswith(f"or at {deadline} at the latest")
+        env.gone(net, timeout=timeout + 20)
+        assert dt.datetime.now(dt.timezone.utc) >= started + dt.timedelta(seconds=timeout)
+        assert not env.vlan_exists(sub)
+
+
+def test_gateway_management_on_conditions_and_release_pending(peers_bed, peers_admin, penv):
+    """With --manage-gateway-chassis=true: GatewayReady waits for the VLAN and the bound
+    Subnet, and a failing gateway release holds the VLAN (GatewayReleasePending, §6 step 3),
+    also once Kube-OVN has deleted the Subnet and pruned it from the Vlan."""
+    admin, env = peers_admin, penv
+    ns, sub, pool = env.ns, unique("sub"), "p"
+    with running_controller(peers_bed, manage_gateway=True, subnet_prune_timeout=PRUNE) as mgr:
+        # A network refused its VLAN: every dependent condition, the gateway's included, waits.
+        admin.create_network(ns, "nozone", "no-such-zone", unique("s"))
+        obj = env.wait("nozone", "VLANAllocated", "ZoneNotFound")
+        assert reason(obj, "GatewayReady") == ("Unknown", "WaitingForVLAN", "waits for a VLAN to be allocated")
+
+        admin.create_network(ns, "gw", env.zone, sub, pool)
+        obj = env.wait("gw", "VLANAllocated", "Allocated")
+        assert reason(obj, "GatewayReady") == ("Unknown", "SubnetUnavailable",
+                                               "the router port is looked up once the subnet is bound")
+        env.pool(pool, env.subnet(sub, sub))  # Kube-OVN reports it Ready
+        obj = env.wait("gw", "Ready", "Pending")
+        assert reason(obj, "SubnetReady") == ("True", "Ready", "Kube-OVN reports the subnet Ready")
+        assert reason(obj, "Ready") == ("False", "Pending", "GatewayReady has not been evaluated")
+
+        calls = []
+
+        def failing_release(net):
+            calls.append(net["metadata"]["name"])
+            return "connection refused"
+
+        mgr.network_reconciler.gateway_release = failing_release
+        env.delete_network("gw")
+        env.wait("gw", "Ready", "SubnetStillExists")
         env.delete_subnet(sub)
+        obj = env.wait("gw", "Ready", "GatewayReleasePending")
+        assert reason(obj, "Ready")[2] == (
+            "could not delete the network's HA chassis group from OVN NB: connection refused")
+        wait_for(lambda: admin.vlan(sub)["status"].get("subnets") in (None, []), timeout=60,
+                 what="Kube-OVN pruning the Subnet from the Vlan")
+        assert kube_get(admin, "subnets", sub) is None
+        before = mgr.resyncs_completed
+        mgr.enqueue_all()
+        wait_for(lambda: mgr.resyncs_completed > before, timeout=60, what="a full resync")
+        assert reason(admin.network(ns, "gw"), "Ready")[1] == "GatewayReleasePending"
+        assert env.vlan_exists(sub) and calls
+        mgr.network_reconciler.gateway_release = lambda net: None
+        env.gone("gw")
+        assert not env.vlan_exists(sub)
+
+
+def test_subnet_recreated_and_deleted_again_gets_its_own_full_wait(peers_bed, peers_admin, penv, peers_restored):
+    """A Subnet of the same name that comes back (kube-ovn-controller stopped all along, so
+    nobody prunes) drops the earlier timer; its second deletion waits the whole prune timeout
+    again (§7.1, field report B03)."""
+    admin, env = peers_admin, penv
+    timeout = 12.0
+    with running_controller(peers_bed, subnet_prune_timeout=timeout):
+        sub = unique("sub")
+        env.ready_network("twice", sub, "p")
+        env.delete_network("twice")
+        env.wait("twice", "Ready", "SubnetStillExists")
+        lose_subnet_delete(peers_bed, admin, sub)
         env.wait("twice", "Ready", "SwitchDeleting")
-        first = parse(json.loads(admin.vlan(sub)["metadata"]["annotations"]["proxmox.cozystack.io/deleted-subnets"])[sub])
+        first = env.timer(sub, sub)
         env.subnet(sub, sub)  # it comes back
         env.wait("twice", "Ready", "SubnetStillExists")
-        wait_for(lambda: "proxmox.cozystack.io/deleted-subnets" not in (admin.vlan(sub)["metadata"].get("annotations") or {}),
+        wait_for(lambda: DELETED_SUBNETS not in (admin.vlan(sub)["metadata"].get("annotations") or {}),
                  what="the old timer dropped")
         wait_for(lambda: dt.datetime.now(dt.timezone.utc) >= first + dt.timedelta(seconds=2), what="clock")
         env.delete_subnet(sub)
         obj = env.wait("twice", "Ready", "SwitchDeleting")
-        second = parse(json.loads(admin.vlan(sub)["metadata"]["annotations"]["proxmox.cozystack.io/deleted-subnets"])[sub])
+        second = env.timer(sub, sub)
         assert second > first
         deadline = (second + dt.timedelta(seconds=timeout)).strftime("%Y-%m-%dT%H:%M:%SZ")
         assert reason(obj, "Ready")[2].endswith(f"or at {deadline} at the latest")
-        env.vlan_subnets(sub, [])
-        env.gone("twice")
+        env.gone("twice", timeout=timeout + 20)
+        assert dt.datetime.now(dt.timezone.utc) >= second + dt.timedelta(seconds=timeout)
+        assert not env.vlan_exists(sub)
