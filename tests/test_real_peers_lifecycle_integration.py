@@ -4,8 +4,8 @@ kube-ovn-controller v1.13.0 and the real in-cluster IPAM provider v1.0.3 of
 ``LocalCluster(with_peers=True)``, on a bed of this module's own. Nothing here plays a peer:
 Kube-OVN makes the logical switches, router ports, ``Vlan.status.subnets`` and its own
 finalizer; the provider fulfils claims, counts pools and holds ``ProtectPool``. Faults are
-made by stopping, killing or pausing the real processes. What differs from the emulators
-is listed in docs/testing.md "What the real peers taught us".
+made by stopping, killing or pausing the real processes. Where the real peers differ from
+what the tests once assumed: docs/testing.md "What the real peers taught us".
 
 * a network with its Vlan, a VPC Subnet (``logicalGateway``) and a pool reaches Ready, with
   its HA_Chassis_Group on the router port Kube-OVN made and ``cr-<port>`` from ovn-northd;
