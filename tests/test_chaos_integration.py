@@ -7,8 +7,9 @@ under restarts, cache lag and kills. Field reports B01 (duplicates), B11/B12 (wa
 through an API server restart and a compaction), B13 (a leader that dies is replaced).
 
 The short form runs in a bed of its own (the API server is restarted): two controller
-replicas with leader election, the emulators, a load of creates and deletes, and 5 leader
-kills, 1 API server restart, 1 etcd compaction and 1 NB restart. The long form
+replicas with leader election next to the real kube-ovn-controller and IPAM provider, a load
+of creates and deletes, and 5 leader kills, 1 API server restart, 1 etcd compaction, 1 NB
+restart, 1 kill and restart of kube-ovn-controller and 1 of the IPAM provider. The long form
 (``python hack/chaos.py --kills 50 ...``) writes the figures of docs/reliability.md.
 """
 
@@ -18,7 +19,7 @@ import json
 
 import pytest
 
-from hack.chaos import ChaosConfig, InvariantMonitor, pool_refs, run
+from hack.chaos import FAULT_KINDS, ChaosConfig, InvariantMonitor, pool_refs, run
 
 pytestmark = pytest.mark.chaos
 
@@ -103,7 +104,8 @@ def test_pool_refs_reads_both_capmox_shapes_and_ipam_objects():
 @pytest.mark.timeout(900)
 def test_chaos_short_form(tmp_path):
     # About 3 minutes on 2 cores, most of it the 15 s lease a standby waits out after each kill.
-    cfg = ChaosConfig(kills=5, api_restarts=1, compactions=1, nb_restarts=1, slots=20, initial_networks=10,
+    cfg = ChaosConfig(kills=5, api_restarts=1, compactions=1, nb_restarts=1, kubeovn_restarts=1, ipam_restarts=1,
+                      slots=20, initial_networks=10,
                       namespaces=3, zones=4, seed=7, workdir=str(tmp_path / "chaos"), load_window=(0.5, 2.5),
                       api_down=2.0, converge_timeout=150.0)
     res = run(cfg)
@@ -112,7 +114,8 @@ def test_chaos_short_form(tmp_path):
     assert res.convergence_failures == []
     assert res.teardown_leftovers == []
     assert res.unexpected_exits() == []
-    assert {k: res.survived(k) for k in ("kill", "api", "compact", "nb")} == {"kill": 5, "api": 1, "compact": 1, "nb": 1}
+    assert {k: res.survived(k) for k in FAULT_KINDS} == {"kill": 5, "api": 1, "compact": 1, "nb": 1, "kubeovn": 1,
+                                                         "ipam": 1}
     killed = [e for e in res.replica_exits if e["killed"]]
     assert len(killed) == 5  # every kill hit a live leader, and it was replaced
     # The monitor did watch releases happen (it is not vacuously clean).
