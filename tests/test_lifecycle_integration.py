@@ -63,7 +63,9 @@ def ctl(cluster):
 
 
 class Env:
-    """One zone on its own provider, one namespace, helpers to write the peers' state by hand."""
+    """One zone on its own provider, one namespace, helpers to write the peers' state by hand
+    (also used by test_gateway_integration.py, test_doctor_integration.py and
+    test_zz_rbac_usage.py, on the same bed)."""
 
     def __init__(self, admin: Admin, ns: str) -> None:
         self.a = admin
@@ -93,6 +95,12 @@ class Env:
     def get_subnet(self, name: str) -> dict:
         return self.a.co.get_cluster_custom_object(*KUBEOVN, "subnets", name)
 
+    def delete_subnet(self, name: str) -> None:
+        self.a.co.delete_cluster_custom_object(*KUBEOVN, "subnets", name)
+
+    def vlan_subnets(self, vlan: str, subnets: list[str]) -> None:
+        self.a.set_vlan_status(vlan, {"subnets": subnets})
+
     # IPAM ----------------------------------------------------------------------------
     def pool(self, name: str, addresses=("10.20.0.200-10.20.0.250",), prefix=24, gateway="10.20.0.1",
              total=51, used=0) -> dict:
@@ -113,6 +121,36 @@ class Env:
     # waiting -----------------------------------------------------------------------------
     def wait(self, net: str, ctype: str, expected: str, timeout: float = 40) -> dict:
         return wait_condition(self.a, self.ns, net, ctype, expected, timeout)
+
+    def gone(self, net: str, timeout: float = 30) -> None:
+        def check():
+            try:
+                self.a.network(self.ns, net)
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+        wait_for(check, timeout=timeout, what=f"{net} deleted")
+
+    def vlan_exists(self, name: str) -> bool:
+        try:
+            self.a.vlan(name)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+
+def ready_network(env: Env, net: str, sub: str, pool: str) -> dict:
+    """A network whose Subnet, pool and VLAN are all fine, the peers' part written by hand
+    (management off: Ready True)."""
+    env.a.create_network(env.ns, net, env.zone, sub, pool)
+    env.wait(net, "VLANAllocated", "Allocated")
+    env.subnet(sub, sub)
+    env.subnet_conditions(sub, ("Validated", "True", ""), ("Ready", "True", ""))
+    env.pool(pool)
+    env.vlan_subnets(sub, [sub])
+    return env.wait(net, "Ready", "Ready")
 
 
 def test_subnet_and_pool_reasons(admin, ctl, unique_namespace):
