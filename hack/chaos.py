@@ -20,14 +20,17 @@ What runs (all on loopback, in a bed of its own, because the API server is resta
   agent would set, from which kube-ovn-controller writes the ProviderNetworks' status, and
   an OVN chassis). A :class:`PeerSupervisor` keeps the peers running: a peer that exits
   without the harness killing it is started again and reported (expected within a minute of
-  an API server or NB outage, unexpected otherwise);
+  an API server or NB outage or an etcd compaction, unexpected otherwise);
 * two controller replicas as subprocesses (``python -m controller.main --leader-elect=true
   --manage-gateway-chassis=true --ovn-nb-address=<the bed's NB>``; ``--manage-gateway
   false`` turns gateway management off), kept alive by a :class:`Supervisor` the way a
   Deployment keeps its pods: a replica that exits (SIGKILL, or "leadership lost" after an
   API outage) is started again;
 * a :class:`GarbageCollector` standing in for kube-controller-manager's (claim-owned
-  IPAddresses whose claim is gone; with the real provider it should find nothing);
+  IPAddresses whose claim is gone are deleted) and for the operator who removes the
+  provider's ProtectAddress finalizer from such an address: kube-apiserver can delete a new
+  claim under the provider's just-added finalizer (kubernetes/kubernetes#77988), and the
+  provider then makes an address for a claim that is gone and never lets go of it;
 * a :class:`Loader` that creates and deletes networks (with their Subnet and pool),
   ProxmoxMachines (both capmox versions), IPAddressClaims and IPAddresses across several
   namespaces and two kinds of zones: ``zones`` zones alternating over two provider networks
@@ -217,8 +220,7 @@ class ChaosResult:
     teardown_leftovers: list[str] = field(default_factory=list)
     replica_exits: list[dict[str, Any]] = field(default_factory=list)
     # exits of a real peer the harness did not cause (it starts the peer again): expected
-    # within a minute of an API server or NB outage (kube-ovn-controller exits when it cannot
-    # renew its lease), unexpected otherwise
+    # within a minute of an API server or NB outage or a compaction, unexpected otherwise
     peer_exits: list[dict[str, Any]] = field(default_factory=list)
     peers: dict[str, str] = field(default_factory=dict)  # peer -> version
     # what Kube-OVN itself left in the NB for our Subnets (not ours: reported, not failed),
@@ -518,9 +520,10 @@ class PeerSupervisor:
     """The real peers (kube-ovn-controller, the IPAM provider), kept running as their
     Deployments would keep them: a peer that exits without the harness killing it is started
     again (``LocalCluster.start_peer``, which returns once it is at work) and the exit is
-    recorded. An exit within ``grace`` seconds of an API server or NB outage is *expected*
-    (kube-ovn-controller exits when it cannot renew its lease, as our replicas do); any other
-    is unexpected and fails the run.
+    recorded. An exit within ``grace`` seconds of an API server or NB outage or an etcd
+    compaction is *expected* (caused by it: kube-ovn-controller exits when it cannot renew its
+    lease, as our replicas do, and v1.13.0 panics on the tombstone a relist hands its Subnet
+    delete handler); any other is unexpected and fails the run.
 
     :meth:`fault` is the ``kubeovn`` / ``ipam`` fault: SIGKILL, ``down`` seconds, start again.
     A peer this supervisor (re)starts lives as long as the thread that started it (the bed's
@@ -1455,7 +1458,7 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
     # The real kube-ovn-controller and IPAM provider run in the bed (with_peers: hack/build-peers.sh).
     cluster = LocalCluster(workdir / "bed", with_peers=True)
     sup = mon = loader = checker = gc = peers = None
-    outages: list[tuple[float, float]] = []  # API server and NB outages, for the peers' exits
+    outages: list[tuple[float, float]] = []  # API server and NB outages and compactions, for the peers' exits
     try:
         cluster.start()
         res.peers = peer_versions()
@@ -1530,6 +1533,7 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
             elif kind == "compact":
                 rec.detail = f"revision {cluster.compact()}"
                 rec.at = time.monotonic()
+                outages.append((rec.at, rec.at))  # a watch resumed from before it relists (410)
             elif kind == "nb":
                 rec.at = time.monotonic()
                 restart_nb(cluster, cfg.nb_down)
@@ -1707,8 +1711,8 @@ def render_markdown(res: ChaosResult) -> str:
     peers = res.peers or {}
     peer_line = (f"* Peers: the real kube-ovn-controller {peers.get('kube-ovn-controller', '?')} and in-cluster IPAM "
                  f"provider {peers.get('ipam-provider', '?')}. Their own exits (not the harness's kills): {len(pexits)} — "
-                 f"{sum(1 for e in pexits if e['expected'])} within a minute of an API server or NB outage (started "
-                 f"again), **{sum(1 for e in pexits if not e['expected'])}** unexpected"
+                 f"{sum(1 for e in pexits if e['expected'])} within a minute of an API server or NB outage or an etcd "
+                 f"compaction (started again), **{sum(1 for e in pexits if not e['expected'])}** unexpected"
                  + "".join(f"\n  * {e['peer']} exited (rc {e['rc']}) {'after an outage' if e['expected'] else 'UNEXPECTEDLY'}: "
                            f"`{e['why']}`" for e in pexits)
                  + f". Kube-OVN's own NB leftovers for the load's Subnets after teardown (not ours, not failed): "
