@@ -26,7 +26,7 @@ from kubernetes.client.rest import ApiException
 from hack.cluster import LocalCluster
 from hack.objects import Admin, condition, reason, unique
 from tests.support.peers import KUBE_OVN, Ctl, Trunk, kube_get
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.controller import running_controller
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -47,7 +47,7 @@ from tests.support.ovsdb import ha_chassis_groups
 from tests.support.peers import (ADDRESS_V, IPAM, IPAM_PROVIDER, KUBE_OVN, KUBE_OVN_FINALIZER, KUBEOVN, OURS,
                                  POOL_V, WAIT, Ctl, Trunk, kube_get, kube_ovn_ip, kube_ovn_ready, make_vpc,
                                  subnet_finalizers)
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from tests.support.controller import running_controller
 from hack.objects import Admin, reason, unique
 from tests.support.ovsdb import NBServer, ha_chassis_groups
 from tests.support.pki import CA, kube_ovn_secret
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 from tests.test_lifecycle_integration import Env
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ import pytest
 
 from controller.kube import ApiError, KubeWriter
 from controller.leader import LeaderElector, lease_path
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

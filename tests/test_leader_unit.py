@@ -30,7 +30,7 @@ from controller.leader import (
     lease_path,
 )
 from tests.support.clock import FakeClock
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 NS = "proxmox-network-system"
 PATH = lease_path(NS, DEFAULT_LEASE_NAME)

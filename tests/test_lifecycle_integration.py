@@ -30,7 +30,7 @@ from hack.cluster import LocalCluster
 from hack.objects import Admin, reason, unique, wait_condition
 from tests.support.controller import running_controller
 from tests.support.peers import ADDRESS_V, IPAM_PROVIDER, OURS, Trunk, kube_get, lose_subnet_delete
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

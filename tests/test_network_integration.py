@@ -12,7 +12,7 @@ import pytest
 from hack.audit import format_writes, write_marker, writes_before
 from tests.support.controller import running_controller
 from hack.objects import Admin, reason, unique
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from ovn.gateway import GatewayApplier
 from ovn.nb import NBError, NBNotSynced
 
 from tests.support.ovsdb import ha_chassis_groups
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ import pytest
 from ovn.nb import NBError, jsonrpc_call
 from ovn.tls import TLSError, TLSSource, probe
 from tests.support.pki import BOTH, CA, CLIENT_AUTH, SERVER_AUTH, CertKey, kube_ovn_secret, restore_ovs_ssl  # noqa: F401 (autouse fixture)
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -33,7 +33,7 @@ from ovn.gateway import GatewayApplier
 from ovn.nb import fetch_schema
 from hack.objects import Admin, unique
 from tests.support.ovsdb import ha_chassis_groups
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

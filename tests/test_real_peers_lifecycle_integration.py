@@ -50,7 +50,7 @@ from hack.cluster import ClusterError, LocalCluster, ovsdb_rows
 from tests.support.controller import running_controller
 from hack.objects import Admin, reason, unique, wait_condition
 from tests.support.ovsdb import RowMonitor, ha_chassis_groups
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ import pytest
 
 from hack.probe import status_of
 from hack.objects import Admin, reason, unique
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,7 @@ from controller.manager import zone_index_provider
 from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from informers import SharedInformerFactory
 from hack.objects import KUBEOVN, PX, Admin, unique
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from controller.leader import LeaderElector
 from hack.audit import read_events
 from tests.support.controller import running_controller
 from hack.objects import Admin, unique
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 from tests.test_egress_integration import annotation, chain
 from tests.test_lifecycle_integration import Env, ready_network
 

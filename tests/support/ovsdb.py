@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
 

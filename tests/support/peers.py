@@ -27,7 +27,7 @@ from kubernetes.client.rest import ApiException
 from hack.cluster import ClusterError, LocalCluster, _pid_state
 from hack.objects import Admin, unique
 from tests.support.controller import running_controller
-from tests.support.wait import wait_for
+from hack.wait import wait_for
 
 KUBE_OVN = "kube-ovn-controller"
 IPAM_PROVIDER = "ipam-provider"

@@ -1,4 +1,4 @@
-"""Await a condition with a deadline (tests never sleep for timing)."""
+"""Await a condition with a deadline (tests and hack/ harnesses never sleep for timing)."""
 
 from __future__ import annotations
 
