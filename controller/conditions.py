@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from controller import names
+from controller.rfc3339 import format_utc
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 
@@ -21,11 +22,6 @@ Clock = Callable[[], _dt.datetime]
 
 def utc_now() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
-
-
-def rfc3339(t: _dt.datetime) -> str:
-    """RFC 3339 in UTC at second precision, e.g. ``2026-10-07T08:00:00Z`` (§ notation)."""
-    return t.astimezone(_dt.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def find(conditions: Sequence[dict[str, Any]] | None, ctype: str) -> dict[str, Any] | None:
@@ -52,7 +48,7 @@ def set_condition(
                 "type": ctype,
                 "status": status,
                 "observedGeneration": generation,
-                "lastTransitionTime": rfc3339(now()),
+                "lastTransitionTime": format_utc(now()),
                 "reason": reason,
                 "message": message,
             }
@@ -60,7 +56,7 @@ def set_condition(
         return
     if existing.get("status") != status:
         existing["status"] = status
-        existing["lastTransitionTime"] = rfc3339(now())
+        existing["lastTransitionTime"] = format_utc(now())
     existing["reason"] = reason
     existing["message"] = message
     existing["observedGeneration"] = generation

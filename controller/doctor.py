@@ -16,13 +16,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from controller import names
+from controller import names, prune, rfc3339
 from controller.conditions import find
+from controller.config import load_api_client, parse_duration
 from controller.consumers import count_consumers
 from controller.gateway import NB_GRACE_PERIOD
 from controller.kube import ApiError, KubeWriter
 from controller.manager import OPTIONAL_KINDS, discover
-from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from informers import Resource
 
 RUNBOOK = "docs/operations.md"
@@ -87,19 +87,19 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
         if listed:
             lines.append(f"  Kube-OVN lists {listed} on the Vlan")
         for s, start in sorted(timers.items()):
-            try:
-                t0 = _dt.datetime.fromisoformat(start.replace("Z", "+00:00"))
-                until = (t0 + _dt.timedelta(seconds=prune_timeout)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            t0 = rfc3339.parse(start)  # the controller's parser: what it restarts, doctor calls unreadable
+            if t0 is not None:
+                until = rfc3339.format_utc(prune.deadline(t0, prune_timeout))
                 lines.append(f"  prune timer for {s}: started {start}, VLAN released at {until} at the latest")
-            except ValueError:
+            else:
                 lines.append(f"  prune timer for {s}: unreadable start {start!r} (restarts at the next pass)")
     failing = st.get("gatewayFailingSince")
     if failing:
-        try:
-            t0 = _dt.datetime.fromisoformat(str(failing).replace("Z", "+00:00"))
-            until = (t0 + _dt.timedelta(seconds=NB_GRACE_PERIOD)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        t0 = rfc3339.parse(failing)
+        if t0 is not None:
+            until = rfc3339.format_utc(t0 + _dt.timedelta(seconds=NB_GRACE_PERIOD))
             lines.append(f"  OVN NB failing since {failing}; a network whose gateway was up stays Ready until {until}")
-        except ValueError:
+        else:
             lines.append(f"  OVN NB failing since an unreadable time {failing!r}")
     for c in conds:
         if c.get("type") == names.READY or c.get("status") == "True":
@@ -121,13 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    from controller.main import load_api_client, parse_duration
-
     args = build_parser().parse_args(argv)
     try:
-        prune = parse_duration(args.subnet_prune_timeout) or DEFAULT_SUBNET_PRUNE_TIMEOUT.total_seconds()
+        timeout = parse_duration(args.subnet_prune_timeout) or prune.DEFAULT_SUBNET_PRUNE_TIMEOUT.total_seconds()
         w = KubeWriter(load_api_client(args.kubeconfig))
-        return _run(w, args, prune)
+        return _run(w, args, timeout)
     except argparse.ArgumentTypeError as err:
         print(f"doctor: {err}", file=sys.stderr)
         return 2

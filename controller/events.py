@@ -24,7 +24,8 @@ from typing import Any
 
 import structlog
 
-from controller.conditions import rfc3339, utc_now
+from controller.conditions import utc_now
+from controller.rfc3339 import format_utc
 from controller.kube import ApiError, KubeWriter
 from informers import Resource
 
@@ -121,7 +122,7 @@ class EventRecorder:
         ref = involved(obj)
         ns = ref.get("namespace") or "default"
         key = (ref["uid"] or f"{ns}/{ref['name']}", etype, reason, message)
-        ts = rfc3339(self.now())
+        ts = format_utc(self.now())
         seen = self._seen.get(key)
         if seen is not None and self.monotonic() - seen[3] < AGGREGATE_WINDOW:
             sns, name, count, _ = seen

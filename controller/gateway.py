@@ -18,7 +18,8 @@ import attrs
 import structlog
 
 from controller import names
-from controller.conditions import FALSE, TRUE, UNKNOWN, Clock, find, rfc3339, set_condition
+from controller.conditions import FALSE, TRUE, UNKNOWN, Clock, find, set_condition
+from controller.rfc3339 import format_utc, parse
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.metrics import Metrics
 from informers import ThreadSafeStore
@@ -71,16 +72,6 @@ def subnet_index_vpc(subnet: Mapping[str, Any]) -> list[str]:
     return [v] if isinstance(v, str) and v else []
 
 
-def parse_time(value: Any) -> _dt.datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
-
-
 @attrs.frozen
 class Failure:
     """What §9.5 makes of a failed gateway pass."""
@@ -115,7 +106,7 @@ def gateway_failed(
         was_up = True
     elif status == UNKNOWN and reason == NB_UNAVAILABLE:
         was_up = True
-        t = parse_time((prev_gateway or {}).get("lastTransitionTime"))
+        t = parse((prev_gateway or {}).get("lastTransitionTime"))
         if t is not None and t < since:
             since = t
     elif prev_gateway is None or reason == "Disabled":
@@ -128,14 +119,14 @@ def gateway_failed(
             return Failure(TRUE, str(reason), str((prev_gateway or {}).get("message", "")), True, since)
         return Failure(
             UNKNOWN, NB_UNAVAILABLE,
-            f'OVN NB has not answered since {rfc3339(since)}, so the HA chassis group of router port '
-            f'"{router_port}" is not known; the network stays Ready until {rfc3339(deadline)}: {error}',
+            f'OVN NB has not answered since {format_utc(since)}, so the HA chassis group of router port '
+            f'"{router_port}" is not known; the network stays Ready until {format_utc(deadline)}: {error}',
             False, since,
         )
     return Failure(
         FALSE, NB_UNAVAILABLE,
         f'could not bring the HA chassis group of router port "{router_port}" up to date in OVN NB since '
-        f"{rfc3339(since)}: {error}",
+        f"{format_utc(since)}: {error}",
         False, since,
     )
 
@@ -203,13 +194,13 @@ class GatewayStep:
             state = self.applier.ensure(key, vpc, sname, trunk, siblings)
         except NBError as err:
             self.metrics.gateway_nb_error()
-            since = parse_time(old_status.get(FAILING_SINCE))
+            since = parse(old_status.get(FAILING_SINCE))
             f = gateway_failed(now(), prev, find(old_conds, names.READY), since, str(err), lrp, self.grace)
             log.error("could not bring the OVN HA chassis group up to date", routerPort=lrp,
-                      failingSince=rfc3339(f.since),
-                      keptUntil=rfc3339(f.since + _dt.timedelta(seconds=self.grace)),
+                      failingSince=format_utc(f.since),
+                      keptUntil=format_utc(f.since + _dt.timedelta(seconds=self.grace)),
                       kept=f.keep_previous or f.status == UNKNOWN, error=str(err))
-            status[FAILING_SINCE] = rfc3339(f.since)
+            status[FAILING_SINCE] = format_utc(f.since)
             if f.keep_previous and prev is not None:
                 cur = find(conds, names.GATEWAY_READY)
                 if cur is not None:

@@ -1,7 +1,7 @@
 """Command-line entry point ``proxmox-network-controller`` (reference-behaviour.md §14).
 
 Flag names and defaults are the reference's, so manifests written for it keep working.
-Durations use Go's syntax (``10m``, ``90s``), parsed by ``durationpy``.
+Durations use Go's syntax (``10m``, ``90s``; controller/config.py).
 """
 
 from __future__ import annotations
@@ -15,45 +15,16 @@ import threading
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import durationpy
 import structlog
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
+from controller.config import load_api_client, parse_bool, parse_duration, parse_tls_secret
 from controller.kube import KubeWriter
 from controller.leader import LeaderElector, default_identity
 from controller.manager import Manager, Options
 from controller.metrics import Metrics
+from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 
 log = structlog.get_logger("proxmox-network-controller")
-
-DEFAULT_PRUNE_TIMEOUT = 600.0
-
-
-def parse_bool(value: str) -> bool:
-    v = value.strip().lower()
-    if v in ("1", "t", "true", "yes"):
-        return True
-    if v in ("0", "f", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"invalid boolean value {value!r}")
-
-
-def parse_duration(value: str) -> float:
-    """Go duration (``10m``, ``1h30m``, ``250ms``) to seconds. Raises ArgumentTypeError."""
-    try:
-        return durationpy.from_str(value.strip()).total_seconds()
-    except Exception as exc:  # durationpy raises several types
-        raise argparse.ArgumentTypeError(f"invalid duration {value!r}: {exc}") from None
-
-
-def parse_tls_secret(value: str) -> tuple[str, str]:
-    """``<namespace>/<name>``, split at the first ``/`` (reference-behaviour.md §14)."""
-    ns, sep, name = value.partition("/")
-    if not sep or not ns or not name or "/" in name:
-        raise argparse.ArgumentTypeError(f'--ovn-tls-secret "{value}": want <namespace>/<name>')
-    return ns, name
-
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -80,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--subnet-prune-timeout",
         type=parse_duration,
-        default=DEFAULT_PRUNE_TIMEOUT,
+        default=DEFAULT_SUBNET_PRUNE_TIMEOUT.total_seconds(),
         help="how long Kube-OVN may keep a deleted subnet on a Vlan before the VLAN is released anyway (Go duration)",
     )
     p.add_argument("--manage-gateway-chassis", type=parse_bool, nargs="?", const=True, default=True)
@@ -124,45 +95,6 @@ def configure_logging(level: str, fmt: str) -> None:
         logger_factory=structlog.PrintLoggerFactory(_Stderr()),
         cache_logger_on_first_use=True,
     )
-
-
-# Every informer holds one watch connection and workers write in parallel: urllib3's
-# default pool (5 x CPUs) would discard connections under load.
-CONNECTION_POOL_SIZE = 64
-
-
-def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
-    """An ApiClient from ``kubeconfig``, else the in-cluster config, else ``~/.kube/config``."""
-    cfg = k8s.Configuration()
-    if kubeconfig:
-        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-    else:
-        try:
-            k8s_config.load_incluster_config(client_configuration=cfg)
-        except k8s_config.ConfigException:
-            k8s_config.load_kube_config(client_configuration=cfg)
-    cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE
-    if kubeconfig and _static_credentials(kubeconfig):
-        # The loader's refresh hook re-reads the kubeconfig on every request (~6% of CPU
-        # in docs/performance.md); a static token or client certificate never changes.
-        cfg.refresh_api_key_hook = None
-    return k8s.ApiClient(cfg)
-
-
-def _static_credentials(path: str) -> bool:
-    """True when the kubeconfig's current user has a token or client certificate and no
-    exec plugin or auth provider (whose credentials expire and must be refreshed)."""
-    try:
-        import yaml
-
-        doc = yaml.safe_load(open(path)) or {}
-        ctx = next(c["context"] for c in doc.get("contexts") or [] if c.get("name") == doc.get("current-context"))
-        user = next(u["user"] for u in doc.get("users") or [] if u.get("name") == ctx.get("user"))
-    except (OSError, StopIteration, KeyError, TypeError, AttributeError, ValueError):
-        return False
-    if not isinstance(user, dict) or "exec" in user or "auth-provider" in user or "tokenFile" in user:
-        return False
-    return bool(user.get("token") or user.get("client-certificate") or user.get("client-certificate-data"))
 
 
 def split_address(addr: str) -> tuple[str, int] | None:

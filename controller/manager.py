@@ -37,8 +37,8 @@ from controller.gateway import (
 )
 from controller.kube import ApiError, KubeWriter
 from controller.metrics import Metrics
+from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from controller.network import (
-    DEFAULT_PRUNE_TIMEOUT,
     Listers,
     NetworkReconciler,
     index_namespace,
@@ -74,7 +74,7 @@ class Options:
     workers: int = 4
     resync_period: float = 600.0
     cache_sync_timeout: float = 120.0
-    subnet_prune_timeout: float = DEFAULT_PRUNE_TIMEOUT
+    subnet_prune_timeout: float = DEFAULT_SUBNET_PRUNE_TIMEOUT.total_seconds()
     events: bool = True
     # OVN NB (used only with manage_gateway): remotes; "" runs without the NB step.
     ovn_nb_address: str = ""

@@ -10,7 +10,6 @@ lets the VLAN go while a consumer, the Subnet, or a Kube-OVN reference may still
 from __future__ import annotations
 
 import copy
-import datetime as _dt
 import math
 import threading
 import time
@@ -20,7 +19,7 @@ from typing import Any
 import attrs
 import structlog
 
-from controller import allocator, kubeovn, names
+from controller import allocator, kubeovn, names, prune
 from controller.addresses import check_pool_split, prefix_bits
 from controller.conditions import (
     FALSE,
@@ -30,11 +29,11 @@ from controller.conditions import (
     compute_ready,
     find,
     remove_condition,
-    rfc3339,
     set_condition,
     transition,
     utc_now,
 )
+from controller.rfc3339 import format_utc, parse
 from controller.consumers import Consumers, count_consumers
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
@@ -60,7 +59,6 @@ SUBNET_DELETING_RETRY = 10.0
 GATEWAY_RELEASE_RETRY = 30.0
 VLAN_REFERENCED_RETRY = 10.0
 SWITCH_DELETING_RETRY = 10.0
-DEFAULT_PRUNE_TIMEOUT = 600.0
 NAMESPACE_SYNC_PERIOD = 600.0  # a hand-edited namespace annotation is repaired within this
 
 # Ready reasons an operator only needs to know about, not act on: their Events are Normal.
@@ -190,16 +188,6 @@ def subnet_conditions(subnet: Mapping[str, Any]) -> tuple[str, str, str]:
     return FALSE, reason, message
 
 
-def parse_time(value: Any) -> _dt.datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return _dt.datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(_dt.timezone.utc)
-    except ValueError:
-        return None
-
-
-
 class NetworkReconciler:
     """Reconciles one ProxmoxNetwork key ``<namespace>/<name>`` per call.
 
@@ -216,7 +204,7 @@ class NetworkReconciler:
         manage_gateway: bool,
         now: Clock = utc_now,
         events: EventRecorder | None = None,
-        prune_timeout: float = DEFAULT_PRUNE_TIMEOUT,
+        prune_timeout: float | None = None,
         gateway_release: Callable[[Mapping[str, Any]], str | None] | None = None,
         on_status: Callable[[dict[str, Any]], None] | None = None,
         consumer_resources: Mapping[str, Resource] | None = None,
@@ -229,7 +217,7 @@ class NetworkReconciler:
         self.manage_gateway = manage_gateway
         self.now = now
         self.events = events
-        self.prune_timeout = prune_timeout if prune_timeout > 0 else DEFAULT_PRUNE_TIMEOUT
+        self.prune_timeout = prune.prune_timeout(prune_timeout).total_seconds()  # §7: None/non-positive = 10 min
         # controller.gateway.GatewayStep (None: GatewayReady is not evaluated past the
         # subnet check, and deletion holds nothing for the NB).
         self.gateway = gateway
@@ -675,10 +663,10 @@ class NetworkReconciler:
                 return Result()
             live, gone = self.vlans.split_listed_subnets(vlan)
             now = self.now()
-            not_before = parse_time(meta.get("deletionTimestamp"))
+            not_before = parse(meta.get("deletionTimestamp"))
             vlan, newest = self.vlans.track_timers(vlan, gone, now, not_before)
             if gone:
-                ltt = prev_switch.get("lastTransitionTime") if prev_switch and prev_switch.get("status") == FALSE else rfc3339(now)
+                ltt = prev_switch.get("lastTransitionTime") if prev_switch and prev_switch.get("status") == FALSE else format_utc(now)
                 conds.append({
                     "type": names.SWITCH_DELETED, "status": FALSE, "reason": "ListedOnVlan",
                     "message": f"Kube-OVN still lists deleted subnets {go_list(gone)} on the Vlan",
@@ -690,14 +678,14 @@ class NetworkReconciler:
                             f'Kube-OVN still lists subnets {go_list(live)} on Vlan "{vname}"', VLAN_REFERENCED_RETRY)
             timed_out = False
             if gone and newest is not None:
-                deadline = newest + _dt.timedelta(seconds=self.prune_timeout)
+                deadline = prune.deadline(newest, self.prune_timeout)
                 remaining = (deadline - now).total_seconds()
                 if remaining > 0:
                     return wait(
                         "SwitchDeleting",
                         f'Kube-OVN still lists deleted subnets {go_list(gone)} on Vlan "{vname}" until it has deleted '
                         f"their logical switches; VLAN {allocator.vlan_id(vlan)} is released then, or at "
-                        f"{rfc3339(deadline)} at the latest",
+                        f"{format_utc(deadline)} at the latest",
                         min(remaining, SWITCH_DELETING_RETRY),
                     )
                 timed_out = True

@@ -22,16 +22,11 @@ from datetime import datetime, timedelta, timezone
 
 import attrs
 
+from controller import rfc3339
+
 # §7: DefaultSubnetPruneTimeout, overridden by --subnet-prune-timeout.
 DEFAULT_SUBNET_PRUNE_TIMEOUT = timedelta(minutes=10)
 
-# Go's time.Parse(time.RFC3339, s) grammar: four-digit year; two-digit month, day, minute
-# and second; a one- or two-digit hour; an optional fraction after "." or ","; "Z" or a
-# "+hh:mm"/"-hh:mm" offset. Upper-case "T" and "Z" only; nothing before or after.
-_RFC3339 = re.compile(
-    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{1,2}):([0-9]{2}):([0-9]{2})"
-    r"(?:[.,][0-9]+)?(Z|([+-])([0-9]{2}):([0-9]{2}))"
-)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 # encoding/json escapes these even inside strings (HTML safety and JavaScript line ends).
 _GO_JSON_ESCAPES = str.maketrans(
@@ -96,14 +91,14 @@ def track_deleted_subnets(
 
     starts: dict[str, datetime] = {}
     for name in gone:
-        start = _parse_rfc3339(stored[name]) if name in stored else None
+        start = rfc3339.parse(stored[name]) if name in stored else None
         if start is None or start > now_s or (floor is not None and start < floor):
             start = now_s
         starts[name] = start
 
     if not starts:
         return TrackResult(desired=None, newest=None, changed=annotation_value is not None)
-    desired = _go_json({name: _rfc3339(t) for name, t in starts.items()})
+    desired = _go_json({name: rfc3339.format_utc(t) for name, t in starts.items()})
     return TrackResult(desired=desired, newest=max(starts.values()), changed=desired != annotation_value)
 
 
@@ -131,17 +126,6 @@ def deadline(newest: datetime, timeout: timedelta | float | None) -> datetime:
     return newest + prune_timeout(timeout)
 
 
-def format_deadline(t: datetime) -> str:
-    """RFC 3339 in UTC at second precision, as in the ``SwitchDeleting`` message (§6 step 4.5).
-
-    ``datetime(2026, 10, 7, 10, 0, 30, 900000, tzinfo=+02:00)`` -> ``"2026-10-07T08:00:30Z"``
-    (converted to UTC, fraction dropped as Go's ``Format`` does).
-
-    :raises ValueError: ``t`` is naive.
-    """
-    return _rfc3339(_utc_second(t, "t"))
-
-
 def go_list(names: Iterable[str]) -> str:
     """Go's ``%v`` of a ``[]string``: ``["a", "b"]`` -> ``"[a b]"``, empty -> ``"[]"``.
 
@@ -160,11 +144,6 @@ def _utc_second(t: datetime, what: str) -> datetime:
     return t.astimezone(timezone.utc).replace(microsecond=0)
 
 
-def _rfc3339(t: datetime) -> str:
-    # Formatted by hand: strftime("%Y") does not zero-pad years below 1000 on every libc.
-    return f"{t.year:04d}-{t.month:02d}-{t.day:02d}T{t.hour:02d}:{t.minute:02d}:{t.second:02d}Z"
-
-
 def _stored_timers(value: str | None) -> dict[str, str]:
     if value is None:
         return {}
@@ -175,42 +154,6 @@ def _stored_timers(value: str | None) -> dict[str, str]:
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
         return {}
     return data
-
-
-def _parse_rfc3339(text: str) -> datetime | None:
-    """Go's ``time.Parse(time.RFC3339, text)`` as an aware UTC datetime, truncated to the second.
-
-    ``None`` when Go refuses the text, and also when the instant lies outside what
-    :class:`datetime` holds (before year 1 or after 9999 in UTC): Go would accept those, but
-    they are earlier than Go's zero time or later than any ``now``, so they restart either way.
-    """
-    m = _RFC3339.fullmatch(text)
-    if m is None:
-        return None
-    year, month, day, hour, minute, second = (int(g) for g in m.group(1, 2, 3, 4, 5, 6))
-    if not (1 <= month <= 12 and 0 <= hour <= 23 and 0 <= minute <= 59 and 0 <= second <= 59):
-        return None
-    if not 1 <= day <= _days_in(year, month):
-        return None
-    offset = timedelta(0)
-    if m.group(7) != "Z":
-        off_h, off_m = int(m.group(9)), int(m.group(10))
-        if off_h > 24 or off_m > 60:  # Go's limits for a numeric zone
-            return None
-        offset = timedelta(hours=off_h, minutes=off_m)
-        if m.group(8) == "-":
-            offset = -offset
-    try:
-        return datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc) - offset
-    except (ValueError, OverflowError):
-        return None
-
-
-def _days_in(year: int, month: int) -> int:
-    if month == 2:
-        leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
-        return 29 if leap else 28
-    return 30 if month in (4, 6, 9, 11) else 31
 
 
 def _go_json(timers: dict[str, str]) -> str:

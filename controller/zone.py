@@ -8,20 +8,19 @@ the lifecycle work.
 from __future__ import annotations
 
 import copy
-import datetime as _dt
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
-from controller import allocator, kubeovn, names
+from controller import allocator, kubeovn, names, prune
 from controller.conditions import FALSE, TRUE, Clock, set_condition, transition, utc_now
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
 from controller.metrics import Metrics
 from controller.recent import RecentWrites
-from controller.network import DEFAULT_PRUNE_TIMEOUT, Listers, Result
+from controller.network import Listers, Result
 from controller.prune import go_list
 from controller.vlans import VlanManager, vlan_owner
 
@@ -50,7 +49,7 @@ class ZoneReconciler:
         vlans: VlanManager,
         now: Clock = utc_now,
         events: EventRecorder | None = None,
-        prune_timeout: float = DEFAULT_PRUNE_TIMEOUT,
+        prune_timeout: float | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.l = listers
@@ -58,7 +57,7 @@ class ZoneReconciler:
         self.vlans = vlans
         self.now = now
         self.events = events
-        self.prune_timeout = prune_timeout if prune_timeout > 0 else DEFAULT_PRUNE_TIMEOUT
+        self.prune_timeout = prune.prune_timeout(prune_timeout).total_seconds()  # §7: None/non-positive = 10 min
         self.recent = RecentWrites(listers.zones)
         self.metrics = metrics or Metrics()
 
@@ -202,7 +201,7 @@ class ZoneReconciler:
             return False, None
         timed_out = False
         if gone and newest is not None:
-            left = (newest + _dt.timedelta(seconds=self.prune_timeout) - now).total_seconds()
+            left = (prune.deadline(newest, self.prune_timeout) - now).total_seconds()
             if left > 0:
                 return False, left
             timed_out = True

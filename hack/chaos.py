@@ -1805,7 +1805,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=0.0,
                     help="stop injecting faults after this many seconds (0: inject them all)")
     ap.add_argument("--converge-timeout", type=float, default=180.0)
-    from controller.main import parse_bool
+    from controller.config import parse_bool
 
     ap.add_argument("--manage-gateway", type=parse_bool, default=True,
                     help="run the replicas with HA chassis group management on (default true)")

@@ -19,7 +19,7 @@
   clears its cache on reconnect without notifying), so lookups by name or by
   owner are O(1) instead of a table scan per network.
 
-TLS (``ssl:``): python-ovs takes process-wide file paths; ``set_tls_material``
+TLS (``ssl:``): python-ovs takes process-wide file paths; ``ovn.tls.set_tls_material``
 writes the material to a private directory and points python-ovs at it
 (python-ovs verifies the server against the CA, TLS >= 1.2, no host-name
 check). With a ``tls_source`` (``ovn.tls.TLSSource``) the Secret is read before
@@ -48,6 +48,8 @@ import ovs.poller
 import ovs.stream
 import ovs.timeval
 import ovs.util
+
+from ovn import tls
 
 DATABASE = "OVN_Northbound"
 
@@ -154,40 +156,6 @@ def fetch_schema(remote: str, timeout: float = DIAL_TIMEOUT, database: str = DAT
     :raises NBError: as ``jsonrpc_call``.
     """
     return jsonrpc_call(remote, "get_schema", [database], timeout)
-
-
-TLS_FILES = {"key": "key.pem", "cert": "cert.pem", "cacert": "cacert.pem"}
-
-
-def set_tls_material(directory: str | os.PathLike, cacert: bytes, cert: bytes, key: bytes) -> dict[str, str]:
-    """Write TLS material (Kube-OVN's ``cacert``/``cert``/``key``) into a private
-    directory and point python-ovs' process-wide SSL settings at it.
-
-    The directory is created mode 0700, each file 0600, written atomically
-    (temporary file + rename), so a connection being set up never reads half a
-    file. Call again with new material when the Secret changes; new connections
-    pick it up. Returns the paths by key. Key material never appears in errors.
-    """
-    d = os.fspath(directory)
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    os.chmod(d, 0o700)
-    paths: dict[str, str] = {}
-    for k, data in (("cacert", cacert), ("cert", cert), ("key", key)):
-        if not data:
-            raise NBError(f'OVN TLS material has no "{k}" key')
-        path = os.path.join(d, TLS_FILES[k])
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        paths[k] = path
-    ovs.stream.Stream.ssl_set_private_key_file(paths["key"])
-    ovs.stream.Stream.ssl_set_certificate_file(paths["cert"])
-    ovs.stream.Stream.ssl_set_ca_cert_file(paths["cacert"])
-    return paths
 
 
 def schema_helper(schema_json: dict) -> ovs.db.idl.SchemaHelper:
@@ -338,7 +306,7 @@ class NBClient:
         :param on_sync: called on the owner thread each time the IDL (re)synced.
         :param indexes: ``RowIndex`` objects kept up to date on the owner thread.
         :param tls_source: ``ovn.tls.TLSSource``; required for ``ssl:`` remotes unless
-            the material was set process-wide with ``set_tls_material``.
+            the material was set process-wide with ``ovn.tls.set_tls_material``.
         """
         self.addresses = parse_addresses(addresses)
         self.on_row = on_row
@@ -529,7 +497,6 @@ class NBClient:
     def _dial(self, remote: str) -> dict:
         """TLS material and probe for ``ssl:``, then the schema (§10 dial, §11)."""
         if remote.startswith("ssl:") and self.tls_source is not None:
-            from ovn import tls  # imported here: ovn.tls imports this module
 
             self._tls_checked_at = time.monotonic()
             paths = self.tls_source.material()

@@ -2,7 +2,7 @@
 
 * :class:`TLSSource` reads the Kube-OVN Secret (keys ``cacert``, ``cert``, ``key``) with exactly one
   API Get per :meth:`TLSSource.material` call (one per new NB connection; no list, watch or cache of
-  the Secret object), validates it, and writes it through :func:`ovn.nb.set_tls_material` into a
+  the Secret object), validates it, and writes it through :func:`set_tls_material` into a
   private directory (0700/0600) that python-ovs' process-wide SSL settings point at (§7 "python-ovs
   specifics"). The validated result is cached by the Secret's ``resourceVersion`` until it changes
   or :meth:`TLSSource.invalidate` is called (after a failed handshake, §10/§11).
@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import ovs.stream
 import structlog
 
 log = structlog.get_logger(__name__)
@@ -148,7 +149,7 @@ class TLSSource:
 
         Same ``resourceVersion`` as the cached, not invalidated, result -> the cached paths, no file
         is touched. Otherwise the three keys are decoded and validated, written through
-        ``ovn.nb.set_tls_material`` (atomic per file, 0600 in a 0700 directory; re-points python-ovs)
+        ``set_tls_material`` (atomic per file, 0600 in a 0700 directory; re-points python-ovs)
         and cached. An empty or missing ``resourceVersion`` is never treated as unchanged.
         A failed validation keeps the previous files and python-ovs settings untouched.
 
@@ -175,8 +176,6 @@ class TLSSource:
             self._cached = None
             material = self._decode(secret)
             self._validate(material)
-            from ovn.nb import set_tls_material  # lazy: ovn.nb imports this module
-
             try:
                 paths = set_tls_material(self._dir, material["cacert"], material["cert"], material["key"])
             except OSError as exc:
@@ -360,3 +359,37 @@ def probe(remote: str, paths: TLSPaths, timeout: float = DIAL_TIMEOUT) -> None:
             raise TLSError(f"{remote}: {exc}") from None
     finally:
         sock.close()
+
+
+TLS_FILES = {"key": "key.pem", "cert": "cert.pem", "cacert": "cacert.pem"}
+
+
+def set_tls_material(directory: str | os.PathLike, cacert: bytes, cert: bytes, key: bytes) -> dict[str, str]:
+    """Write TLS material (Kube-OVN's ``cacert``/``cert``/``key``) into a private
+    directory and point python-ovs' process-wide SSL settings at it.
+
+    The directory is created mode 0700, each file 0600, written atomically
+    (temporary file + rename), so a connection being set up never reads half a
+    file. Call again with new material when the Secret changes; new connections
+    pick it up. Returns the paths by key. Key material never appears in errors.
+    """
+    d = os.fspath(directory)
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    os.chmod(d, 0o700)
+    paths: dict[str, str] = {}
+    for k, data in (("cacert", cacert), ("cert", cert), ("key", key)):
+        if not data:
+            raise TLSError(f'OVN TLS material has no "{k}" key')
+        path = os.path.join(d, TLS_FILES[k])
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        paths[k] = path
+    ovs.stream.Stream.ssl_set_private_key_file(paths["key"])
+    ovs.stream.Stream.ssl_set_certificate_file(paths["cert"])
+    ovs.stream.Stream.ssl_set_ca_cert_file(paths["cacert"])
+    return paths

@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 
-from controller.main import build_parser, main, parse_duration, parse_tls_secret
+from controller.config import parse_duration, parse_tls_secret
+from controller.main import build_parser, main
 
 
 def test_reference_flags_and_defaults():

@@ -328,7 +328,7 @@ def test_tls_connect_with_private_material(ssl_nb):
     import os
     import stat
 
-    from ovn.nb import set_tls_material
+    from ovn.tls import set_tls_material
 
     address, pki, tmp = ssl_nb
     paths = set_tls_material(tmp / "tls", pki["cacert"], pki["cert"], pki["key"])
@@ -343,7 +343,7 @@ def test_tls_connect_with_private_material(ssl_nb):
 
 
 def test_tls_wrong_ca_never_syncs(ssl_nb):
-    from ovn.nb import set_tls_material
+    from ovn.tls import set_tls_material
 
     address, pki, tmp = ssl_nb
     set_tls_material(tmp / "tls-bad", pki["other_cacert"], pki["cert"], pki["key"])

@@ -3,7 +3,7 @@
 No kube-apiserver: the Secret comes from a dict. Each server is an ``ovsdb-server`` started here on
 127.0.0.1 with ``pssl:<port>:127.0.0.1`` and its own key/certificate/CA (default ``--ssl-protocols``),
 stopped at the end of the module. Every good chain is proven twice: by :func:`ovn.tls.probe` and by a
-python-ovs ``ssl:`` JSON-RPC round trip after :func:`ovn.nb.set_tls_material` pointed python-ovs at
+python-ovs ``ssl:`` JSON-RPC round trip after :func:`ovn.tls.set_tls_material` pointed python-ovs at
 the Secret's files -- so what the probe accepts and refuses, python-ovs does too.
 """
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from controller.main import configure_logging, load_api_client
+from controller.config import load_api_client
+from controller.main import configure_logging
 from controller.manager import Manager, Options
 
 
