@@ -449,9 +449,6 @@ class Manager:
             self._threads.append(t)
         self.enqueue_all()
 
-    def workers_started(self) -> bool:
-        return bool(self._threads)
-
     def healthy(self) -> bool:
         """The work loop is alive: every worker and the resync thread run (B13: a leader
         whose work loop died must not keep its lease)."""

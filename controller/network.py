@@ -206,7 +206,6 @@ class NetworkReconciler:
         events: EventRecorder | None = None,
         prune_timeout: float | None = None,
         gateway_release: Callable[[Mapping[str, Any]], str | None] | None = None,
-        on_status: Callable[[dict[str, Any]], None] | None = None,
         consumer_resources: Mapping[str, Resource] | None = None,
         metrics: Metrics | None = None,
         gateway: Any = None,
@@ -222,7 +221,6 @@ class NetworkReconciler:
         # subnet check, and deletion holds nothing for the NB).
         self.gateway = gateway
         self.gateway_release = gateway_release or (gateway.release if gateway is not None else (lambda net: None))
-        self.on_status = on_status or (lambda net: None)
         # Served versions of pools, machines, addresses and claims, for the fresh LIST that
         # confirms "no consumer" before a release (field report B15).
         self.consumer_resources = dict(consumer_resources or {})
@@ -281,7 +279,6 @@ class NetworkReconciler:
             self._add_to_namespace(meta["namespace"], triple)
         net = self._write_status(key, net, old_status, status)
         self._record_metrics(net, status)
-        self.on_status(net)
         self._maybe_sync_namespace(meta["namespace"], key, triple)
         return Result(requeue_after(self.manage_gateway, status))
 

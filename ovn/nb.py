@@ -254,9 +254,6 @@ class RowIndex:
                 out.append(row)
         return out
 
-    def keys_of(self, uuid: Any) -> tuple[str, ...]:
-        return self._keys_of.get(uuid, ())
-
     def all_keys(self) -> list[str]:
         return sorted(self._by_key)
 
