@@ -47,23 +47,27 @@ from kubernetes.client.rest import ApiException
 from controller import names
 from controller.kube import KubeWriter
 from hack.cluster import ClusterError, LocalCluster, ovsdb_rows
-from tests.support.controller import running_controller
 from hack.objects import Admin, reason, unique, wait_condition
 from tests.support.ovsdb import RowMonitor, ha_chassis_groups
+from tests.support.peers import (
+    ADDRESS_V,
+    IPAM,
+    IPAM_PROVIDER,
+    KUBE_OVN,
+    KUBE_OVN_FINALIZER,
+    KUBEOVN,
+    OURS,
+    POOL_V,
+    Ctl,
+    Trunk,
+    make_vpc,
+)
 from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
-KUBEOVN = ("kubeovn.io", "v1")
 PX = ("proxmox.cozystack.io", "v1alpha1")
-IPAM = "ipam.cluster.x-k8s.io"
-POOL_V = "v1alpha2"
-ADDRESS_V = "v1beta1"  # the newest version cluster-api v1.10's IPAddress/IPAddressClaim serve
-OURS = "proxmox.cozystack.io/network"
-KUBE_OVN_FINALIZER = "kubeovn.io/kube-ovn-controller"  # util.KubeOVNControllerFinalizer
 PROTECT_POOL = "ipam.cluster.x-k8s.io/ProtectPool"
-KUBE_OVN = "kube-ovn-controller"
-IPAM_PROVIDER = "ipam-provider"
 VPC = "vpc-x"  # the spec's test-vector VPC: worker1 outranks worker2 (§9.3)
 TRUNK = (("worker1", "ch-worker1"), ("worker2", "ch-worker2"))
 PRUNE = 10.0  # --subnet-prune-timeout here, seconds
@@ -83,34 +87,9 @@ def admin(peers_admin: Admin) -> Admin:
     return peers_admin
 
 
-class Ctl:
-    """The controller under test, which a test may stop and start again (same options)."""
-
-    def __init__(self, bed: LocalCluster) -> None:
-        self.bed = bed
-        self._cm: Any = None
-        self.mgr: Any = None
-
-    def start(self) -> None:
-        self._cm = running_controller(self.bed, manage_gateway=True, ovn_nb_address=self.bed.nb_tcp,
-                                      subnet_prune_timeout=PRUNE)
-        self.mgr = self._cm.__enter__()
-
-    def stop(self) -> None:
-        if self._cm is not None:
-            cm, self._cm, self.mgr = self._cm, None, None
-            cm.__exit__(None, None, None)
-
-    def resync(self) -> None:
-        """A full pass of every key, awaited (the controller reports it done)."""
-        before = self.mgr.resyncs_completed
-        self.mgr.enqueue_all()
-        wait_for(lambda: self.mgr.resyncs_completed > before, timeout=WAIT, what="a full resync")
-
-
 @pytest.fixture(scope="module")
 def ctl(bed: LocalCluster, world: "World") -> Iterator[Ctl]:
-    c = Ctl(bed)
+    c = Ctl(bed, manage_gateway=True, ovn_nb_address=bed.nb_tcp, subnet_prune_timeout=PRUNE)
     c.start()
     try:
         yield c
@@ -124,16 +103,8 @@ class World:
 
     def __init__(self, bed: LocalCluster, admin: Admin) -> None:
         self.bed, self.a = bed, admin
-        self.provider = unique("pn")  # the real CRD allows at most 12 bytes
-        admin.create_provider_network(self.provider, ready_nodes=[n for n, _ in TRUNK])
-        for node, chassis in TRUNK:
-            admin.core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(
-                name=node, labels={f"{self.provider}.provider-network.kubernetes.io/ready": "true"},
-                annotations={"ovn.kubernetes.io/chassis": chassis})))
-        admin.co.create_cluster_custom_object(*KUBEOVN, "vpcs", {
-            "apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": VPC}, "spec": {}})
-        wait_for(lambda: (self.get("vpcs", VPC).get("status") or {}).get("standby"), timeout=WAIT,
-                 what=f"Vpc {VPC} up")
+        self.provider = Trunk(admin, TRUNK).provider
+        make_vpc(admin, VPC)
         self._ranges = itertools.count(2100, 100)
         self._octets = itertools.count(60)
 
