@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import KubectlError
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -184,17 +185,6 @@ SHAPE_IDS = [f"{v}-{k}" for v, k in SHAPES]
 
 # -- module setup -------------------------------------------------------------------------------
 
-def _wait(pred, what: str, timeout: float = 30.0, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        r = pred()
-        if r:
-            return r
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(step)
-
-
 @pytest.fixture(scope="module")
 def bed(cluster, kubectl):
     for f in KUBEVIRT_CRDS:  # the bed applies them too; harmless when it already has
@@ -211,14 +201,14 @@ def bed(cluster, kubectl):
                     {"name": "x", "multus": {"networkName": "elsewhere/nad"}}]}}
     probe_pod = pod(b.plain, {"k8s.v1.cni.cncf.io/networks": "elsewhere/nad"})
     for probe in (probe_m, probe_vm, probe_pod):
-        _wait(lambda: b.try_create(probe) is not None, f"policy enforced for {probe['kind']}", timeout=60)
+        wait_for(lambda: b.try_create(probe) is not None, what=f"policy enforced for {probe['kind']}", timeout=60)
     try:
         yield b
     finally:
         kubectl("delete", "--ignore-not-found", "-f", str(ADMISSION))
         # Wait until the API server has dropped the policies, so later tests see none.
         for probe in (probe_m, probe_vm, probe_pod):
-            _wait(lambda: b.try_create(probe) is None, f"policy gone for {probe['kind']}", timeout=60)
+            wait_for(lambda: b.try_create(probe) is None, what=f"policy gone for {probe['kind']}", timeout=60)
         for z in b.zones:
             kubectl("delete", "proxmoxnetworkzone", z, "--ignore-not-found", "--wait=false", check=False)
         for ns in b.namespaces:
@@ -372,7 +362,7 @@ def test_zone_created_later_is_enforced_at_once(bed):
     admitted(b.try_create(late))  # no zone on that bridge yet
     b.zone(b.zc, bridge, {"uplinkVLAN": 4000, "uplinkBridges": [f"u{bridge}"]})
     t0 = time.monotonic()
-    err = _wait(lambda: b.try_create(late), "the new zone to be enforced", timeout=10, step=0.05)
+    err = wait_for(lambda: b.try_create(late), what="the new zone to be enforced", timeout=10, interval=0.05)
     assert time.monotonic() - t0 < 10
     denied(err, MACHINE, R1, f"ProxmoxNetworkZone {b.zc}")
     denied(b.try_create(late1), MACHINE, R1, b.zc)
@@ -380,10 +370,10 @@ def test_zone_created_later_is_enforced_at_once(bed):
     denied(b.try_create(machine("v1alpha1", "ProxmoxMachine", b.plain, [nic(f"u{bridge}")])), MACHINE, R3, b.zc)
     # a later change of the zone is read live as well
     b.zone(b.zc, bridge, {"uplinkVLAN": 4001})
-    _wait(lambda: b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic("vmbr0", 4001)])),
-          "the new uplink VLAN", timeout=10, step=0.05)
-    _wait(lambda: b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic("vmbr0", 4000)])) is None,
-          "the old uplink VLAN to be released", timeout=10, step=0.05)
+    wait_for(lambda: b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic("vmbr0", 4001)])),
+          what="the new uplink VLAN", timeout=10, interval=0.05)
+    wait_for(lambda: b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic("vmbr0", 4000)])) is None,
+          what="the old uplink VLAN to be released", timeout=10, interval=0.05)
 
 
 @pytest.mark.parametrize("version,kind", SHAPES, ids=SHAPE_IDS)
@@ -396,7 +386,7 @@ def test_update_judges_only_new_nics(bed, kubectl, version, kind):
     b.apply(obj)
     name = f"pxu-{_hex()}"
     b.zone(name, bridge, {"uplinkVLAN": 4002})
-    _wait(lambda: b.try_create({**obj, "metadata": {**obj["metadata"], "name": "x" + _hex()}}), "zone enforced")
+    wait_for(lambda: b.try_create({**obj, "metadata": {**obj["metadata"], "name": "x" + _hex()}}), what="zone enforced")
     cur = b.get(obj)
     # an unrelated change keeps the old, now forbidden, NIC: admitted
     upd = copy.deepcopy(cur)
@@ -433,7 +423,7 @@ def test_update_rule0_only_when_network_default_is_dropped(bed):
     b.apply(good)
     b.apply({"apiVersion": "v1", "kind": "Namespace",
              "metadata": {"name": ns, "annotations": {NETWORKS: f"{b.bra}/101/pool-a"}}})
-    _wait(lambda: b.try_create(machine("v1alpha1", "ProxmoxMachine", ns, None)), "namespace owns networks")
+    wait_for(lambda: b.try_create(machine("v1alpha1", "ProxmoxMachine", ns, None)), what="namespace owns networks")
     cur = b.get(obj)
     cur["metadata"].setdefault("labels", {})["touched"] = "yes"
     admitted(b.try_replace(cur))
@@ -451,7 +441,7 @@ def test_machine_being_deleted_is_not_judged(bed, kubectl, version):
     obj["metadata"]["finalizers"] = ["test.proxmox.cozystack.io/hold"]
     b.apply(obj)
     b.zone(f"pxd-{_hex()}", bridge)
-    _wait(lambda: b.try_create({**obj, "metadata": {"name": "x" + _hex(), "namespace": ns}}), "zone enforced")
+    wait_for(lambda: b.try_create({**obj, "metadata": {"name": "x" + _hex(), "namespace": ns}}), what="zone enforced")
     plural = f"proxmoxmachines.{version}.{CAPMOX}"
     kubectl("delete", plural, obj["metadata"]["name"], "-n", ns, "--wait=false")
     cur = b.get(obj)
@@ -525,10 +515,10 @@ def test_pod_update_judges_only_changed_annotations(bed):
     # stored while the namespace was exempt, with a foreign attachment
     b.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {EXEMPT: "true"}}})
     p = pod(ns, {NET: "elsewhere/nad"})
-    _wait(lambda: b.try_create(p) is None, "exemption")
+    wait_for(lambda: b.try_create(p) is None, what="exemption")
     b.apply(p)
     b.k("label", "namespace", ns, f"{EXEMPT}-")
-    _wait(lambda: b.try_create({**p, "metadata": {**p["metadata"], "name": "x" + _hex()}}), "exemption gone")
+    wait_for(lambda: b.try_create({**p, "metadata": {**p["metadata"], "name": "x" + _hex()}}), what="exemption gone")
     cur = b.get(p)
     upd = copy.deepcopy(cur)
     upd["metadata"].setdefault("labels", {})["touched"] = "yes"
@@ -628,10 +618,10 @@ def test_vm_update_and_deletion(bed, kubectl):
     ns = b.namespace(labels={EXEMPT: "true"})
     v = vm(ns, [multus("elsewhere/nad")], {NET: "elsewhere/nad"})
     v["metadata"]["finalizers"] = ["test.proxmox.cozystack.io/hold"]
-    _wait(lambda: b.try_create(v) is None, "exemption")
+    wait_for(lambda: b.try_create(v) is None, what="exemption")
     b.apply(v)
     b.k("label", "namespace", ns, f"{EXEMPT}-")
-    _wait(lambda: b.try_create({**v, "metadata": {"name": "x" + _hex(), "namespace": ns}}), "exemption gone")
+    wait_for(lambda: b.try_create({**v, "metadata": {"name": "x" + _hex(), "namespace": ns}}), what="exemption gone")
     cur = b.get(v)
     upd = copy.deepcopy(cur)
     upd["spec"]["runStrategy"] = "Always"

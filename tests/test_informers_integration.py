@@ -26,27 +26,12 @@ from hack.cluster import LocalCluster
 from informers import Resource, SharedInformerFactory, meta_namespace_key
 from informers import reflector as reflector_mod
 from tests.support.tcpproxy import TCPProxy
+from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
 CM = Resource("", "v1", "configmaps", True, kind="ConfigMap")
 DEADLINE = 30.0
-
-
-def wait_until(fn: Callable[[], object], timeout: float = DEADLINE, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        try:
-            last = fn()
-        except Exception as e:  # transient (e.g. API call during a fault)
-            last = e
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
-        time.sleep(0.05)
 
 
 class Recorder:
@@ -166,7 +151,7 @@ def test_create_update_delete_events_arrive(cluster, admin_client, unique_namesp
     put(core, unique_namespace, "b", v="1")
     core.delete_namespaced_config_map("a", unique_namespace)
     key_a, key_b = f"{unique_namespace}/a", f"{unique_namespace}/b"
-    wait_until(lambda: len(late.events) >= 4, what="4 events")
+    wait_for(lambda: len(late.events) >= 4, what="4 events")
     assert late.events == [("add", key_a), ("update", key_a), ("add", key_b), ("delete", key_a)]
     assert late.problems == []
     assert cache_state(inf) == {key_b: {"v": "1"}}
@@ -179,7 +164,7 @@ def test_stop_is_prompt_with_a_live_watch(cluster, admin_client, unique_namespac
     inf = ns_informer(f, unique_namespace)
     f.start()
     assert f.wait_for_cache_sync(DEADLINE)
-    wait_until(lambda: inf._reflector._live is not None, what="watch open")
+    wait_for(lambda: inf._reflector._live is not None, what="watch open")
     t0 = time.monotonic()
     assert f.stop(10)
     assert time.monotonic() - t0 < 3
@@ -201,7 +186,7 @@ def test_survives_dropped_connection(cluster, proxy, unique_namespace, admin_cli
         f.start()
         assert f.wait_for_cache_sync(DEADLINE)
         put(core, unique_namespace, "before-cut", v="1")
-        wait_until(lambda: inf.store.get(f"{unique_namespace}/before-cut"), what="watch is live")
+        wait_for(lambda: inf.store.get(f"{unique_namespace}/before-cut"), what="watch is live")
 
         # Cut mid-stream, and keep the reflector away while things change.
         proxy.blackhole()
@@ -212,8 +197,8 @@ def test_survives_dropped_connection(cluster, proxy, unique_namespace, admin_cli
         proxy.restore()
 
         want = api_state(core, unique_namespace)
-        wait_until(lambda: cache_state(inf) == want, what="cache caught up")
-        wait_until(lambda: rec.snapshot() == want, what="handlers caught up")
+        wait_for(lambda: cache_state(inf) == want, what="cache caught up")
+        wait_for(lambda: rec.snapshot() == want, what="handlers caught up")
         assert rec.problems == []
         assert inf.watch_restarts["dropped"] >= 1
         # Re-watched from the last resourceVersion: no relist was needed.
@@ -232,20 +217,20 @@ def test_blackholed_connection_detected_by_read_timeout(cluster, proxy, unique_n
         f.start()
         assert f.wait_for_cache_sync(DEADLINE)
         put(core, unique_namespace, "probe", v="1")
-        wait_until(lambda: inf.store.get(f"{unique_namespace}/probe"), what="watch is live")
+        wait_for(lambda: inf.store.get(f"{unique_namespace}/probe"), what="watch is live")
 
         # A silent drop: no FIN, no RST, no data. Only the read timeout notices.
         proxy.blackhole()
         put(core, unique_namespace, "probe", v="2")
         put(core, unique_namespace, "during", v="1")
         t0 = time.monotonic()
-        wait_until(lambda: inf.watch_restarts["timeout"] >= 1, timeout=15, what="read timeout")
+        wait_for(lambda: inf.watch_restarts["timeout"] >= 1, timeout=15, what="read timeout")
         assert time.monotonic() - t0 < 3 + 1 + 2  # timeoutSeconds + margin + slack
         assert inf.store.get(f"{unique_namespace}/during") is None  # nothing got through
         proxy.restore()
 
         want = api_state(core, unique_namespace)
-        wait_until(lambda: cache_state(inf) == want, what="cache caught up")
+        wait_for(lambda: cache_state(inf) == want, what="cache caught up")
         assert rec.snapshot() == want and rec.problems == []
         assert inf.is_running()
     finally:
@@ -283,7 +268,7 @@ def test_relist_after_410_synthesizes_deletes(nocache_cluster, factories):
             rec = Recorder().attach(inf)
             f.start()
             assert f.wait_for_cache_sync(DEADLINE)
-            wait_until(lambda: px.active_connections >= 1, what="watch connected")
+            wait_for(lambda: px.active_connections >= 1, what="watch connected")
             old_rv = inf.last_resource_version
 
             # Stop the world: the reflector cannot reach the server while
@@ -300,8 +285,8 @@ def test_relist_after_410_synthesizes_deletes(nocache_cluster, factories):
             px.restore()
 
             want = api_state(core, ns)
-            wait_until(lambda: cache_state(inf) == want, what="relisted cache")
-            wait_until(lambda: rec.snapshot() == want, what="handlers caught up")
+            wait_for(lambda: cache_state(inf) == want, what="relisted cache")
+            wait_for(lambda: rec.snapshot() == want, what="handlers caught up")
             assert inf.watch_restarts["expired"] >= 1
             assert inf.relists >= 1
             assert rec.problems == []  # nothing invented
@@ -313,7 +298,7 @@ def test_relist_after_410_synthesizes_deletes(nocache_cluster, factories):
             assert not any(e[0] == "delete" and e[1] != f"{ns}/vanish" for e in events)
             # watching again from the fresh list's resourceVersion
             put(core, ns, "after", v="1")
-            wait_until(lambda: inf.store.get(f"{ns}/after"), what="event after relist")
+            wait_for(lambda: inf.store.get(f"{ns}/after"), what="event after relist")
         finally:
             px.cut()
             via_proxy.close()
@@ -349,10 +334,10 @@ def test_watch_from_compacted_rv_gets_410_and_relists(nocache_cluster, factories
         with rec.lock:
             rec.events.clear()
 
-        wait_until(lambda: inf.watch_restarts["expired"] >= 1, what="410 on re-watch")
-        wait_until(lambda: inf.relists >= 1, what="relist")
+        wait_for(lambda: inf.watch_restarts["expired"] >= 1, what="410 on re-watch")
+        wait_for(lambda: inf.relists >= 1, what="relist")
         want = api_state(core, ns)
-        wait_until(lambda: cache_state(inf) == want, what="converged")
+        wait_for(lambda: cache_state(inf) == want, what="converged")
         assert rec.snapshot() == want and rec.problems == []
         with rec.lock:
             kinds = {e[0] for e in rec.events}
@@ -360,6 +345,6 @@ def test_watch_from_compacted_rv_gets_410_and_relists(nocache_cluster, factories
         assert int(inf.last_resource_version) >= rev
         # and it keeps watching
         put(core, ns, "after", v="1")
-        wait_until(lambda: inf.store.get(f"{ns}/after"), what="event after relist")
+        wait_for(lambda: inf.store.get(f"{ns}/after"), what="event after relist")
     finally:
         admin.close()

@@ -38,20 +38,10 @@ from informers import (
 )
 from informers.reflector import Backoff, ReflectorConfig
 from informers.watchstream import LineSplitter, WatchDecodeError, decode_event, iter_events
+from hack.wait import wait_for
 
 CM = Resource("", "v1", "configmaps", True)
 DEADLINE = 10.0
-
-
-def wait_until(fn: Callable[[], object], timeout: float = DEADLINE, what: str = "condition") -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last value {value!r}")
-        time.sleep(0.005)
 
 
 def obj(name: str, ns: str | None = "ns", rv: str = "1", **labels: str) -> dict:
@@ -588,7 +578,7 @@ def test_initial_list_paginates_and_syncs(server, running):
         assert converged(inf, server)
         o = inf.store.get("ns/cm-0000")
         assert o["kind"] == "ConfigMap" and o["apiVersion"] == "v1"  # filled in for list items
-        wait_until(lambda: server.watches, what="watch started")
+        wait_for(lambda: server.watches, what="watch started")
         query, timeout = server.watches[0]
         q = dict(query)
         assert q["resourceVersion"] == str(server.rv)
@@ -617,11 +607,11 @@ def test_watch_events_update_cache_and_handlers(server, running):
     inf = running(server)
     events = recorder(inf)
     assert inf.wait_for_sync(DEADLINE)
-    wait_until(server.live, what="watch")
+    wait_for(server.live, what="watch")
     server.put("b", v="1")
     server.put("a", v="2")
     server.delete("b")
-    wait_until(lambda: len(events) == 4, what="4 events")
+    wait_for(lambda: len(events) == 4, what="4 events")
     assert [e[:2] for e in events] == [("add", "ns/a"), ("add", "ns/b"), ("update", "ns/a"), ("delete", "ns/b")]
     assert events[2][2]["data"] == {"v": "1"} and events[2][3]["data"] == {"v": "2"}
     assert events[3][2]["metadata"]["name"] == "b"
@@ -632,12 +622,12 @@ def test_watch_events_update_cache_and_handlers(server, running):
 def test_bookmark_advances_resource_version(server, running):
     inf = running(server)
     assert inf.wait_for_sync(DEADLINE)
-    wait_until(server.live, what="watch")
+    wait_for(server.live, what="watch")
     server.bookmark()
-    wait_until(lambda: inf.last_resource_version == str(server.rv), what="rv from bookmark")
+    wait_for(lambda: inf.last_resource_version == str(server.rv), what="rv from bookmark")
     # The next watch resumes from the bookmark's RV, not the list's.
     server.doom_streams("end")
-    wait_until(lambda: len(server.watches) == 2, what="rewatch")
+    wait_for(lambda: len(server.watches) == 2, what="rewatch")
     assert dict(server.watches[1][0])["resourceVersion"] == str(server.rv)
     assert inf.watch_restarts["closed"] == 1 and inf.relists == 0
 
@@ -647,15 +637,15 @@ def test_rewatch_from_last_rv_after_connection_loss(server, running, fate, reaso
     server.put("a")
     inf = running(server)
     assert inf.wait_for_sync(DEADLINE)
-    wait_until(server.live, what="watch")
+    wait_for(server.live, what="watch")
     server.put("b")
-    wait_until(lambda: inf.store.get("ns/b"), what="b")
+    wait_for(lambda: inf.store.get("ns/b"), what="b")
     rv_before = inf.last_resource_version
     with server.cond:  # changes race with the connection loss
         server.doom_streams(fate)
         server.put("c")
         server.delete("a")
-    wait_until(lambda: converged(inf, server), what="cache converged")
+    wait_for(lambda: converged(inf, server), what="cache converged")
     assert inf.watch_restarts[reason] == 1
     assert inf.relists == 0 and len(server.lists) == 1
     resumed = [dict(q)["resourceVersion"] for q, _ in server.watches]
@@ -670,7 +660,7 @@ def test_410_relists_with_synthesized_deletes(mode, running):
     inf = running(server)
     events = recorder(inf)
     assert inf.wait_for_sync(DEADLINE)
-    wait_until(server.live, what="watch")
+    wait_for(server.live, what="watch")
     events.clear()
     # Stop-the-world: the watch dies, changes happen, etcd compacts.
     with server.cond:
@@ -680,7 +670,7 @@ def test_410_relists_with_synthesized_deletes(mode, running):
         server.put("change", v="2")
         server.put("new", v="1")
         server.compact()
-    wait_until(lambda: converged(inf, server), what="converged after relist")
+    wait_for(lambda: converged(inf, server), what="converged after relist")
     assert inf.watch_restarts["expired"] == 1
     assert inf.relists == 1
     kinds = {(e[0], e[1]) for e in events}
@@ -691,7 +681,7 @@ def test_410_relists_with_synthesized_deletes(mode, running):
     assert tomb[2]["data"] == {"v": "1"}  # last known object
     # and the informer keeps watching from the new list's RV
     server.put("after")
-    wait_until(lambda: inf.store.get("ns/after"), what="event after relist")
+    wait_for(lambda: inf.store.get("ns/after"), what="event after relist")
 
 
 def test_repeated_410_right_after_relist_backs_off(running):
@@ -702,7 +692,7 @@ def test_repeated_410_right_after_relist_backs_off(running):
 
     srv = AlwaysGone()
     inf = running(srv)
-    wait_until(lambda: len(srv.lists) >= 4, what="relists")
+    wait_for(lambda: len(srv.lists) >= 4, what="relists")
     assert inf.has_synced() and inf.is_running()
     assert inf._reflector._backoff.failures >= 1  # not a hot LIST loop
     assert inf.watch_restarts["expired"] >= 3
@@ -726,7 +716,7 @@ def test_missing_crd_has_synced_stays_false(running):
 
     srv = NoCrd()
     inf = running(srv)
-    wait_until(lambda: len(srv.lists) >= 3, what="retries")
+    wait_for(lambda: len(srv.lists) >= 3, what="retries")
     assert not inf.has_synced()
     assert inf.is_running()
 
@@ -740,12 +730,12 @@ def test_errors_back_off_and_keep_going(server, running):
     ])
     inf = running(server)
     assert inf.wait_for_sync(DEADLINE)
-    wait_until(server.live, what="watch after errors")
+    wait_for(server.live, what="watch after errors")
     assert inf.watch_restarts["error"] == 3
     server.doom_streams("error500")  # ERROR event that is not a 410: rewatch, no relist
-    wait_until(lambda: inf.watch_restarts["error"] == 4, what="error event counted")
+    wait_for(lambda: inf.watch_restarts["error"] == 4, what="error event counted")
     server.put("b")
-    wait_until(lambda: converged(inf, server), what="converged")
+    wait_for(lambda: converged(inf, server), what="converged")
     assert inf.relists == 1  # only the unexpected exception forced a relist
     assert set(inf.watch_restarts) == set(RESTART_REASONS)
 
@@ -754,9 +744,9 @@ def test_immediately_ending_watch_backs_off(server, running):
     inf = running(server)
     assert inf.wait_for_sync(DEADLINE)
     for _ in range(3):
-        wait_until(server.live, what="watch")
+        wait_for(server.live, what="watch")
         server.doom_streams("end")
-    wait_until(lambda: inf.watch_restarts["closed"] == 3, what="3 closes")
+    wait_for(lambda: inf.watch_restarts["closed"] == 3, what="3 closes")
     assert inf._reflector._backoff.failures >= 1  # short empty watches count as failures
 
 
@@ -772,7 +762,7 @@ def test_handler_exception_is_isolated(server, running):
     assert inf.wait_for_sync(DEADLINE)
     server.put("a")
     server.put("b")
-    wait_until(lambda: got == ["a", "b"], what="both events")
+    wait_for(lambda: got == ["a", "b"], what="both events")
     assert inf.is_running()
 
 
@@ -781,7 +771,7 @@ def test_late_handler_gets_adds_then_events_without_gaps(server, running):
         server.put(f"pre-{i}")
     inf = running(server)
     assert inf.wait_for_sync(DEADLINE)
-    wait_until(server.live, what="watch")
+    wait_for(server.live, what="watch")
     stop = threading.Event()
 
     def writer():
@@ -807,7 +797,7 @@ def test_late_handler_gets_adds_then_events_without_gaps(server, running):
 
     inf.add_event_handler(on_add=on_add, on_update=on_update)
     t.join()
-    wait_until(lambda: converged(inf, server), what="converged")
+    wait_for(lambda: converged(inf, server), what="converged")
     with lock:
         assert shadow == server.state()
 
@@ -816,7 +806,7 @@ def test_stop_is_prompt_during_a_blocked_watch(server):
     inf = SharedIndexInformer(CM, server, config=FAST)
     inf.start()
     assert inf.wait_for_sync(DEADLINE)
-    wait_until(server.live, what="watch")
+    wait_for(server.live, what="watch")
     t0 = time.monotonic()
     inf.stop()
     assert inf.join(5)
@@ -830,10 +820,10 @@ def test_relist_period_triggers_relist(server, running):
                           relist_backoff=(0.001, 0.01), relist_period=0.01)
     inf = running(server, config=cfg)
     assert inf.wait_for_sync(DEADLINE)
-    wait_until(server.live, what="watch")
+    wait_for(server.live, what="watch")
     # the watch was capped to end when the relist is due
     assert int(dict(server.watches[0][0])["timeoutSeconds"]) == 1
-    wait_until(lambda: inf.relists >= 1, what="periodic relist")
+    wait_for(lambda: inf.relists >= 1, what="periodic relist")
     assert inf.watch_restarts["closed"] >= 1
 
 
@@ -928,8 +918,8 @@ def test_cache_converges_under_random_faults(ops, rnd):
                 server.bookmark()
             else:
                 server.doom_streams(op)
-        wait_until(lambda: converged(inf, server), what="converged")
-        wait_until(lambda: shadow == server.state(), what="handler view converged")
+        wait_for(lambda: converged(inf, server), what="converged")
+        wait_for(lambda: shadow == server.state(), what="handler view converged")
     finally:
         inf.stop()
         assert inf.join(5)

@@ -23,6 +23,7 @@ from controller.workqueue import (
 )
 
 from tests.support.clock import FakeClock
+from hack.wait import wait_for
 
 JOIN = 30.0  # safety net for thread joins, never an expectation
 
@@ -38,15 +39,6 @@ class ZeroLimiter:
 
     def num_requeues(self, key):
         return 0
-
-
-def wait_until(predicate, what: str) -> None:
-    """Poll a state predicate (not a timing assertion); fail after a safety timeout."""
-    end = time.monotonic() + JOIN
-    while not predicate():
-        if time.monotonic() > end:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.001)
 
 
 def drain(q: RateLimitingQueue) -> list:
@@ -122,7 +114,7 @@ def test_shutdown_wakes_all_blocked_getters():
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:
         t.start()
-    wait_until(lambda: q._getters_waiting == 4, "4 blocked getters")
+    wait_for(lambda: q._getters_waiting == 4, what="4 blocked getters")
     q.shutdown()
     for t in threads:
         t.join(JOIN)
@@ -161,7 +153,7 @@ def test_blocked_get_wakes_on_add():
     got: list = []
     t = threading.Thread(target=lambda: got.append(q.get()))
     t.start()
-    wait_until(lambda: q._getters_waiting == 1, "a blocked getter")
+    wait_for(lambda: q._getters_waiting == 1, what="a blocked getter")
     q.add("x")
     t.join(JOIN)
     assert got == ["x"]
@@ -258,7 +250,7 @@ def test_blocked_get_picks_up_delayed_key_after_wake():
     got: list = []
     t = threading.Thread(target=lambda: got.append(q.get()))
     t.start()
-    wait_until(lambda: q._getters_waiting == 1, "a blocked getter")
+    wait_for(lambda: q._getters_waiting == 1, what="a blocked getter")
     clock.advance(3600)
     q.wake()
     t.join(JOIN)
@@ -272,7 +264,7 @@ def test_blocked_get_recomputes_its_wait_on_an_earlier_add_after():
     got: list = []
     t = threading.Thread(target=lambda: got.append(q.get()))
     t.start()
-    wait_until(lambda: q._getters_waiting == 1, "a blocked getter")
+    wait_for(lambda: q._getters_waiting == 1, what="a blocked getter")
     q.add_after("soon", 0)
     t.join(JOIN)
     assert got == ["soon"]
