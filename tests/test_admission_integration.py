@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import secrets
-import time
 from pathlib import Path
 
 import pytest
@@ -361,9 +360,7 @@ def test_zone_created_later_is_enforced_at_once(bed):
     late1 = machine("v1alpha1", "ProxmoxMachineTemplate", b.plain, [nic("vmbr0"), nic(bridge, 120, "p")])
     admitted(b.try_create(late))  # no zone on that bridge yet
     b.zone(b.zc, bridge, {"uplinkVLAN": 4000, "uplinkBridges": [f"u{bridge}"]})
-    t0 = time.monotonic()
     err = wait_for(lambda: b.try_create(late), what="the new zone to be enforced", timeout=10, interval=0.05)
-    assert time.monotonic() - t0 < 10
     denied(err, MACHINE, R1, f"ProxmoxNetworkZone {b.zc}")
     denied(b.try_create(late1), MACHINE, R1, b.zc)
     denied(b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic("vmbr0", 4000)])), MACHINE, R2, b.zc)
