@@ -56,10 +56,11 @@ stop_debian_ovn() {
 install_ovn() {
   if command -v ovsdb-server >/dev/null && command -v ovsdb-tool >/dev/null \
      && command -v ovn-nbctl >/dev/null && [[ -f /usr/share/ovn/ovn-nb.ovsschema ]] \
-     && command -v promtool >/dev/null; then
+     && command -v promtool >/dev/null && command -v prometheus >/dev/null; then
     return 0
   fi
-  # promtool (Debian's prometheus package) checks and unit-tests the alert rules.
+  # promtool (Debian's prometheus package) checks and unit-tests the alert rules; its
+  # prometheus server scrapes the controller in tests/test_prometheus_integration.py.
   log "installing ovn-central, openvswitch-common and prometheus (promtool) from Debian"
   # Keep Debian's services from starting: policy-rc.d exit 101 = "action forbidden".
   local made_policy=""
@@ -76,6 +77,7 @@ install_ovn() {
   command -v ovsdb-server >/dev/null || die "ovsdb-server still missing after apt-get install"
   command -v ovn-nbctl >/dev/null || die "ovn-nbctl still missing after apt-get install"
   command -v promtool >/dev/null || die "promtool still missing after apt-get install"
+  command -v prometheus >/dev/null || die "prometheus still missing after apt-get install"
   [[ -f /usr/share/ovn/ovn-nb.ovsschema ]] || die "/usr/share/ovn/ovn-nb.ovsschema missing"
 }
 
@@ -87,7 +89,7 @@ install_python() {
   if python3 - <<'PY' 2>/dev/null
 import importlib, sys
 for m in ("kubernetes", "ovs", "attrs", "structlog", "prometheus_client", "yaml", "durationpy",
-          "pytest", "pytest_asyncio", "pytest_timeout", "hypothesis", "cryptography"):
+          "pytest", "pytest_asyncio", "pytest_timeout", "hypothesis", "cryptography", "grafanalib"):
     importlib.import_module(m)
 import kubernetes
 sys.exit(0 if int(kubernetes.__version__.split(".")[0]) >= 37 else 1)
