@@ -234,6 +234,7 @@ class ChaosResult:
     vlan_deletions_checked: int = 0
     uncertain: list[str] = field(default_factory=list)  # judgements a relist gap left open
     refuted: list[str] = field(default_factory=list)  # monitor flags the audit log disproves
+    resolved: list[str] = field(default_factory=list)  # open judgements the audit log shows clean
     vlan_events: int = 0
     monitor_relists: int = 0
     wall_seconds: float = 0.0
@@ -273,7 +274,8 @@ class ChaosResult:
                      f"teardown leftovers {len(self.teardown_leftovers)}, replica exits {len(self.replica_exits)}, "
                      f"peer exits {len(self.peer_exits)} (unexpected {len(self.unexpected_exits())}), "
                      f"Vlan deletions checked {self.vlan_deletions_checked}, "
-                     f"left open by a relist gap {len(self.uncertain)}, Kube-OVN's own NB leftovers "
+                     f"left open by a relist gap {len(self.uncertain)} (settled clean by the audit log "
+                     f"{len(self.resolved)}), Kube-OVN's own NB leftovers "
                      f"{len(self.kube_ovn_leftovers)}, addresses garbage-collected {self.gc_collected}, "
                      f"provider orphans released {len(self.ipam_orphans)}")
         if self.vlans_by_provider:
@@ -1595,7 +1597,8 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
             res.vlan_deletions_checked = mon.judge()
             res.vlan_deletions_unjudgeable = mon.unjudgeable
             res.violations, res.refuted = recheck_duplicates(list(mon.violations), cluster.audit_log)
-            res.uncertain = list(mon.uncertain)
+            res.uncertain, res.resolved, late = recheck_open(list(mon.uncertain), cluster.audit_log)
+            res.violations += late
             res.vlan_events = mon.vlan_events
             res.monitor_relists = mon.relists
             res.vlans_by_provider = {p: {"vlans": len(n), "ids": len(i)}
@@ -1685,6 +1688,77 @@ def recheck_duplicates(violations: list[str], audit_log: Path) -> tuple[list[str
     return confirmed, refuted
 
 
+AUDIT_PLURALS = {"machine": "proxmoxmachines", "addresse": "ipaddresses", "claim": "ipaddressclaims",
+                 "Subnet": "subnets", "Vlan": "vlans"}
+
+
+def removal_times(audit_log: Path, plurals: set[str]) -> dict[tuple[str, str, str], tuple[str, str]]:
+    """(plural, namespace, name) -> (received, completed) of the request that removed the
+    object from the API, from the audit log: its last successful write (a PATCH or PUT that
+    took the last finalizer off; nothing can write an object once it is gone) at or after its
+    successful DELETE, or that DELETE itself (no finalizer). Objects never deleted are absent.
+    Subresource writes (status) never remove an object and are skipped."""
+    out: dict[tuple[str, str, str], tuple[str, str]] = {}
+    deleted: set[tuple[str, str, str]] = set()
+    with open(audit_log, errors="replace") as f:
+        for line in f:
+            if '"ResponseComplete"' not in line or not any(f'"{pl}"' in line for pl in plurals):
+                continue
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            ref = e.get("objectRef") or {}
+            code = (e.get("responseStatus") or {}).get("code", 0)
+            if ref.get("resource") not in plurals or ref.get("subresource") or not 200 <= code < 300:
+                continue
+            key = (ref["resource"], ref.get("namespace") or "", ref.get("name") or "")
+            span = (e["requestReceivedTimestamp"], e["stageTimestamp"])
+            if e["verb"] == "create":
+                deleted.discard(key)
+                out.pop(key, None)
+            elif e["verb"] == "delete":
+                deleted.add(key)
+                out[key] = span
+            elif e["verb"] in ("patch", "update") and key in deleted:
+                out[key] = span
+    return out
+
+
+def recheck_open(uncertain: list[str], audit_log: Path) -> tuple[list[str], list[str], list[str]]:
+    """Settle the judgements a relist gap left open with the API server's audit log:
+    (still open, clean, violations). A judgement is about a Vlan that went while a consumer
+    of its pool, or a Subnet it listed, may still have existed. Clean when the consumer's (or
+    Subnet's) removal completed before the request removing the Vlan was even received; a
+    violation when the consumer's removal was received after the Vlan's completed; open when
+    the two requests overlap or one of them is not in the log. Names are unique per run (fresh names
+    per slot generation), so (kind, namespace, name) identifies one object."""
+    if not uncertain or not audit_log.exists():
+        return uncertain, [], []
+    pat_consumer = re.compile(r"Vlan (\S+) \(VLAN \S+\) deleted at rv \d+ \(\w+\) while (\w+) (\S+)/(\S+) referenced pool")
+    pat_subnet = re.compile(r"Vlan (\S+) deleted at rv \d+ \(\w+\) while it listed live Subnet (\S+)$")
+    gone = removal_times(audit_log, set(AUDIT_PLURALS.values()))
+    still, clean, bad = [], [], []
+    for u in uncertain:
+        if m := pat_consumer.match(u):
+            vlan, other = m.group(1), (AUDIT_PLURALS.get(m.group(2), ""), m.group(3), m.group(4))
+        elif m := pat_subnet.match(u):
+            vlan, other = m.group(1), ("subnets", "", m.group(2))
+        else:
+            still.append(u)
+            continue
+        v, o = gone.get(("vlans", "", vlan)), gone.get(other)
+        if v is None:
+            still.append(u)
+        elif o is not None and o[1] < v[0]:
+            clean.append(f"{u}: clean by the audit log, the {other[0][:-1]} was removed by {o[1]}, the Vlan from {v[0]}")
+        elif o is not None and o[0] > v[1]:
+            bad.append(f"{u}: confirmed by the audit log, the Vlan was removed by {v[1]}, the {other[0][:-1]} from {o[0]}")
+        else:
+            still.append(u)
+    return still, clean, bad
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -1709,20 +1783,24 @@ def render_markdown(res: ChaosResult) -> str:
     lost = sum(1 for e in exits if e["expected"] and not e["killed"])
     pexits = res.peer_exits
     peers = res.peers or {}
+    reasons: dict[tuple[str, bool, str], int] = {}
+    for e in pexits:
+        k = (e["peer"], bool(e["expected"]), e["why"])
+        reasons[k] = reasons.get(k, 0) + 1
     peer_line = (f"* Peers: the real kube-ovn-controller {peers.get('kube-ovn-controller', '?')} and in-cluster IPAM "
                  f"provider {peers.get('ipam-provider', '?')}. Their own exits (not the harness's kills): {len(pexits)} — "
                  f"{sum(1 for e in pexits if e['expected'])} within a minute of an API server or NB outage or an etcd "
-                 f"compaction (started again), **{sum(1 for e in pexits if not e['expected'])}** unexpected"
-                 + "".join(f"\n  * {e['peer']} exited (rc {e['rc']}) {'after an outage' if e['expected'] else 'UNEXPECTEDLY'}: "
-                           f"`{e['why']}`" for e in pexits)
-                 + f". Kube-OVN's own NB leftovers for the load's Subnets after teardown (not ours, not failed): "
-                 f"{len(res.kube_ovn_leftovers)}"
-                 + (f" ({', '.join(res.kube_ovn_leftovers[:6])}{', …' if len(res.kube_ovn_leftovers) > 6 else ''})"
-                    if res.kube_ovn_leftovers else "")
-                 + f"; claim-owned IPAddresses whose claim was gone, deleted by the harness's garbage collector: "
-                 f"{res.gc_collected}, of which {len(res.ipam_orphans)} the provider had made for a claim the API server "
-                 f"deleted under its new finalizer (kubernetes/kubernetes#77988) and which kept its ProtectAddress "
-                 f"finalizer until the harness removed it.")
+                 f"compaction (started again), **{sum(1 for e in pexits if not e['expected'])}** unexpected."
+                 + "".join(f"\n  * {n} × {peer} {'after an outage' if exp else 'UNEXPECTEDLY'}: `{why}`"
+                           for (peer, exp, why), n in reasons.items()))
+    peer_line += (f"\n* Kube-OVN's own NB leftovers for the load's Subnets after teardown (not ours, not failed): "
+                  f"{len(res.kube_ovn_leftovers)}"
+                  + (f" ({', '.join(res.kube_ovn_leftovers[:3])}{', …' if len(res.kube_ovn_leftovers) > 3 else ''})"
+                     if res.kube_ovn_leftovers else "")
+                  + f". Claim-owned IPAddresses whose claim was gone, deleted by the harness's garbage collector: "
+                  f"{res.gc_collected}; {len(res.ipam_orphans)} of them the provider had made for a claim the API server "
+                  f"deleted under its new finalizer (kubernetes/kubernetes#77988), kept by its ProtectAddress finalizer "
+                  f"until the harness removed it.")
     return "\n".join([
         f"Run of {res.started_utc} on {res.machine}; `python hack/chaos.py "
         f"--kills {cfg['kills']} --api-restarts {cfg['api_restarts']} --compactions {cfg['compactions']} "
@@ -1742,7 +1820,8 @@ def render_markdown(res: ChaosResult) -> str:
         f"(plus {res.vlan_deletions_unjudgeable} of networks the monitor never saw, for their Subnets only; final "
         f"judgement {'after the watches caught up with a fresh list' if res.monitor_caught_up else 'WITHOUT a confirmed catch-up'}); "
         f"Vlan watch events seen: {res.vlan_events}; monitor relists: {res.monitor_relists}; judgements a relist "
-        f"gap left open (a consumer whose delete was only seen by a later relist): {len(res.uncertain)}; "
+        f"gap left open (a consumer whose delete was only seen by a later relist) and not settled by the API "
+        f"server's audit log: {len(res.uncertain)} ({len(res.resolved)} more settled clean by it); "
         f"monitor flags refuted by the API server's audit log: {len(res.refuted)}."
         + "".join(f"\n  * {r}" for r in res.refuted),
         f"* Convergence failures: **{len(res.convergence_failures)}**; teardown leftovers (Vlans, "
@@ -1823,6 +1902,9 @@ def main(argv: list[str] | None = None) -> int:
         res = ChaosResult(**{k: v for k, v in raw.items() if k in ChaosResult.__dataclass_fields__})
         res.violations, refuted = recheck_duplicates(res.violations, Path(args.recheck[1]))
         res.refuted += refuted
+        res.uncertain, resolved, late = recheck_open(res.uncertain, Path(args.recheck[1]))
+        res.resolved += resolved
+        res.violations += late
         print(res.summary())
         if args.report:
             write_figures(Path(args.report), res)

@@ -215,3 +215,37 @@ def test_audit_recheck_looks_at_every_pair_of_a_three_way_flag(tmp_path):
                               ev("create", "c", 4)]) + "\n")
     flag = "duplicate VLAN 7 on provider p: ['a', 'b', 'c'] (rv 10)"
     assert recheck_duplicates([flag], log) == ([flag], [])
+
+
+def test_audit_log_settles_open_judgements_by_when_each_object_was_removed(tmp_path):
+    """A judgement a relist gap left open is settled by the audit log: the request that
+    removed each object (its last write after its DELETE: the finalizer coming off, or the
+    DELETE itself). Clean when the consumer was gone before the Vlan's removal was received,
+    a violation when the consumer's removal began after the Vlan's completed, open when
+    they overlap."""
+    from hack.chaos import recheck_open
+
+    def ev(verb, resource, name, received, done, ns=None, sub=None):
+        ref = {"resource": resource, "name": name, **({"namespace": ns} if ns else {}),
+               **({"subresource": sub} if sub else {})}
+        return json.dumps({"stage": "ResponseComplete", "verb": verb, "objectRef": ref, "responseStatus": {"code": 200},
+                           "requestReceivedTimestamp": f"2026-01-01T00:00:{received:09.6f}Z",
+                           "stageTimestamp": f"2026-01-01T00:00:{done:09.6f}Z"})
+    log = tmp_path / "audit.log"
+    log.write_text("\n".join([
+        # Vlan a: DELETE at 10, our finalizer off (PATCH) 20.0-20.1; a status write after is not a removal.
+        ev("create", "vlans", "a", 1, 1.1), ev("delete", "vlans", "a", 10, 10.1), ev("patch", "vlans", "a", 20, 20.1),
+        ev("patch", "vlans", "a", 19, 19.1, sub="status"),
+        ev("create", "proxmoxmachines", "m-early", 2, 2.1, ns="ns1"), ev("delete", "proxmoxmachines", "m-early", 15, 15.2, ns="ns1"),
+        ev("create", "proxmoxmachines", "m-late", 2, 2.1, ns="ns1"), ev("delete", "proxmoxmachines", "m-late", 21, 21.1, ns="ns1"),
+        ev("create", "proxmoxmachines", "m-both", 2, 2.1, ns="ns1"), ev("delete", "proxmoxmachines", "m-both", 19.9, 20.05, ns="ns1"),
+        # Subnet s: DELETE at 5 under Kube-OVN's finalizer, which goes at 8.
+        ev("create", "subnets", "s", 1, 1.1), ev("delete", "subnets", "s", 5, 5.1), ev("patch", "subnets", "s", 8, 8.1),
+    ]) + "\n")
+    msg = "Vlan a (VLAN 7) deleted at rv 30 (relist) while machine ns1/{} referenced pool ns1/p"
+    opened = [msg.format("m-early"), msg.format("m-late"), msg.format("m-both"), msg.format("m-unknown"),
+              "Vlan a deleted at rv 30 (relist) while it listed live Subnet s"]
+    still, clean, bad = recheck_open(opened, log)
+    assert [c.split(":")[0] for c in clean] == [opened[0], opened[4]]
+    assert [b.split(":")[0] for b in bad] == [opened[1]]
+    assert still == [opened[2], opened[3]]
