@@ -5,7 +5,8 @@
 #   * Debian's OVN / Open vSwitch tools (ovsdb-server, ovsdb-tool, ovn-nbctl, the NB schema),
 #     without leaving Debian's own ovsdb-server / ovn-northd running;
 #   * the Python dependencies with the test extra (the tree itself is imported in place);
-#   * kube-apiserver, kubectl and etcd (hack/build-control-plane.sh, cached).
+#   * kube-apiserver, kubectl and etcd (hack/build-control-plane.sh, cached);
+#   * the real peers (hack/build-peers.sh) and helm (hack/build-helm.sh), cached.
 #
 # Prints the control-plane bin directory on stdout (like build-control-plane.sh).
 set -euo pipefail
@@ -117,4 +118,5 @@ for b in kube-apiserver kubectl etcd; do
   [[ -x "$bin/$b" ]] || die "$bin/$b missing after build"
 done
 "$HERE/build-peers.sh" >/dev/null || die "hack/build-peers.sh failed"  # kube-ovn-controller, IPAM provider (stdout: control plane only)
+"$HERE/build-helm.sh" >/dev/null || die "hack/build-helm.sh failed"  # helm for the charts' tests (stdout: control plane only)
 echo "$bin"
