@@ -382,7 +382,10 @@ class LeaderElector:
         if not held:
             self._log.info("leader election stopped before acquiring the lease")
             return
-        self._log.warning("leadership lost", reason=reason)
+        if reason == "stopped":  # a clean stop hands the lease over; nothing went wrong
+            self._log.info("leadership given up", reason=reason)
+        else:
+            self._log.warning("leadership lost", reason=reason)
         try:
             self._on_stopped()
         except Exception:
