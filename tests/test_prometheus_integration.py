@@ -279,12 +279,15 @@ def stack(cluster, tmp_path_factory):
         env.wait(s.second_net, "VLANAllocated", "ZoneExhausted")
         wait_for(lambda: ctl.sample("cozy_proxmox_gateway_groups_collected_total") == 1.0, timeout=30,
                  what="the collector's pass over the NB")
+        # Prometheus holds the NB error counter from before the outage, so the outage's
+        # errors are an increase (ProxmoxNetworkGatewayNBErrors) and not the first sample.
+        wait_for(lambda: prom.ready() and prom.query("cozy_proxmox_gateway_nb_errors_total"), timeout=30,
+                 what="prometheus scraping the controller")
         # The NB goes away; a network bound now has never had its gateway up: NBUnavailable at once.
         server.stop()
         bound_network(env, s.nbdown_net, down_sub, "p2")
         obj = env.wait(s.nbdown_net, "GatewayReady", "NBUnavailable")
         assert reason(obj, "GatewayReady")[0] == "False"
-        wait_for(prom.ready, timeout=30, what="prometheus ready")
         yield s
     finally:
         for p in (prom, ctl):
