@@ -288,6 +288,14 @@ def stack(cluster, tmp_path_factory):
         bound_network(env, s.nbdown_net, down_sub, "p2")
         obj = env.wait(s.nbdown_net, "GatewayReady", "NBUnavailable")
         assert reason(obj, "GatewayReady")[0] == "False"
+        # The last passes, as scraped: the tests read a server that has caught up.
+        def caught_up() -> bool:
+            return (prom.value(f'cozy_proxmox_network_gateway_ready{{namespace="{s.ns}",'
+                               f'network="{s.nbdown_net}"}}') == 0
+                    and (prom.value('cozy_proxmox_network_reconcile_errors_total{reason="NBUnavailable"}') or 0) >= 1
+                    and prom.value(f'cozy_proxmox_zone_networks{{zone="{s.full_zone}"}}') == 2)
+
+        wait_for(caught_up, timeout=30, what="the last passes scraped")
         yield s
     finally:
         for p in (prom, ctl):
