@@ -1,0 +1,627 @@
+"""The Helm charts of charts/ on the real API server (issue 16 parts 1-3).
+
+* ``helm lint --strict`` of both charts (helm v3.22.0 from hack/build-helm.sh);
+* one source of truth: the charts rendered with their default values are the objects of the
+  kustomization of manifests/ (the PrometheusRule: manifests/monitoring/), object for
+  object, and the verbatim copies of hack/sync-charts.py are current;
+* ``helm template`` for the defaults and every toggle, each rendering applied server-side
+  (``--dry-run=server``) to the session bed, and every Deployment's args parsed by the
+  controller's own parser (controller/main.py ``build_parser``);
+* bad values refused by values.schema.json at ``helm template`` and ``helm install`` with the
+  field and the reason in the message;
+* a chart install, rendered and applied as the admin, after which the controller, started
+  with the installed Deployment's args and a token of the chart's ServiceAccount (so with
+  exactly the chart's RBAC), brings networks of a zone rendered from the values to Ready,
+  their gateway over TLS with the Secret the chart's Role grants;
+* the kubectl plugin: ``kubectl proxmox-network doctor`` prints what
+  ``proxmox-network-controller doctor`` prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tomllib
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from controller.main import build_parser
+from hack.audit import read_events
+from hack.objects import Admin, reason, unique, wait_condition
+from hack.wait import wait_for
+from tests.support.ovsdb import NBServer, free_port
+from tests.support.pki import CA, kube_ovn_secret
+from tests.test_gateway_integration import Router, Trunk
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+CHARTS = ROOT / "charts"
+CRDS_CHART = CHARTS / "proxmox-network-crds"
+CHART = CHARTS / "proxmox-network"
+MANIFESTS = ROOT / "manifests"
+NAMESPACE = "proxmox-network-system"
+PROMETHEUSRULE_CRD = ROOT / "tests" / "fixtures" / "monitoring" / "monitoring.coreos.com_prometheusrules.yaml"
+# What Helm adds and the comparison with manifests/ drops: the release labels of
+# templates/_helpers.tpl and the CRDs' keep annotation. Nothing else is normalised.
+RELEASE_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance")
+RELEASE_ANNOTATIONS = ("helm.sh/resource-policy",)
+
+
+# -- helm ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    r = subprocess.run([str(ROOT / "hack" / "build-helm.sh")], capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, f"hack/build-helm.sh failed:\n{r.stderr}"
+    path = Path(r.stdout.strip()) / "helm"
+    assert os.access(path, os.X_OK), path
+    return str(path)
+
+
+def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    # A private HOME-less config: no repositories, no plugins, no cache of the caller's.
+    env = {**os.environ, "HELM_CONFIG_HOME": "/nonexistent-helm-config", "HELM_CACHE_HOME": "/nonexistent-helm-cache",
+           "HELM_DATA_HOME": "/nonexistent-helm-data"}
+    r = subprocess.run([helm, *args], capture_output=True, text=True, env=env, timeout=60)
+    if check:
+        assert r.returncode == 0, f"helm {' '.join(args)} failed ({r.returncode}):\n{r.stderr}"
+    return r
+
+
+def set_args(values: dict | None) -> list[str]:
+    """``--set-json`` for every top-level value (whole subtrees, so lists replace lists)."""
+    out: list[str] = []
+    for k, v in (values or {}).items():
+        out += ["--set-json", f"{k}={json.dumps(v)}"]
+    return out
+
+
+def render(helm: str, chart: Path, values: dict | None = None, namespace: str = NAMESPACE,
+           release: str = "proxmox-network") -> list[dict]:
+    out = run_helm(helm, "template", release, str(chart), "--namespace", namespace, *set_args(values)).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def key(obj: dict) -> tuple[str, str, str, str]:
+    m = obj["metadata"]
+    return (obj["apiVersion"], obj["kind"], m.get("namespace", ""), m["name"])
+
+
+def by_key(objs: list[dict]) -> dict[tuple, dict]:
+    out: dict[tuple, dict] = {}
+    for o in objs:
+        assert key(o) not in out, f"rendered twice: {key(o)}"
+        out[key(o)] = o
+    return out
+
+
+def normalised(obj: dict) -> dict:
+    o = copy.deepcopy(obj)
+    m = o["metadata"]
+    for field, drop in (("labels", RELEASE_LABELS), ("annotations", RELEASE_ANNOTATIONS)):
+        for k in drop:
+            (m.get(field) or {}).pop(k, None)
+        if field in m and not m[field]:
+            del m[field]
+    return o
+
+
+def kinds(objs: list[dict]) -> list[str]:
+    return sorted(o["kind"] for o in objs)
+
+
+def find(objs: list[dict], kind: str, name: str | None = None) -> list[dict]:
+    return [o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def deployment_args(objs: list[dict]) -> list[str]:
+    (dep,) = find(objs, "Deployment")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    return c["args"]
+
+
+def parsed(objs: list[dict]):
+    """The Deployment's args through the controller's own parser: an unknown flag or a bad
+    value exits 2 here as it would in the pod."""
+    return build_parser().parse_args(deployment_args(objs))
+
+
+def kustomization_objects(kubectl) -> list[dict]:
+    """The objects of manifests/kustomization.yaml. The kustomization only lists resources
+    (asserted), so its objects are those files' documents; PyYAML reads them as kubectl
+    apply -f and Helm do (kustomize's own YAML writer adds a blank line inside folded CEL
+    strings that have more-indented lines, which changes no expression). kubectl kustomize
+    must list the same objects."""
+    kz = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())
+    assert set(kz) == {"apiVersion", "kind", "resources"}, f"the comparison reads resources only: {sorted(kz)}"
+    objs = [d for f in kz["resources"] for d in yaml.safe_load_all((MANIFESTS / f).read_text()) if d]
+    built = [d for d in yaml.safe_load_all(kubectl("kustomize", str(MANIFESTS))) if d]
+    assert sorted(map(key, built)) == sorted(map(key, objs))
+    return objs
+
+
+def drift(chart_objs: list[dict], manifest_objs: list[dict]) -> list[str]:
+    """Differences between a chart rendering and manifests/, one line each (empty: none)."""
+    h = {k: normalised(o) for k, o in by_key(chart_objs).items()}
+    m = by_key(manifest_objs)
+    out = [f"only in the chart: {k}" for k in sorted(set(h) - set(m))]
+    out += [f"only in manifests/: {k}" for k in sorted(set(m) - set(h))]
+    for k in sorted(set(h) & set(m)):
+        if h[k] != m[k]:
+            out.append(f"differs: {k}: {first_difference(m[k], h[k])}")
+    return out
+
+
+def first_difference(a, b, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return first_difference(a.get(k), b.get(k), f"{path}.{k}")
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return first_difference(x, y, f"{path}[{i}]")
+    return f"{path or '.'}: manifests/ {a!r} != chart {b!r}"
+
+
+# -- the bed ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bed(cluster, kubectl):
+    """The namespaces a rendering names and the PrometheusRule CRD, on the session bed."""
+    for ns in (NAMESPACE, "cozy-kubeovn"):
+        kubectl("create", "namespace", ns, check=False)
+    kubectl("apply", "--server-side", "-f", str(PROMETHEUSRULE_CRD))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/prometheusrules.monitoring.coreos.com")
+    return cluster
+
+
+def dry_run_apply(kubectl, objs: list[dict]) -> str:
+    # --force-conflicts: the bed applied manifests/ with a manager of its own (CRDs: atomic
+    # lists the server defaults into); what counts here is the server's validation.
+    return kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server", "--field-manager=helm-chart-test", "-f", "-",
+                   input=yaml.safe_dump_all(objs, sort_keys=False))
+
+
+# =============================================================================== lint, drift
+
+def test_helm_lint_is_clean(helm):
+    for chart in (CRDS_CHART, CHART):
+        r = run_helm(helm, "lint", "--strict", str(chart))
+        assert "1 chart(s) linted, 0 chart(s) failed" in r.stdout, r.stdout
+        assert "[WARNING]" not in r.stdout and "[ERROR]" not in r.stdout, r.stdout
+    # Every toggle lints too (a template that only breaks with a value set shows here).
+    r = run_helm(helm, "lint", "--strict", str(CHART), *set_args({
+        "monitoring": {"enabled": True}, "dashboard": {"enabled": True}, "gateway": {"manage": False},
+        "zones": {"z": {"bridge": "vmbr1", "providerNetwork": "pn", "vlanRanges": ["1-2"]}}}))
+    assert "0 chart(s) failed" in r.stdout, r.stdout
+
+
+def test_copies_of_manifests_in_the_charts_are_current():
+    r = subprocess.run([sys.executable, str(ROOT / "hack" / "sync-charts.py"), "--check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_default_rendering_is_the_kustomization(helm, kubectl):
+    """One source of truth: both charts with their default values render exactly the objects
+    of manifests/kustomization.yaml, but the Namespace (Helm installs into an existing or
+    --create-namespace one); with monitoring on, the PrometheusRule is that of
+    manifests/monitoring/."""
+    manifests = kustomization_objects(kubectl)
+    assert [o["metadata"]["name"] for o in manifests if o["kind"] == "Namespace"] == [NAMESPACE]
+    manifests = [o for o in manifests if o["kind"] != "Namespace"]
+    chart = render(helm, CRDS_CHART) + render(helm, CHART)
+    assert drift(chart, manifests) == []
+    assert len(chart) == len(manifests) == 18
+
+    rule = [d for d in yaml.safe_load_all((MANIFESTS / "monitoring" / "prometheusrule.yaml").read_text()) if d]
+    with_monitoring = render(helm, CHART, {"monitoring": {"enabled": True}})
+    assert drift(find(with_monitoring, "PrometheusRule"), rule) == []
+    assert by_key([o for o in with_monitoring if o["kind"] != "PrometheusRule"]) == by_key(render(helm, CHART))
+
+
+def test_the_drift_check_names_a_one_field_change(helm, kubectl):
+    """The comparison above is not vacuous: one field changed on either side is reported with
+    its object and path (proven on the real files once by hand too, see docs/testing.md)."""
+    manifests = [o for o in kustomization_objects(kubectl) if o["kind"] != "Namespace"]
+    chart = render(helm, CRDS_CHART) + render(helm, CHART)
+    changed = copy.deepcopy(manifests)
+    (dep,) = find(changed, "Deployment")
+    dep["spec"]["template"]["spec"]["containers"][0]["args"][2] = "--health-probe-bind-address=:9091"
+    assert drift(chart, changed) == [
+        "differs: ('apps/v1', 'Deployment', 'proxmox-network-system', 'proxmox-network-controller'): "
+        ".spec.template.spec.containers[0].args[2]: manifests/ '--health-probe-bind-address=:9091' "
+        "!= chart '--health-probe-bind-address=:8081'"]
+    changed = copy.deepcopy(chart)
+    (role,) = find(changed, "ClusterRole", "proxmox-network-controller")
+    role["rules"][0]["verbs"].append("delete")
+    [line] = drift(changed, manifests)
+    assert line.startswith("differs: ('rbac.authorization.k8s.io/v1', 'ClusterRole', '', 'proxmox-network-controller'): "
+                           ".rules[0].verbs: "), line
+
+
+# =============================================================================== renderings
+
+def test_default_rendering_applies_and_its_args_are_the_controllers_flags(helm, bed, kubectl):
+    crds, objs = render(helm, CRDS_CHART), render(helm, CHART)
+    assert kinds(crds) == ["CustomResourceDefinition"] * 2
+    assert all(c["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for c in crds)
+    assert kinds(objs) == sorted(["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "Role",
+                                  "RoleBinding", "RoleBinding", "Deployment", "Service"]
+                                 + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 3)
+    a = parsed(objs)
+    assert (a.leader_elect, a.manage_gateway_chassis, a.ovn_nb_address, a.ovn_tls_secret, a.ovn_tls_dir) == (
+        True, True, "ssl:ovn-nb.cozy-kubeovn.svc:6641", ("cozy-kubeovn", "kube-ovn-tls"), "/run/ovn-tls")
+    assert (a.workers, a.resync_period, a.subnet_prune_timeout, a.log_level, a.log_format) == (4, 600.0, 600.0, "info", "json")
+    assert (a.metrics_bind_address, a.health_probe_bind_address, a.metrics_secure) == (":8080", ":8081", False)
+    dry_run_apply(kubectl, crds)
+    dry_run_apply(kubectl, objs)
+
+
+TOGGLES = {
+    "gateway-off": {"gateway": {"manage": False}},
+    "nb-over-tcp": {"ovn": {"nbAddress": "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641"}},
+    "tls-elsewhere": {"ovn": {"nbAddress": "ssl:[fd00::1]:6641", "tlsSecret": "kube-system/ovn-certs", "tlsDir": "/tmp/tls"}},
+    "admission-off": {"admission": {"enabled": False}},
+    "admission-exemptions": {"admission": {"enabled": True, "exemptNamespaces": ["kube-system", "tenant-root"],
+                                           "exemptNamespacePrefixes": ["cozy-", "infra-"]}},
+    "admission-no-exemptions": {"admission": {"enabled": True, "exemptNamespaces": [], "exemptNamespacePrefixes": []}},
+    "monitoring-on": {"monitoring": {"enabled": True, "ruleLabels": {"release": "prometheus"}}},
+    "dashboard-on": {"dashboard": {"enabled": True, "annotations": {"grafana_folder": "Cozystack"}}},
+    "single-replica-no-election": {"replicas": 1, "leaderElection": {"enabled": False}},
+    "election-elsewhere": {"replicas": 3, "leaderElection": {"enabled": True, "namespace": "kube-system"}},
+    "tuning": {"image": {"repository": "registry.example/pnc", "tag": "1.2.3", "pullPolicy": "Always"},
+               "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": None}, "workers": 8, "resyncPeriod": "1h30m",
+               "subnetPruneTimeout": "90s", "logLevel": "debug", "logFormat": "console",
+               "metrics": {"port": 9090}, "health": {"port": 9091}},
+    "zones": {"zones": {"tenant-a": {"bridge": "vmbr70", "providerNetwork": "pxtenant", "vlanRanges": ["101-199"],
+                                     "reservedVLANs": [150], "mtu": 1500},
+                        "tenant-b": {"bridge": "vmbr71", "providerNetwork": "pxtenant", "vlanRanges": ["200-299"],
+                                     "namespaceSelector": {"matchLabels": {"tenant": "b"}}}}},
+    "renamed": {"fullnameOverride": "pnc-second"},
+}
+
+
+@pytest.mark.parametrize("toggle", sorted(TOGGLES))
+def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
+    values = TOGGLES[toggle]
+    objs = render(helm, CHART, values)
+    default = render(helm, CHART)
+    a = parsed(objs)
+    got = by_key(objs)
+    tls_role = [o for o in objs if o["kind"] in ("Role", "RoleBinding") and o["metadata"]["name"].endswith("-ovn-tls")]
+    if toggle == "gateway-off":
+        assert a.manage_gateway_chassis is False
+        assert not [x for x in deployment_args(objs) if x.startswith("--ovn-")]
+        assert tls_role == []
+        assert "volumes" not in find(objs, "Deployment")[0]["spec"]["template"]["spec"]
+    elif toggle == "nb-over-tcp":
+        assert a.ovn_nb_address == "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641"
+        assert tls_role == []  # the Secret is read for ssl: addresses only
+        assert not [x for x in deployment_args(objs) if x.startswith("--ovn-tls")]
+    elif toggle == "tls-elsewhere":
+        assert (a.ovn_nb_address, a.ovn_tls_secret, a.ovn_tls_dir) == ("ssl:[fd00::1]:6641", ("kube-system", "ovn-certs"), "/tmp/tls")
+        assert {(o["kind"], o["metadata"]["namespace"]) for o in tls_role} == {("Role", "kube-system"), ("RoleBinding", "kube-system")}
+        (role,) = find(tls_role, "Role")
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["ovn-certs"], "verbs": ["get"]}]
+        (c,) = find(objs, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
+        assert c["volumeMounts"] == [{"name": "ovn-tls", "mountPath": "/tmp/tls"}]
+    elif toggle == "admission-off":
+        assert not [o for o in objs if o["kind"].startswith("ValidatingAdmissionPolicy")]
+        assert len(objs) == len(default) - 6
+    elif toggle.startswith("admission-"):
+        pols = {o["metadata"]["name"]: o for o in find(objs, "ValidatingAdmissionPolicy")}
+        conds = {n: {c["name"]: c["expression"] for c in p["spec"].get("matchConditions", [])} for n, p in pols.items()}
+        for name in ("proxmox-network-vm-attachments", "proxmox-network-pod-attachments"):
+            if toggle == "admission-exemptions":
+                assert conds[name]["not-a-platform-namespace"] == (
+                    "!request.namespace.startsWith('cozy-') && !request.namespace.startsWith('infra-')"
+                    " && request.namespace != 'kube-system' && request.namespace != 'tenant-root'")
+            else:
+                assert "not-a-platform-namespace" not in conds[name]
+            assert "not-being-deleted" in conds[name]
+        assert conds["proxmox-network-machine-binding"] == {"not-being-deleted": "!has(object.metadata.deletionTimestamp)"}
+    elif toggle == "monitoring-on":
+        (rule,) = find(objs, "PrometheusRule")
+        assert rule["metadata"]["namespace"] == NAMESPACE and rule["metadata"]["labels"]["release"] == "prometheus"
+        assert "{{ $labels.namespace }}" in json.dumps(rule["spec"])  # the alert templates are not Helm's
+    elif toggle == "dashboard-on":
+        files = sorted((CHART / "dashboards").glob("*.json"))
+        cms = find(objs, "ConfigMap")
+        if not files:
+            assert cms == []
+        else:
+            (cm,) = cms
+            assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+            assert cm["metadata"]["annotations"] == {"grafana_folder": "Cozystack"}
+            assert cm["data"] == {f.name: f.read_text() for f in files}
+            for f in files:
+                json.loads(cm["data"][f.name])
+    elif toggle == "single-replica-no-election":
+        assert a.leader_elect is False
+        assert find(objs, "Deployment")[0]["spec"]["replicas"] == 1
+        assert not find(objs, "Role", "proxmox-network-controller-leader-election")
+    elif toggle == "election-elsewhere":
+        assert a.leader_election_namespace == "kube-system"
+        dep = find(objs, "Deployment")[0]
+        assert dep["spec"]["replicas"] == 3 and dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 3
+        assert find(objs, "Role", "proxmox-network-controller-leader-election")[0]["metadata"]["namespace"] == "kube-system"
+    elif toggle == "tuning":
+        (c,) = find(objs, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
+        assert (c["image"], c["imagePullPolicy"]) == ("registry.example/pnc:1.2.3", "Always")
+        assert c["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"}}  # Helm merges maps; null drops
+        assert (a.workers, a.resync_period, a.subnet_prune_timeout, a.log_level, a.log_format) == (8, 5400.0, 90.0, "debug", "console")
+        assert (a.metrics_bind_address, a.health_probe_bind_address) == (":9090", ":9091")
+        assert [p["containerPort"] for p in c["ports"]] == [9090, 9091]
+        assert find(objs, "Service")[0]["spec"]["ports"][0]["port"] == 9090
+    elif toggle == "zones":
+        zones = {z["metadata"]["name"]: z["spec"] for z in find(objs, "ProxmoxNetworkZone")}
+        assert zones == values["zones"]
+    elif toggle == "renamed":
+        names = {(o["kind"], o["metadata"]["name"]) for o in objs}
+        for kind, name in (("ServiceAccount", "pnc-second"), ("ClusterRole", "pnc-second"), ("ClusterRoleBinding", "pnc-second"),
+                           ("Role", "pnc-second-leader-election"), ("Role", "pnc-second-ovn-tls"),
+                           ("Deployment", "pnc-second"), ("Service", "pnc-second-metrics")):
+            assert (kind, name) in names
+        dep = find(objs, "Deployment")[0]
+        assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "pnc-second"
+        assert dep["spec"]["selector"]["matchLabels"] == {"app": "pnc-second"}
+        assert find(objs, "ClusterRole", "pnc-second")[0]["rules"] == find(default, "ClusterRole", "proxmox-network-controller")[0]["rules"]
+    # Everything the toggle does not touch is the default rendering.
+    if toggle in ("admission-off", "monitoring-on", "dashboard-on", "zones"):
+        base = by_key(default)
+        assert {k: o for k, o in got.items() if k in base} == {k: o for k, o in base.items() if k in got}
+    dry_run_apply(kubectl, objs)
+
+
+def test_crds_chart_without_keep_applies(helm, bed, kubectl):
+    crds = render(helm, CRDS_CHART, {"keep": False})
+    assert all("annotations" not in c["metadata"] for c in crds)
+    dry_run_apply(kubectl, crds)
+
+
+def test_dashboard_on_without_dashboard_files_renders_nothing(helm, tmp_path):
+    chart = tmp_path / "proxmox-network"
+    shutil.copytree(CHART, chart, ignore=shutil.ignore_patterns("dashboards"))
+    assert find(render(helm, chart, {"dashboard": {"enabled": True}}), "ConfigMap") == []
+    (chart / "dashboards").mkdir()
+    assert find(render(helm, chart, {"dashboard": {"enabled": True}}), "ConfigMap") == []
+
+
+# =============================================================================== schema
+
+REFUSED = [
+    ({"replicas": -1}, "- at '/replicas': minimum: got -1, want 0"),
+    ({"ovn": {"nbAddress": "ssl:ovn-nb.cozy-kubeovn.svc"}},
+     "- at '/ovn/nbAddress': 'ssl:ovn-nb.cozy-kubeovn.svc' does not match pattern"),
+    ({"ovn": {"nbAddress": "tcp:10.0.0.1:6641,ssl:10.0.0.2"}}, "- at '/ovn/nbAddress': 'tcp:10.0.0.1:6641,ssl:10.0.0.2' does not match"),
+    ({"logFormat": "text"}, "- at '/logFormat': value must be one of 'json', 'console'"),
+    ({"logLevel": "warn"}, "- at '/logLevel': value must be one of 'debug', 'info'"),
+    ({"replicas": 2, "leaderElection": {"enabled": False}}, "- at '/replicas': maximum: got 2, want 1"),
+    ({"resyncPeriod": "10 minutes"}, "- at '/resyncPeriod': '10 minutes' does not match pattern"),
+    ({"ovn": {"tlsSecret": "kube-ovn-tls"}}, "- at '/ovn/tlsSecret': 'kube-ovn-tls' does not match pattern"),
+    ({"replicaCount": 2}, "- at '': additional properties 'replicaCount' not allowed"),
+    ({"admission": {"exemptNamespaces": ["x') || true || ('"]}}, "- at '/admission/exemptNamespaces/0':"),
+    ({"zones": {"z": {"bridge": "vmbr1", "providerNetwork": "pn"}}}, "- at '/zones/z': missing property 'vlanRanges'"),
+    ({"metrics": {"port": 0}}, "- at '/metrics/port': minimum: got 0, want 1"),
+]
+
+
+@pytest.mark.parametrize("values,message", REFUSED, ids=[m.split("'")[1] or "root" for _, m in REFUSED])
+def test_bad_values_are_refused_by_the_schema(helm, values, message):
+    r = run_helm(helm, "template", "x", str(CHART), *set_args(values), check=False)
+    assert r.returncode == 1
+    assert "values don't meet the specifications of the schema(s) in the following chart(s):\nproxmox-network:\n" in r.stderr
+    assert message in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
+def test_bad_values_are_refused_at_install_before_anything_is_sent(helm, bed, tmp_path):
+    r = run_helm(helm, "install", "pnc", str(CHART), "--namespace", NAMESPACE, "--dry-run=server",
+                 "--kubeconfig", str(bed.admin_kubeconfig), *set_args({"replicas": -1}), check=False)
+    assert r.returncode == 1
+    assert "- at '/replicas': minimum: got -1, want 0" in r.stderr, r.stderr
+
+
+# =============================================================================== install
+
+@contextlib.contextmanager
+def controller_process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "controller.main", *args], cwd=ROOT, env=env,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+
+
+def sa_kubeconfig(bed, token: str, path: Path) -> Path:
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "sa",
+           "clusters": [{"name": "bed", "cluster": {"server": bed.server, "certificate-authority": str(bed.ca_file)}}],
+           "users": [{"name": "sa", "user": {"token": token}}],
+           "contexts": [{"name": "sa", "context": {"cluster": "bed", "user": "sa"}}]}
+    path.write_text(yaml.safe_dump(cfg))
+    path.chmod(0o600)
+    return path
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_chart_install_brings_networks_to_ready_as_the_charts_service_account(helm, bed, kubectl, admin_client, tmp_path):
+    """Both charts rendered with the operator's values and applied as the admin: a release
+    namespace and name of its own (so its ServiceAccount has the chart's bindings and no
+    other), a zone from the values, gateway management over TLS with the Secret in a
+    namespace of its own. The controller runs with the installed Deployment's args (only
+    the kubeconfig and the two listen addresses added for a process outside a pod) and a
+    token of the chart's ServiceAccount. Admission stays off: its policies are cluster-wide
+    and would judge the other tests' objects (test_admission_integration.py covers them, and
+    the drift test proves the chart's are the same)."""
+    admin = Admin(admin_client)
+    core = k8s.CoreV1Api(admin_client)
+    suffix = secrets.token_hex(3)
+    release_ns, tls_ns, tenant = f"pnc-chart-{suffix}", f"ovn-{suffix}", f"tenant-{suffix}"
+    name = release_ns  # fullnameOverride: cluster-scoped names of their own
+    for ns in (release_ns, tls_ns, tenant):
+        core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns, labels={"chart-test": suffix})))
+
+    ca = CA("ovn-ca")
+    leaf = ca.issue("ovn")
+    server = NBServer(tmp_path / "nb", tls={"key": leaf.key, "cert": leaf.cert, "ca": ca.cert_pem}).start()
+    secret = kube_ovn_secret(ca.cert_pem, leaf, namespace=tls_ns)
+    secret["metadata"].pop("resourceVersion")
+    core.create_namespaced_secret(tls_ns, secret)
+    provider, zone = unique("pn")[:12], unique("zone")
+    admin.create_provider_network(provider, ready=True, ready_nodes=["worker1", "worker2"])
+    trunk = Trunk(admin_client, provider)
+    trunk.join("worker1", "worker2")
+
+    values = {
+        "fullnameOverride": name,
+        "replicas": 1,
+        "logFormat": "console",
+        "resyncPeriod": "1h",
+        "ovn": {"nbAddress": server.remote, "tlsSecret": f"{tls_ns}/kube-ovn-tls", "tlsDir": str(tmp_path / "tls")},
+        "admission": {"enabled": False},
+        "zones": {zone: {"bridge": "vmbr1", "providerNetwork": provider, "vlanRanges": ["1300-1309"],
+                         "namespaceSelector": {"matchLabels": {"chart-test": suffix}}}},
+    }
+    crds = render(helm, CRDS_CHART, namespace=release_ns, release="proxmox-network-crds")
+    objs = render(helm, CHART, values, namespace=release_ns, release="proxmox-network")
+    kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=helm-chart-test", "-f", "-",
+            input=yaml.safe_dump_all(crds, sort_keys=False))
+    kubectl("apply", "--server-side", "--field-manager=helm-chart-test", "-f", "-",
+            input=yaml.safe_dump_all(objs, sort_keys=False))
+    assert admin.zone(zone)["spec"]["vlanRanges"] == ["1300-1309"]
+
+    # The chart's ServiceAccount, authenticated by a token the API server issues for it.
+    tr = core.create_namespaced_service_account_token(name, release_ns, k8s.AuthenticationV1TokenRequest(
+        spec=k8s.V1TokenRequestSpec(audiences=[bed.server], expiration_seconds=3600)))
+    kubeconfig = sa_kubeconfig(bed, tr.status.token, tmp_path / "sa.kubeconfig")
+    user = f"system:serviceaccount:{release_ns}:{name}"
+    from controller.config import load_api_client
+
+    sa_api = load_api_client(str(kubeconfig))
+    try:
+        review = k8s.AuthenticationV1Api(sa_api).create_self_subject_review(k8s.V1SelfSubjectReview())
+        assert review.status.user_info.username == user
+    finally:
+        sa_api.close()
+
+    dep = json.loads(kubectl("get", "deployment", "-n", release_ns, name, "-o", "json"))
+    spec = dep["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == name
+    args = spec["containers"][0]["args"]
+    metrics_port, health_port = free_port(), free_port()
+    extra = [f"--kubeconfig={kubeconfig}", f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+             f"--health-probe-bind-address=127.0.0.1:{health_port}"]
+    pod = f"{name}-0"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "POD_NAME": pod, "POD_NAMESPACE": release_ns}
+    env.pop("KUBECONFIG", None)
+    nets = [("web", unique("sub")), ("db", unique("sub"))]
+    routers = []
+    try:
+        with controller_process(args + extra, env, tmp_path / "controller.log") as proc:
+            for net, sub in nets:
+                r = Router(server.nbctl, sub)
+                r.create()
+                routers.append(r)
+                admin.create_network(tenant, net, zone, sub, f"pool-{net}")
+            for net, sub in nets:
+                obj = wait_condition(admin, tenant, net, "VLANAllocated", "Allocated", timeout=60)
+                assert 1300 <= obj["status"]["vlan"] <= 1309
+                admin.co.create_cluster_custom_object("kubeovn.io", "v1", "subnets", {
+                    "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": sub},
+                    "spec": {"vlan": sub, "cidrBlock": "10.20.0.0/24", "gateway": "10.20.0.1", "vpc": "vpc-x",
+                             "excludeIps": ["10.20.0.1", "10.20.0.200..10.20.0.250"]}})
+                admin.co.patch_cluster_custom_object_status("kubeovn.io", "v1", "subnets", sub, {"status": {"conditions": [
+                    {"type": t, "status": "True", "reason": "Test", "message": "",
+                     "lastTransitionTime": "2026-01-01T00:00:00Z"} for t in ("Validated", "Ready")]}})
+                admin.co.create_namespaced_custom_object("ipam.cluster.x-k8s.io", "v1alpha2", tenant, "inclusterippools", {
+                    "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+                    "metadata": {"name": f"pool-{net}", "namespace": tenant},
+                    "spec": {"addresses": ["10.20.0.200-10.20.0.250"], "prefix": 24, "gateway": "10.20.0.1"}})
+                admin.set_vlan_status(sub, {"subnets": [sub]})
+            for net, sub in nets:
+                obj = wait_condition(admin, tenant, net, "Ready", "Ready", timeout=60)
+                assert reason(obj, "Ready")[0] == "True", (reason(obj, "Ready"), (tmp_path / "controller.log").read_text()[-3000:])
+                assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
+            assert {tuple(sorted(r.chassis())) for r in routers} == {("ch-worker1", "ch-worker2")}
+            assert wait_for(lambda: http_status(f"http://127.0.0.1:{health_port}/readyz") == 200, what="/readyz 200")
+            lease = json.loads(kubectl("get", "lease", "-n", release_ns, "proxmox-network-controller.proxmox.cozystack.io",
+                                       "-o", "json"))
+            # <hostname>_<uuid> (in a pod the hostname is the pod's name)
+            assert lease["spec"]["holderIdentity"].startswith(f"{socket.gethostname()}_")
+            z = wait_for(lambda: (o := admin.zone(zone)) and (reason(o, "Ready") or ("",))[0] == "True" and o,
+                         what="zone Ready")
+            assert reason(z, "Ready")[2].startswith("8 of 10 VLANs free")
+            assert proc.poll() is None
+    finally:
+        trunk.leave("worker1", "worker2")
+        server.stop()
+    # Exactly the chart's RBAC sufficed: the API server refused none of that user's requests.
+    refused = [(e["verb"], e["requestURI"]) for e in read_events(bed)
+               if e.get("user", {}).get("username") == user and (e.get("responseStatus") or {}).get("code") == 403]
+    assert refused == []
+    used = {e["objectRef"].get("resource") for e in read_events(bed)
+            if e.get("user", {}).get("username") == user and e.get("objectRef")}
+    assert {"secrets", "leases", "proxmoxnetworks", "vlans", "subnets", "nodes"} <= used
+
+
+# =============================================================================== kubectl plugin
+
+def test_kubectl_plugin_doctor_prints_what_the_controllers_doctor_prints(bed, tmp_path):
+    """The console script pip makes from pyproject.toml's [project.scripts] entry, on PATH
+    under its name: kubectl finds it as the plugin proxmox-network."""
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    target = scripts["kubectl-proxmox_network"]
+    module, func = target.split(":")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "kubectl-proxmox_network"
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {func}\nsys.exit({func}())\n")
+    script.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
+           "KUBECONFIG": str(bed.admin_kubeconfig)}
+    listed = subprocess.run([str(bed.kubectl), "plugin", "list"], capture_output=True, text=True, env=env)
+    assert str(script) in listed.stdout, listed.stdout + listed.stderr
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+
+    for args in ([], ["-n", NAMESPACE]):
+        plugin = run(str(bed.kubectl), "proxmox-network", "doctor", *args)
+        direct = run(sys.executable, "-m", "controller.main", "doctor", *args)
+        assert (plugin.returncode, plugin.stdout, plugin.stderr) == (direct.returncode, direct.stdout, direct.stderr)
+        assert plugin.returncode == 0 and plugin.stdout
+    helped = run(str(bed.kubectl), "proxmox-network", "doctor", "--help")
+    assert helped.returncode == 0 and "--subnet-prune-timeout" in helped.stdout
+    bare = run(str(bed.kubectl), "proxmox-network")
+    assert bare.returncode == 2 and "usage: kubectl proxmox-network doctor" in bare.stderr
