@@ -136,8 +136,13 @@ def deployment_args(objs: list[dict]) -> list[str]:
 
 def parsed(objs: list[dict]):
     """The Deployment's args through the controller's own parser: an unknown flag or a bad
-    value exits 2 here as it would in the pod."""
-    return build_parser().parse_args(deployment_args(objs))
+    value exits 2 here as it would in the pod. Each flag is one of the parser's own names
+    verbatim (argparse would also take an abbreviation)."""
+    parser = build_parser()
+    flags = {o for a in parser._actions for o in a.option_strings}
+    args = deployment_args(objs)
+    assert [a for a in args if a.split("=", 1)[0] not in flags] == []
+    return parser.parse_args(args)
 
 
 def kustomization_objects(kubectl) -> list[dict]:
