@@ -24,7 +24,8 @@ from controller.events import NORMAL, WARNING, EventRecorder
 from controller.metrics import Metrics
 from informers import ThreadSafeStore
 from ovn import planner
-from ovn.gateway import CHASSIS_ASSIGNED, NB_UNAVAILABLE, ROUTER_PORT_MISSING, GatewayApplier
+from ovn.gateway import NB_UNAVAILABLE, GatewayApplier
+from ovn.planner import CHASSIS_ASSIGNED, ROUTER_PORT_MISSING
 from ovn.nb import NBError
 
 log = structlog.get_logger(__name__)

@@ -1,13 +1,15 @@
 """HA_Chassis_Group of each network's router port in OVN NB (reference-behaviour.md §9.4, §9.6).
 
-``GatewayApplier`` reads the replicated rows (``ovn.nb.NBClient``, never before the
-IDL has synced: field report B10), decides with the §9.4 order, and writes one
-transaction per network guarded by OVSDB ``wait`` operations (python-ovs
-``Row.verify``) on every row and column the decision read, so a concurrent change
-aborts the whole write (the port pointer is only set while ``ha_chassis_group`` and
-``gateway_chassis`` are both still empty). A pass whose rows already match writes
-nothing. The decision and the write run in one job on the IDL's owner thread, so the
-rows cannot change between them.
+``GatewayApplier`` observes the rows of one router port (``ovn.nb.NBClient``, never
+before the IDL has synced: field report B10) as a plain snapshot, hands it to the pure
+§9.4 decision (``planner.plan_ensure``, which builds on ``planner.plan_group``) and
+applies the plan it returns with ``apply_plan``: one transaction per network, the
+plan's guards as OVSDB ``wait`` operations (python-ovs ``Row.verify``: the port's
+``ha_chassis_group`` and ``gateway_chassis``, and every other column written from a
+value read), then its actions in order, the first failure aborting the whole
+transaction. A concurrent change voids the write; the next attempt decides on the new
+rows. A pass whose rows already match writes nothing. Observe, plan and apply run in
+one job on the IDL's owner thread.
 
 Also here: release of a network's groups before its VLAN goes (§9.6), collection of
 owned groups whose network is gone (§9.6), and mapping NB row changes to the networks
@@ -17,52 +19,27 @@ they concern (product-decisions.md §4.8).
 from __future__ import annotations
 
 import threading
+import uuid as _uuidlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
 import ovs.db.idl
 import structlog
 
 from ovn import planner
-from ovn.nb import ABORTED, ERROR, SUCCESS, TIMED_OUT, TRY_AGAIN, UNCHANGED, NBClient, NBError, RowIndex
+from ovn.nb import ABORTED, ERROR, SUCCESS, TABLES, TIMED_OUT, TRY_AGAIN, UNCHANGED, NBClient, NBError, RowIndex, row_dict
+from ovn.planner import GatewayState
 
 log = structlog.get_logger(__name__)
 
-LRP = "Logical_Router_Port"
-GROUP = "HA_Chassis_Group"
-CHASSIS = "HA_Chassis"
+LRP = planner.LRP_TABLE
+GROUP = planner.GROUP_TABLE
+CHASSIS = planner.CHASSIS_TABLE
 
 PASS_TIMEOUT = 5.0  # seconds, gatewayPassTimeout (§9.2); also bounds a release (§17)
 LOST_DELAY = 10.0  # seconds after losing the NB before every managed network re-checks
 
-# Reasons of GatewayReady (§9.4, §5.8).
-CHASSIS_ASSIGNED = "ChassisAssigned"
-ROUTER_PORT_MISSING = "RouterPortMissing"
-NO_TRUNK_NODES = "NoTrunkNodes"
-FOREIGN_GROUP = "ForeignGroup"
-NB_UNAVAILABLE = "NBUnavailable"
-
-
-@attrs.frozen
-class GatewayState:
-    """Outcome of one ``ensure``: the GatewayReady reason/message and the chassis gauge.
-
-    ``created``/``adopted``/``updated`` say what the write did (all False when nothing
-    was written); ``active`` is the top-priority chassis after the pass ("" if none).
-    """
-
-    reason: str
-    message: str
-    chassis: int = 0
-    created: bool = False
-    adopted: bool = False
-    updated: bool = False
-    active: str = ""
-
-    @property
-    def assigned(self) -> bool:
-        return self.reason == CHASSIS_ASSIGNED
+NB_UNAVAILABLE = "NBUnavailable"  # GatewayReady reason of the grace (§9.5)
 
 
 class NBChanged(NBError):
@@ -92,14 +69,6 @@ def _old_value(old: ovs.db.idl.Row | None, column: str) -> str:
     return v if isinstance(v, str) else ""
 
 
-def _count(row: ovs.db.idl.Row, column: str) -> int:
-    """Number of values of a set column, read from the raw datum: a reference into a
-    table we do not replicate (``gateway_chassis`` -> Gateway_Chassis) does not
-    resolve to rows, but the uuids are there."""
-    datum = (row._data or {}).get(column)
-    return len(datum.values) if datum is not None else 0
-
-
 def _owned_network(row: ovs.db.idl.Row) -> list[str]:
     ids = _ids(row)
     return [ids.get(planner.NETWORK_KEY, "")] if ids.get(planner.OWNER_KEY) == planner.OWNER else []
@@ -118,6 +87,8 @@ class GatewayApplier:
     :param enqueue_after: ``(key, seconds)``; every managed network is re-checked
         ``lost_delay`` seconds after the NB connection is lost.
     :param on_commit: called with ``ensure``/``release``/``collect`` per committed write.
+    :param plan: the §9.4 decision, ``planner.plan_ensure``; a test passes a wrapper
+        around it (to record its plans, or to edit the NB between plan and commit).
     """
 
     def __init__(
@@ -131,7 +102,9 @@ class GatewayApplier:
         on_commit: Callable[[str], None] | None = None,
         enqueue_after: Callable[[str, float], None] | None = None,
         lost_delay: float = LOST_DELAY,
+        plan: Callable[..., planner.NBPlan] = planner.plan_ensure,
     ) -> None:
+        self.plan = plan
         self.enqueue = enqueue or (lambda key: None)
         self.enqueue_after = enqueue_after
         self.lost_delay = lost_delay
@@ -203,7 +176,8 @@ class GatewayApplier:
 
     def _vote(self, idl: ovs.db.idl.Idl, group_name: str) -> str | None:
         rows = self.group_by_name.get(idl, group_name)
-        return planner.group_vote(_group_view(rows[0])) if rows else None
+        view = planner.groups_from_snapshot(observe([], rows)).get(group_name)
+        return planner.group_vote(view) if view is not None else None
 
     def _on_row(self, event: str, row: ovs.db.idl.Row, old: ovs.db.idl.Row | None = None) -> None:
         table = row._table.name
@@ -277,10 +251,10 @@ class GatewayApplier:
         last: NBError | None = None
         for _ in range(2):  # once more after a guard abort: the IDL has the new rows then
             res = self.nb.transact(
-                lambda txn, idl: self._ensure_txn(txn, idl, network_key, vpc, subnet, trunk, subnets),
+                lambda txn, idl: self._ensure_job(txn, idl, network_key, vpc, subnet, trunk, subnets),
                 timeout=self.pass_timeout,
             )
-            state: GatewayState = res.value
+            state = res.value.state
             if res.status in (SUCCESS, UNCHANGED):
                 if res.status == SUCCESS:
                     self._committed("ensure")
@@ -296,7 +270,7 @@ class GatewayApplier:
         assert last is not None
         raise last
 
-    def _ensure_txn(
+    def _ensure_job(
         self,
         txn: ovs.db.idl.Transaction,
         idl: ovs.db.idl.Idl,
@@ -305,102 +279,15 @@ class GatewayApplier:
         subnet: str,
         trunk: list[planner.TrunkNode],
         subnets: frozenset[str],
-    ) -> GatewayState:
-        lrp_name = planner.router_port_name(vpc, subnet)
-        gname = planner.group_name(vpc, subnet)
-        groups = self.group_by_name.get(idl, gname)
-        group = groups[0] if groups else None
-        ports = self.lrp_by_name.get(idl, lrp_name)
-        port = ports[0] if ports else None
-
-        # 1. Someone else's group of our name.
-        if group is not None:
-            c = planner.claim({"name": gname, "external_ids": _ids(group)}, network_key)
-            if not c.allowed:
-                return GatewayState(FOREIGN_GROUP, planner.foreign_message(c.reason))
-        # 2. No router port (yet).
-        if port is None:
-            return GatewayState(ROUTER_PORT_MISSING, f'OVN has no logical router port "{lrp_name}" yet')
-        # 3. A gateway port configured by hand (or by another tool).
-        gwc = _count(port, "gateway_chassis")
-        if gwc:
-            return GatewayState(
-                FOREIGN_GROUP, f'router port "{lrp_name}" has {gwc} gateway_chassis; the controller leaves it alone'
-            )
-        # 4. The port already points at another group.
-        pointed = _refs(port, "ha_chassis_group")
-        if pointed and (group is None or _uuid(pointed[0]) != _uuid(group)):
-            return GatewayState(
-                FOREIGN_GROUP,
-                f'router port "{lrp_name}" already uses {_describe(pointed[0])}; the controller leaves it alone',
-            )
-        # 5. What the group has now: dangling and duplicate chassis rows are dropped.
-        have: dict[str, ovs.db.idl.Row] = {}
-        drop: list[ovs.db.idl.Row] = []
-        if group is not None:
-            for ch in _refs(group, "ha_chassis"):
-                name = str(getattr(ch, "chassis_name", "") or "")
-                if not name or name in have:
-                    drop.append(ch)
-                else:
-                    have[name] = ch
-        # 6. Never attach an empty group (field report B06).
-        if not trunk:
-            return GatewayState(
-                NO_TRUNK_NODES, "no node of the zone's provider network is ready with an OVN chassis", len(have)
-            )
-
-        wanted = planner.wanted_chassis(vpc, trunk, votes=self._vpc_votes(idl, vpc, subnets))
-        wanted_names = {c for c, _ in wanted}
-        message = planner.assigned_message(lrp_name, gname, wanted)
-        active = wanted[0][0] if wanted else ""
-
-        changed = False
-        keep: list[ovs.db.idl.Row] = []
-        add: list[ovs.db.idl.Row] = []
-        for ch_name, prio in wanted:
-            row = have.get(ch_name)
-            if row is not None:
-                keep.append(row)
-                if int(getattr(row, "priority", 0)) != prio:
-                    row.verify("priority")
-                    row.priority = prio
-                    changed = True
-            else:
-                new = txn.insert(idl.tables[CHASSIS])
-                new.chassis_name = ch_name
-                new.priority = prio
-                add.append(new)
-        drop += [row for name, row in have.items() if name not in wanted_names]
-
-        created = adopted = False
-        if group is None:
-            group = txn.insert(idl.tables[GROUP])
-            group.name = gname
-            group.external_ids = planner.group_external_ids(network_key)
-            group.ha_chassis = add
-            created = changed = True
-        else:
-            if add or drop:
-                group.verify("ha_chassis")
-                group.ha_chassis = keep + add
-                changed = True
-            ids = _ids(group)
-            if ids.get(planner.OWNER_KEY) != planner.OWNER or ids.get(planner.NETWORK_KEY) != network_key:
-                # Adoption in place: same uuid, other keys (e.g. "note") kept.
-                group.verify("external_ids")
-                group.external_ids = {**ids, **planner.group_external_ids(network_key)}
-                adopted = changed = True
-        if not pointed:
-            # Only while the port is still no gateway port: the guard aborts the whole
-            # transaction (group insert included) if someone set either column meanwhile.
-            port.verify("ha_chassis_group")
-            port.verify("gateway_chassis")
-            port.ha_chassis_group = [group]
-            changed = True
-        if changed:
-            self.before_commit(txn, idl)
-        return GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, changed and not created, active)
+    ) -> planner.NBPlan:
+        """Observe the port's rows, plan (``self.plan``), apply the plan to ``txn``."""
+        ports = self.lrp_by_name.get(idl, planner.router_port_name(vpc, subnet))
+        groups = self.group_by_name.get(idl, planner.group_name(vpc, subnet))
+        pointed = [g for p in ports for g in _refs(p, "ha_chassis_group")]
+        snap = observe(ports, groups + pointed)
+        plan = self.plan(network_key, vpc, subnet, trunk, snap, votes=self._vpc_votes(idl, vpc, subnets))
+        apply_plan(txn, idl, plan)
+        return plan
 
     def _vpc_votes(self, idl, vpc: str, subnets: frozenset[str]) -> Mapping[str, int]:
         """The VPC's tally, brought to the current set of subnets (only the difference is
@@ -423,10 +310,6 @@ class GatewayApplier:
                 st.set(g, self._vote(idl, g))
             st.subnets = subnets
         return st.counts
-
-    def before_commit(self, txn: ovs.db.idl.Transaction, idl: ovs.db.idl.Idl) -> None:
-        """Runs on the owner thread right before a write is committed (nothing here; a
-        test subclass edits the NB at this point to prove the guards)."""
 
     # -- release and collection (§9.6) -----------------------------------------------------
     def release(self, network_key: str) -> int:
@@ -462,14 +345,9 @@ class GatewayApplier:
 
     def _delete_group(self, txn, idl, group: ovs.db.idl.Row) -> tuple[str, list[str]]:
         ports = self.lrp_by_group.get(idl, str(group.uuid))
-        port_names = sorted(str(p.name) for p in ports)
-        name = str(group.name)
-        for p in ports:
-            p.verify("ha_chassis_group")
-            p.ha_chassis_group = []
-        group.verify("external_ids")  # still ours when the delete lands
-        group.delete()
-        return name, port_names
+        done = str(group.name), sorted(str(p.name) for p in ports)  # read before the delete
+        apply_plan(txn, idl, planner.plan_delete(observe(ports, [group]), str(group.uuid)))
+        return done
 
     def owned_groups(self) -> list[tuple[str, str, str]]:
         """(uuid, name, network id) of every group we own."""
@@ -543,24 +421,74 @@ class _VpcVotes:
         self.by_group.pop(group, None)
 
 
-def _group_view(g: ovs.db.idl.Row) -> planner.GroupView:
-    seen: set[str] = set()
-    members = []
-    for ch in _refs(g, "ha_chassis"):
-        name = str(getattr(ch, "chassis_name", "") or "")
-        if name and name not in seen:
-            seen.add(name)
-            members.append((name, int(getattr(ch, "priority", 0))))
-    return planner.GroupView(str(g.name), _ids(g), members, str(g.uuid))
+def observe(ports: Iterable[ovs.db.idl.Row], groups: Iterable[ovs.db.idl.Row]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The rows a plan reads, in the shape of ``NBClient.snapshot()``: the router ports,
+    the groups and every HA_Chassis row the groups reference (owner thread)."""
+    snap: dict[str, dict[str, dict[str, Any]]] = {LRP: {}, GROUP: {}, CHASSIS: {}}
+    for p in ports:
+        snap[LRP][str(p.uuid)] = row_dict(p, TABLES[LRP])
+    for g in groups:
+        snap[GROUP][str(g.uuid)] = row_dict(g, TABLES[GROUP])
+        for ch in _refs(g, "ha_chassis"):
+            snap[CHASSIS][str(ch.uuid)] = row_dict(ch, TABLES[CHASSIS])
+    return snap
 
 
-def _describe(group: ovs.db.idl.Row) -> str:
-    """§9.4 case 4 wording of the group a port already uses."""
-    name = str(getattr(group, "name", "") or "")
-    if not name:
-        return f"HA_Chassis_Group {group.uuid}"
-    owner = _ids(group).get(planner.OWNER_KEY, "")
-    return f'HA_Chassis_Group "{name}" of "{owner}"' if owner else f'HA_Chassis_Group "{name}"'
+class PlanRowGone(NBError):
+    """A row the plan names is no longer in the IDL: nothing of the plan is applied."""
+
+
+def apply_plan(txn: ovs.db.idl.Transaction, idl: ovs.db.idl.Idl, plan: planner.NBPlan) -> None:
+    """The NB executor: add ``plan`` to ``txn`` on the owner thread, the guards first
+    (python-ovs only verifies a column not yet written in the transaction), then the
+    actions in order. The first action that cannot be applied raises, and
+    ``NBClient.transact`` aborts the transaction, so a plan lands whole or not at all."""
+    made: dict[str, ovs.db.idl.Row] = {}
+
+    def row(table: str, ref: str) -> ovs.db.idl.Row:
+        r = made.get(ref)
+        if r is None:
+            try:
+                r = idl.tables[table].rows.get(_uuidlib.UUID(ref))
+            except ValueError:
+                r = None
+        if r is None:
+            raise PlanRowGone(f"OVN NB {table} row {ref} is gone; the write was not applied")
+        return r
+
+    for g in plan.guards:
+        r = row(g.table, g.uuid)
+        for column in g.columns:
+            r.verify(column)
+        # python-ovs (4.0) sends a verified column as a ``wait`` only for rows that are part
+        # of the transaction, and verify() does not add the row: a guard on a row the plan
+        # does not write (the port, while only a priority is repaired) would silently be
+        # no guard. Listed with no change, the row gets its wait and no update op.
+        txn._txn_rows[r.uuid] = r
+    for a in plan.actions:
+        if isinstance(a, planner.InsertChassis):
+            new = made[a.ref] = txn.insert(idl.tables[CHASSIS])
+            new.chassis_name = a.chassis_name
+            new.priority = a.priority
+        elif isinstance(a, planner.SetPriority):
+            row(CHASSIS, a.uuid).priority = a.priority
+        elif isinstance(a, planner.InsertGroup):
+            new = made[a.ref] = txn.insert(idl.tables[GROUP])
+            new.name = a.name
+            new.external_ids = dict(a.external_ids)
+            new.ha_chassis = [row(CHASSIS, c) for c in a.ha_chassis]
+        elif isinstance(a, planner.SetGroupChassis):
+            row(GROUP, a.uuid).ha_chassis = [row(CHASSIS, c) for c in a.ha_chassis]
+        elif isinstance(a, planner.SetExternalIds):
+            row(GROUP, a.uuid).external_ids = dict(a.external_ids)
+        elif isinstance(a, planner.PointPort):
+            row(LRP, a.uuid).ha_chassis_group = [row(GROUP, a.group)]
+        elif isinstance(a, planner.ClearPointer):
+            row(LRP, a.uuid).ha_chassis_group = []
+        elif isinstance(a, planner.DeleteGroup):
+            row(GROUP, a.uuid).delete()
+        else:  # pragma: no cover - a new action without an executor branch
+            raise NBError(f"OVN NB plan: unknown action {a!r}")
 
 
 def _txn_error(status: str, error: str) -> NBError:

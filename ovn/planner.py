@@ -9,6 +9,11 @@ keep the same active chassis.
 Inputs are plain data: Node objects as dicts (``metadata.name``, ``labels``,
 ``annotations``, ``deletionTimestamp``) and existing groups as ``GroupView``
 (or dicts with ``name``, ``external_ids``, ``chassis`` = [(chassis, priority)]).
+
+The §9.4 decision of the product is ``plan_ensure`` (on NB rows in the shape of
+``NBClient.snapshot()``, built on ``plan_group``) and the §9.6 release of one group is
+``plan_delete``: each returns an ``NBPlan``, the guards and ordered actions of one
+transaction, which ``ovn.gateway.apply_plan`` executes.
 """
 
 from __future__ import annotations
@@ -152,6 +157,8 @@ class GroupView:
     external_ids: Mapping[str, str] = field(default_factory=dict)
     chassis: Sequence[tuple[str, int]] = ()  # (chassis_name, priority)
     uuid: str = ""
+    chassis_uuids: Sequence[str] = ()  # HA_Chassis uuid of each ``chassis`` entry
+    ha_chassis: Sequence[str] = ()  # every uuid the group references (dangling, duplicates too)
 
     @property
     def owner(self) -> str:
@@ -182,9 +189,10 @@ def as_group(g: GroupView | Mapping[str, Any]) -> GroupView:
 def groups_from_snapshot(snap: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, GroupView]:
     """Resolve an ``NBClient.snapshot()`` into GroupViews by group name.
 
-    HA_Chassis references with no row are dropped; a second row naming a chassis
-    already seen in the group is dropped (referenced uuids are walked in uuid order
-    so the result is deterministic). Groups with duplicate names: the smallest uuid wins.
+    HA_Chassis references with no row, and rows with no chassis name, are dropped; a
+    second row naming a chassis already seen in the group is dropped (referenced uuids
+    are walked in uuid order, the order the IDL lists a set in, so the result is
+    deterministic). Groups with duplicate names: the smallest uuid wins.
     """
     chassis_rows = snap.get("HA_Chassis", {})
     out: dict[str, GroupView] = {}
@@ -195,13 +203,16 @@ def groups_from_snapshot(snap: Mapping[str, Mapping[str, Mapping[str, Any]]]) ->
             continue
         seen: set[str] = set()
         members: list[tuple[str, int]] = []
-        for cu in sorted(row.get("ha_chassis") or ()):
+        member_uuids: list[str] = []
+        refs = sorted(row.get("ha_chassis") or ())
+        for cu in refs:
             c = chassis_rows.get(cu)
-            if c is None or c.get("chassis_name") in seen:
+            if c is None or not c.get("chassis_name") or c.get("chassis_name") in seen:
                 continue
             seen.add(c["chassis_name"])
             members.append((c["chassis_name"], int(c.get("priority", 0))))
-        out[name] = GroupView(name, dict(row.get("external_ids") or {}), members, uuid)
+            member_uuids.append(cu)
+        out[name] = GroupView(name, dict(row.get("external_ids") or {}), members, uuid, tuple(member_uuids), tuple(refs))
     return out
 
 
@@ -320,6 +331,7 @@ def plan_group(
     subnet: str,
     wanted: Sequence[TrunkNode] | Sequence[tuple[str, int]] | Sequence[str],
     existing_rows: Iterable[GroupView | Mapping[str, Any]] = (),
+    votes: Mapping[str, int] | None = None,
 ) -> GroupPlan:
     """Desired state of the group of one network's router port.
 
@@ -327,6 +339,8 @@ def plan_group(
     or an already prioritised [(chassis, priority)] list, or chassis names in order.
     ``existing_rows``: existing groups of the VPC's networks (this network's group
     included if it exists); used for the claim rule and the sticky active chassis.
+    ``votes``: the VPC's tally (``tally_votes``), when the caller keeps it; then only
+    this network's own group needs to be among ``existing_rows``.
 
     external_ids: ours on a fresh group; on an existing group the existing map
     overlaid with owner/network (adoption keeps other keys such as ``note``).
@@ -337,7 +351,7 @@ def plan_group(
     c = claim(mine, network_key)
     wanted = list(wanted)
     if wanted and isinstance(wanted[0], TrunkNode):
-        chassis = wanted_chassis(vpc, wanted, groups)  # type: ignore[arg-type]
+        chassis = wanted_chassis(vpc, wanted, groups, votes)  # type: ignore[arg-type]
     elif wanted and isinstance(wanted[0], tuple):
         chassis = [(str(ch), int(p)) for ch, p in wanted]  # type: ignore[misc]
     else:
@@ -355,3 +369,251 @@ def assigned_message(lrp: str, group: str, chassis: Sequence[tuple[str, int]]) -
         f'router port "{lrp}" has HA chassis group "{group}" with {len(chassis)} chassis '
         f"({parts}); the highest priority is active"
     )
+
+
+# --------------------------------------------------------------------------- §9.4 decision
+
+LRP_TABLE = "Logical_Router_Port"
+GROUP_TABLE = "HA_Chassis_Group"
+CHASSIS_TABLE = "HA_Chassis"
+
+# Reasons of GatewayReady (§9.4).
+CHASSIS_ASSIGNED = "ChassisAssigned"
+ROUTER_PORT_MISSING = "RouterPortMissing"
+NO_TRUNK_NODES = "NoTrunkNodes"
+FOREIGN_GROUP = "ForeignGroup"
+
+NEW_GROUP = "pxgroup"  # named uuid of a group the plan inserts (§9.1)
+
+
+def new_chassis_ref(i: int) -> str:
+    """Named uuid of the HA_Chassis the plan inserts for wanted entry ``i`` (§9.1)."""
+    return f"pxchassis{i}"
+
+
+@dataclass(frozen=True)
+class GatewayState:
+    """Outcome of one ensure: the GatewayReady reason/message and the chassis gauge.
+
+    ``created``/``adopted``/``updated`` say what the write does (all False when nothing
+    is written); ``active`` is the top-priority chassis after the pass ("" if none).
+    """
+
+    reason: str
+    message: str
+    chassis: int = 0
+    created: bool = False
+    adopted: bool = False
+    updated: bool = False
+    active: str = ""
+
+    @property
+    def assigned(self) -> bool:
+        return self.reason == CHASSIS_ASSIGNED
+
+
+# Actions. A row is named by its uuid, or by the named uuid of a row the same plan
+# inserts (``NEW_GROUP``, ``new_chassis_ref(i)``).
+
+
+@dataclass(frozen=True)
+class Verify:
+    """Guard: the transaction commits only while these columns of the row are still
+    what the plan read (OVSDB ``wait``)."""
+
+    table: str
+    uuid: str
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class InsertChassis:
+    ref: str
+    chassis_name: str
+    priority: int
+
+
+@dataclass(frozen=True)
+class SetPriority:
+    uuid: str
+    priority: int
+
+
+@dataclass(frozen=True)
+class InsertGroup:
+    ref: str
+    name: str
+    external_ids: Mapping[str, str]
+    ha_chassis: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SetGroupChassis:
+    uuid: str
+    ha_chassis: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SetExternalIds:
+    uuid: str
+    external_ids: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class PointPort:
+    uuid: str
+    group: str
+
+
+@dataclass(frozen=True)
+class ClearPointer:
+    uuid: str
+
+
+@dataclass(frozen=True)
+class DeleteGroup:
+    uuid: str
+
+
+Action = InsertChassis | SetPriority | InsertGroup | SetGroupChassis | SetExternalIds | PointPort | ClearPointer | DeleteGroup
+
+
+@dataclass(frozen=True)
+class NBPlan:
+    """One guarded NB transaction: the guards, then the actions in order. No actions:
+    nothing is written. ``state`` is what the pass reports once it is committed."""
+
+    state: GatewayState
+    actions: tuple[Action, ...] = ()
+    guards: tuple[Verify, ...] = ()
+    group: GroupPlan | None = None
+
+
+Snapshot = Mapping[str, Mapping[str, Mapping[str, Any]]]
+
+
+def _describe(snap: Snapshot, uuid: str) -> str:
+    """§9.4 case 4 wording of the group a port already uses."""
+    row = snap.get(GROUP_TABLE, {}).get(uuid)
+    name = str((row or {}).get("name") or "")
+    if not name:
+        return f"HA_Chassis_Group {uuid}"
+    owner = (row.get("external_ids") or {}).get(OWNER_KEY, "")  # type: ignore[union-attr]
+    return f'HA_Chassis_Group "{name}" of "{owner}"' if owner else f'HA_Chassis_Group "{name}"'
+
+
+def plan_ensure(
+    network_key: str,
+    vpc: str,
+    subnet: str,
+    trunk: Sequence[TrunkNode],
+    snap: Snapshot,
+    vpc_subnets: Iterable[str] = (),
+    votes: Mapping[str, int] | None = None,
+) -> NBPlan:
+    """The §9.4 decision for the router port ``<vpc>-<subnet>``, and its write.
+
+    :param trunk: eligible trunk nodes (``trunk_nodes``), any order.
+    :param snap: NB rows in the shape of ``NBClient.snapshot()``; at least the port,
+        this network's group, the group the port points at and their HA_Chassis rows.
+    :param vpc_subnets: the VPC's other subnets: their groups (from ``snap``) vote for
+        the VPC's active chassis (sticky, product-decisions.md §4.7) ...
+    :param votes: ... unless the caller keeps the VPC's tally and passes it.
+
+    First match returns with nothing written: ForeignGroup by claim, RouterPortMissing,
+    ForeignGroup by ``gateway_chassis``, ForeignGroup by another pointed group,
+    NoTrunkNodes; else ChassisAssigned with the writes that bring the group and the
+    port pointer to the wanted state, guarded by the port's ``ha_chassis_group`` and
+    ``gateway_chassis`` and by every other column written from a value read.
+    """
+    lrp = router_port_name(vpc, subnet)
+    gname = group_name(vpc, subnet)
+    groups = groups_from_snapshot(snap)
+    mine = groups.get(gname)
+    if votes is None:
+        names = {group_name(vpc, s) for s in vpc_subnets} | {gname}
+        rows = [groups[n] for n in sorted(names) if n in groups]
+    else:
+        rows = [mine] if mine is not None else []
+    gp = plan_group(network_key, vpc, subnet, list(trunk), rows, votes)
+
+    # 1. Someone else's group of our name.
+    if not gp.allowed:
+        return NBPlan(GatewayState(FOREIGN_GROUP, gp.message), group=gp)
+    # 2. No router port (yet).
+    port_uuid, port = next(
+        ((u, r) for u, r in sorted(snap.get(LRP_TABLE, {}).items()) if r.get("name") == lrp), ("", None))
+    if port is None:
+        return NBPlan(GatewayState(ROUTER_PORT_MISSING, f'OVN has no logical router port "{lrp}" yet'), group=gp)
+    # 3. A gateway port configured by hand (or by another tool).
+    gwc = len(port.get("gateway_chassis") or ())
+    if gwc:
+        return NBPlan(GatewayState(
+            FOREIGN_GROUP, f'router port "{lrp}" has {gwc} gateway_chassis; the controller leaves it alone'), group=gp)
+    # 4. The port already points at another group.
+    pointed = [str(u) for u in (port.get("ha_chassis_group") or ())]
+    if pointed and (mine is None or pointed[0] != mine.uuid):
+        return NBPlan(GatewayState(
+            FOREIGN_GROUP, f'router port "{lrp}" already uses {_describe(snap, pointed[0])}; the controller leaves it alone',
+        ), group=gp)
+    # 5./6. Never attach an empty group (field report B06).
+    if not trunk:
+        return NBPlan(GatewayState(
+            NO_TRUNK_NODES, "no node of the zone's provider network is ready with an OVN chassis",
+            len(mine.chassis) if mine is not None else 0), group=gp)
+
+    wanted = gp.chassis
+    message = assigned_message(lrp, gname, wanted)
+    active = wanted[0][0] if wanted else ""
+    have = dict(zip((c for c, _ in mine.chassis), zip(mine.chassis_uuids, (p for _, p in mine.chassis))))\
+        if mine is not None else {}
+    actions: list[Action] = []
+    guards: list[Verify] = []
+    keep: list[str] = []
+    add: list[str] = []
+    for i, (ch, prio) in enumerate(wanted):
+        if ch in have:
+            uuid, old = have[ch]
+            keep.append(uuid)
+            if old != prio:
+                guards.append(Verify(CHASSIS_TABLE, uuid, ("priority",)))
+                actions.append(SetPriority(uuid, prio))
+        else:
+            ref = new_chassis_ref(i)
+            actions.append(InsertChassis(ref, ch, prio))
+            add.append(ref)
+    created = adopted = False
+    if mine is None:
+        actions.append(InsertGroup(NEW_GROUP, gname, gp.external_ids, tuple(add)))
+        group_ref = NEW_GROUP
+        created = True
+    else:
+        group_ref = mine.uuid
+        if add or set(mine.ha_chassis) - set(keep):
+            guards.append(Verify(GROUP_TABLE, mine.uuid, ("ha_chassis",)))
+            actions.append(SetGroupChassis(mine.uuid, tuple(keep + add)))
+        if gp.claim.adopt:
+            # Adoption in place: same uuid, other keys (e.g. "note") kept.
+            guards.append(Verify(GROUP_TABLE, mine.uuid, ("external_ids",)))
+            actions.append(SetExternalIds(mine.uuid, gp.external_ids))
+            adopted = True
+    if not pointed:
+        actions.append(PointPort(port_uuid, group_ref))
+    if actions:
+        # The decision read both port columns: a concurrent change voids the whole
+        # transaction (group insert included).
+        guards.insert(0, Verify(LRP_TABLE, port_uuid, ("ha_chassis_group", "gateway_chassis")))
+    state = GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, bool(actions) and not created, active)
+    return NBPlan(state, tuple(actions), tuple(guards), gp)
+
+
+def plan_delete(snap: Snapshot, group_uuid: str) -> NBPlan:
+    """Release of one group (§9.6): clear every router port pointing at it, then delete
+    it, while it is still ours (``external_ids`` guarded) and no port pointer moved."""
+    ports = sorted(u for u, r in snap.get(LRP_TABLE, {}).items()
+                   if group_uuid in [str(g) for g in (r.get("ha_chassis_group") or ())])
+    guards = [Verify(LRP_TABLE, p, ("ha_chassis_group",)) for p in ports]
+    guards.append(Verify(GROUP_TABLE, group_uuid, ("external_ids",)))
+    actions: list[Action] = [ClearPointer(p) for p in ports]
+    actions.append(DeleteGroup(group_uuid))
+    return NBPlan(GatewayState("", ""), tuple(actions), tuple(guards))

@@ -347,3 +347,129 @@ def test_sticky_join_never_moves_active(names, newcomer):
     assert after[0][0] == first[0][0]
     assert {c for c, _ in after} == {c for c, _ in first} | {f"ch-{newcomer}"}
     assert [p for _, p in after] == priorities(len(after))
+
+
+# --------------------------------------------------------------------------- §9.4 decision (plan_ensure)
+
+LRP_T, GROUP_T, CH_T = "Logical_Router_Port", "HA_Chassis_Group", "HA_Chassis"
+OURS = {"owner": "proxmox-network", "network": NET}
+
+
+def snap_of(ports=(), groups=(), chassis=()):
+    """A snapshot in NBClient.snapshot() shape: ports (uuid, name, group uuid|None, n gateway
+    chassis), groups (uuid, name, ids, [chassis uuids]), chassis (uuid, name, priority)."""
+    return {
+        LRP_T: {u: {"_uuid": u, "name": n, "ha_chassis_group": [g] if g else [], "gateway_chassis": [f"gw{i}" for i in range(k)]}
+                for u, n, g, k in ports},
+        GROUP_T: {u: {"_uuid": u, "name": n, "external_ids": dict(ids), "ha_chassis": list(cs)} for u, n, ids, cs in groups},
+        CH_T: {u: {"_uuid": u, "chassis_name": n, "priority": p} for u, n, p in chassis},
+    }
+
+
+def ensure_plan(snap, *workers, vpc_subnets=(), votes=None):
+    return planner.plan_ensure(NET, "v", "s", [TrunkNode(w, f"ch-{w}") for w in workers], snap, vpc_subnets, votes)
+
+
+def test_plan_ensure_foreign_group_is_checked_before_the_port():
+    p = ensure_plan(snap_of(groups=[("g1", "px-v-s", {"owner": "kube-ovn"}, [])]), "w1")
+    assert (p.state.reason, p.state.message, p.actions, p.guards) == (
+        "ForeignGroup", 'OVN HA_Chassis_Group "px-v-s" belongs to "kube-ovn"; the controller leaves it alone', (), ())
+
+
+def test_plan_ensure_router_port_missing_even_with_our_group():
+    p = ensure_plan(snap_of(groups=[("g1", "px-v-s", OURS, ["c1"])], chassis=[("c1", "ch-w1", 100)]), "w1")
+    assert (p.state.reason, p.state.message, p.state.chassis, p.actions) == (
+        "RouterPortMissing", 'OVN has no logical router port "v-s" yet', 0, ())
+
+
+def test_plan_ensure_gateway_chassis_port_is_foreign():
+    p = ensure_plan(snap_of(ports=[("p1", "v-s", None, 2)]), "w1")
+    assert (p.state.reason, p.state.message, p.actions) == (
+        "ForeignGroup", 'router port "v-s" has 2 gateway_chassis; the controller leaves it alone', ())
+
+
+@pytest.mark.parametrize("ids,name,described", [
+    ({"owner": "neutron"}, "hand", 'HA_Chassis_Group "hand" of "neutron"'),
+    ({}, "hand", 'HA_Chassis_Group "hand"'),
+    ({}, "", "HA_Chassis_Group g9"),
+])
+def test_plan_ensure_port_pointing_elsewhere_is_foreign(ids, name, described):
+    p = ensure_plan(snap_of(ports=[("p1", "v-s", "g9", 0)], groups=[("g9", name, ids, [])]), "w1")
+    assert (p.state.reason, p.actions) == ("ForeignGroup", ())
+    assert p.state.message == f'router port "v-s" already uses {described}; the controller leaves it alone'
+
+
+def test_plan_ensure_pointer_to_a_group_not_in_the_snapshot_names_its_uuid():
+    p = ensure_plan(snap_of(ports=[("p1", "v-s", "g-gone", 0)]), "w1")
+    assert p.state.message == 'router port "v-s" already uses HA_Chassis_Group g-gone; the controller leaves it alone'
+
+
+def test_plan_ensure_no_trunk_nodes_counts_the_group_and_writes_nothing():
+    s = snap_of(ports=[("p1", "v-s", None, 0)], groups=[("g1", "px-v-s", OURS, ["c1", "c2"])],
+                chassis=[("c1", "ch-w1", 100), ("c2", "ch-w2", 90)])
+    p = ensure_plan(s)
+    assert (p.state.reason, p.state.chassis, p.actions, p.guards) == ("NoTrunkNodes", 2, (), ())
+    assert p.state.message == "no node of the zone's provider network is ready with an OVN chassis"
+
+
+def test_plan_ensure_fresh_group_uses_the_spec_named_uuids_and_guards_the_port():
+    p = ensure_plan(snap_of(ports=[("p1", "v-s", None, 0)]), "w1", "w2")
+    c = p.group.chassis
+    assert p.actions == (
+        planner.InsertChassis("pxchassis0", c[0][0], c[0][1]),
+        planner.InsertChassis("pxchassis1", c[1][0], c[1][1]),
+        planner.InsertGroup("pxgroup", "px-v-s", OURS, ("pxchassis0", "pxchassis1")),
+        planner.PointPort("p1", "pxgroup"),
+    )
+    assert p.guards == (planner.Verify(LRP_T, "p1", ("ha_chassis_group", "gateway_chassis")),)
+    assert p.state.reason == "ChassisAssigned" and p.state.created and not p.state.updated
+    assert p.state.message == planner.assigned_message("v-s", "px-v-s", c) and p.state.chassis == 2
+
+
+def test_plan_ensure_steady_state_plans_nothing():
+    first = ensure_plan(snap_of(ports=[("p1", "v-s", None, 0)]), "w1", "w2").group.chassis
+    s = snap_of(ports=[("p1", "v-s", "g1", 0)], groups=[("g1", "px-v-s", OURS, ["c1", "c2"])],
+                chassis=[("c1", first[0][0], first[0][1]), ("c2", first[1][0], first[1][1])])
+    p = ensure_plan(s, "w1", "w2")
+    assert (p.actions, p.guards, p.state.reason) == ((), (), "ChassisAssigned")
+    assert not (p.state.created or p.state.adopted or p.state.updated)
+
+
+def test_plan_ensure_adoption_repairs_members_in_place():
+    # Unowned group with a note, ch-w1 twice (c1 kept: first in uuid order), a stale member.
+    s = snap_of(ports=[("p1", "v-s", "g1", 0)],
+                groups=[("g1", "px-v-s", {"note": "by hand"}, ["c3", "c1", "c2"])],
+                chassis=[("c1", "ch-w1", 7), ("c2", "ch-w1", 100), ("c3", "ch-stale", 5)])
+    p = ensure_plan(s, "w1")
+    assert p.actions == (
+        planner.SetPriority("c1", 100),
+        planner.SetGroupChassis("g1", ("c1",)),
+        planner.SetExternalIds("g1", {"note": "by hand", **OURS}),
+    )
+    assert p.guards == (
+        planner.Verify(LRP_T, "p1", ("ha_chassis_group", "gateway_chassis")),
+        planner.Verify(CH_T, "c1", ("priority",)),
+        planner.Verify(GROUP_T, "g1", ("ha_chassis",)),
+        planner.Verify(GROUP_T, "g1", ("external_ids",)),
+    )
+    assert p.state.adopted and p.state.updated and not p.state.created
+
+
+def test_plan_ensure_a_kept_tally_decides_like_the_siblings_groups():
+    sib = wanted_chassis("v", _trunk("worker2", "worker1"), [owned("g", "ns/b", [("ch-worker2", 100)])])
+    s = snap_of(ports=[("p1", "v-s", None, 0)], groups=[("g2", "px-v-b", {"owner": "proxmox-network", "network": "ns/b"},
+                                                         [f"c{i}" for i in range(len(sib))])],
+                chassis=[(f"c{i}", ch, p) for i, (ch, p) in enumerate(sib)])
+    by_groups = ensure_plan(s, "worker1", "worker2", "worker5", vpc_subnets=["b"])
+    by_votes = ensure_plan(s, "worker1", "worker2", "worker5", votes={"ch-worker2": 1})
+    assert by_groups == by_votes and by_groups.state.active == "ch-worker2"
+    assert ensure_plan(s, "worker1", "worker2", "worker5").state.active == "ch-worker5"  # no sibling: the hash
+
+
+def test_plan_delete_clears_every_pointer_then_deletes():
+    s = snap_of(ports=[("p2", "x", "g1", 0), ("p1", "y", "g1", 0), ("p3", "z", "g2", 0)],
+                groups=[("g1", "px-v-s", OURS, [])])
+    p = planner.plan_delete(s, "g1")
+    assert p.actions == (planner.ClearPointer("p1"), planner.ClearPointer("p2"), planner.DeleteGroup("g1"))
+    assert p.guards == (planner.Verify(LRP_T, "p1", ("ha_chassis_group",)), planner.Verify(LRP_T, "p2", ("ha_chassis_group",)),
+                        planner.Verify(GROUP_T, "g1", ("external_ids",)))
