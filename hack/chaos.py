@@ -1528,9 +1528,12 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
                 rec.detail = f"replica {victim.n}"
             elif kind == "api":
                 rec.at = time.monotonic()
+                # Open-ended while it lasts: an exit during the restart (a peer that relists
+                # as soon as the API server serves, before /readyz says so) is caused by it.
+                sup.outages.append((rec.at, float("inf")))
+                outages.append((rec.at, float("inf")))
                 restart_apiserver(cluster, cfg.api_down)
-                sup.outages.append((rec.at, time.monotonic()))
-                outages.append((rec.at, time.monotonic()))
+                sup.outages[-1] = outages[-1] = (rec.at, time.monotonic())
                 rec.detail = f"down {time.monotonic() - rec.at:.1f}s"
             elif kind == "compact":
                 rec.detail = f"revision {cluster.compact()}"
@@ -1538,8 +1541,9 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
                 outages.append((rec.at, rec.at))  # a watch resumed from before it relists (410)
             elif kind == "nb":
                 rec.at = time.monotonic()
+                outages.append((rec.at, float("inf")))
                 restart_nb(cluster, cfg.nb_down)
-                outages.append((rec.at, time.monotonic()))
+                outages[-1] = (rec.at, time.monotonic())
                 rec.detail = f"down {time.monotonic() - rec.at:.1f}s"
             elif kind in PEER_OF_FAULT:
                 rec.at = time.monotonic()
