@@ -9,6 +9,11 @@ these copies with ``.Files.Get`` (Helm cannot read files outside a chart):
   manifests/rbac/02-clusterrole.yaml     -> charts/proxmox-network/files/rbac/  (its rules)
   manifests/monitoring/prometheusrule.yaml -> charts/proxmox-network/files/     (its spec)
 
+and writes one generated part: the schema of a zone in ``values.schema.json`` (``zones.*``) is
+the ProxmoxNetworkZone CRD's ``spec`` schema with every object closed to unknown keys, so a
+typo in a zone's values (``reservdVLANs``) fails at ``helm install`` instead of being pruned
+by the API server with a warning.
+
 Everything else in the charts is templated; tests/test_charts_integration.py checks that the
 chart rendered with its default values equals ``kubectl kustomize manifests/`` object for
 object, so a change to either side alone fails there.
@@ -20,6 +25,8 @@ object, so a change to either side alone fails there.
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import sys
 from pathlib import Path
 
@@ -37,6 +44,42 @@ def pairs() -> list[tuple[Path, Path]]:
     return out
 
 
+SCHEMA = CHART / "values.schema.json"
+ZONE_CRD = MANIFESTS / "crds" / "proxmox.cozystack.io_proxmoxnetworkzones.yaml"
+# Kubernetes-only keywords JSON Schema does not know; dropped from the generated schema.
+K8S_KEYWORDS = ("x-kubernetes-map-type", "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "format")
+
+
+def _closed(node: dict) -> dict:
+    """``node`` without Kubernetes-only keywords, every object with ``properties`` closed."""
+    out = {k: v for k, v in node.items() if k not in K8S_KEYWORDS}
+    if "properties" in out:
+        out["properties"] = {k: _closed(v) for k, v in out["properties"].items()}
+        out.setdefault("additionalProperties", False)
+    elif isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = _closed(out["additionalProperties"])
+    if isinstance(out.get("items"), dict):
+        out["items"] = _closed(out["items"])
+    return out
+
+
+def zone_schema() -> dict:
+    """The values schema of one zone: the CRD's ``spec`` schema, closed (see module doc)."""
+    import yaml
+
+    for doc in yaml.safe_load_all(ZONE_CRD.read_text()):
+        if doc and doc.get("kind") == "CustomResourceDefinition":
+            spec = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            return _closed(copy.deepcopy(spec))
+    raise LookupError(f"no CustomResourceDefinition in {ZONE_CRD}")
+
+
+def schema_with_zones() -> str:
+    data = json.loads(SCHEMA.read_text())
+    data["properties"]["zones"]["additionalProperties"] = zone_schema()
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
 def stale() -> list[tuple[Path, Path]]:
     """Copies that differ from their source, and copies whose source is gone."""
     want = pairs()
@@ -44,6 +87,8 @@ def stale() -> list[tuple[Path, Path]]:
     wanted = {dst for _, dst in want}
     for d in (CRDS_CHART / "files", CHART / "files" / "admission"):
         bad += [(Path("(removed)"), f) for f in sorted(d.glob("*.yaml")) if f not in wanted]
+    if SCHEMA.read_text() != schema_with_zones():
+        bad.append((ZONE_CRD, SCHEMA))
     return bad
 
 
@@ -62,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     for src, dst in bad:
         if not src.is_absolute():
             dst.unlink()
+            continue
+        if dst == SCHEMA:
+            SCHEMA.write_text(schema_with_zones())
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         dst.write_bytes(src.read_bytes())

@@ -424,7 +424,40 @@ REFUSED = [
     ({"admission": {"exemptNamespaces": ["x') || true || ('"]}}, "- at '/admission/exemptNamespaces/0':"),
     ({"zones": {"z": {"bridge": "vmbr1", "providerNetwork": "pn"}}}, "- at '/zones/z': missing property 'vlanRanges'"),
     ({"metrics": {"port": 0}}, "- at '/metrics/port': minimum: got 0, want 1"),
+    # A zone's schema is the CRD's, closed: a typo is refused, not pruned with a warning.
+    ({"zones": {"z": {"bridge": "vmbr1", "providerNetwork": "pn", "vlanRanges": ["101"], "reservd": [5]}}},
+     "- at '/zones/z': additional properties 'reservd' not allowed"),
+    ({"zones": {"z": {"bridge": "vmbr1", "providerNetwork": "pn", "vlanRanges": ["101"],
+                      "staticAssignments": [{"namespace": "t", "name": "n", "vlan": 5, "vlna": 6}]}}},
+     "- at '/zones/z/staticAssignments/0': additional properties 'vlna' not allowed"),
+    ({"zones": {"z": {"bridge": "vmbr1", "providerNetwork": "pn", "vlanRanges": ["101"], "reservedVLANs": [5000]}}},
+     "- at '/zones/z/reservedVLANs/0': maximum: got 5,000, want 4,094"),
 ]
+
+# What JSON Schema cannot say about a range, refused by the zones template (docs/api.md:
+# VLAN IDs 1-4094, a range from its start to its end).
+BAD_RANGES = [
+    ("300-200", 'zones.z.vlanRanges: "300-200" ends before it starts'),
+    ("4000-5000", 'zones.z.vlanRanges: "4000-5000": VLAN IDs are 1-4094'),
+    ("0-10", 'zones.z.vlanRanges: "0-10": VLAN IDs are 1-4094'),
+]
+
+
+@pytest.mark.parametrize("vlan_range,message", BAD_RANGES, ids=[r for r, _ in BAD_RANGES])
+def test_zone_ranges_the_schema_admits_but_no_zone_can_use_are_refused(helm, vlan_range, message):
+    values = {"zones": {"z": {"bridge": "vmbr1", "providerNetwork": "pn", "vlanRanges": [vlan_range]}}}
+    r = run_helm(helm, "template", "x", str(CHART), *set_args(values), check=False)
+    assert r.returncode == 1
+    assert message in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
+def test_zones_from_values_are_kept_on_uninstall(helm):
+    """Deleting a zone under its networks would leave them ZoneNotFound: like the CRDs, the
+    zones a release made stay when it is uninstalled (docs/operations.md)."""
+    values = {"zones": {"z": {"bridge": "vmbr1", "providerNetwork": "pn", "vlanRanges": ["101-199"]}}}
+    zones = [o for o in render(helm, CHART, values) if o["kind"] == "ProxmoxNetworkZone"]
+    assert [z["metadata"]["annotations"].get("helm.sh/resource-policy") for z in zones] == ["keep"]
 
 
 @pytest.mark.parametrize("values,message", REFUSED, ids=[m.split("'")[1] or "root" for _, m in REFUSED])
