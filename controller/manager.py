@@ -1,9 +1,11 @@
-"""The controller's run loop: shared informers feed one rate-limited workqueue; workers
-run the network and zone reconcilers (``product-decisions.md`` §3).
+"""The controller's run loop: shared informers feed rate-limited workqueues; workers
+run the network, zone and pod reconcilers and the namespace annotation's reconciler
+(``product-decisions.md`` §3).
 
-Queue keys are ``network:<namespace>/<name>`` and ``zone:<name>``. Event handlers only
-map objects to keys; every decision is taken in a reconcile pass from the caches, so any
-event (or a full resync) leads to the same result.
+Keys of the main queue are ``network:<namespace>/<name>``, ``zone:<name>`` and
+``pod:<namespace>/<name>``; the namespace queue's keys are namespace names. Event
+handlers only map objects to keys; every decision is taken in a reconcile pass from the
+caches, so any event (or a full resync) leads to the same result.
 """
 
 from __future__ import annotations
@@ -36,8 +38,10 @@ from controller.gateway import (
     subnet_index_vpc,
 )
 from controller.kube import ApiError, KubeWriter
-from controller.metrics import Metrics
+from controller.metrics import NAMESPACE_WORKQUEUE_NAME, Metrics
+from controller.namespaces import NAMESPACE_WRITE_WINDOW, NamespaceReconciler, keys_for_namespace, keys_for_network
 from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
+from controller.recent import RecentWrites
 from controller.network import (
     Listers,
     NetworkReconciler,
@@ -58,6 +62,7 @@ log = structlog.get_logger(__name__)
 NETWORK = "network:"
 ZONE = "zone:"
 POD = "pod:"
+NAMESPACE = "namespace:"  # only in logs and the resync set: the namespace queue's keys are bare names
 
 
 def zone_index_provider(zone: Mapping[str, Any]) -> list[str]:
@@ -167,11 +172,20 @@ class Manager:
         self.gateway = self._gateway(options)
         self.vlans = VlanManager(self.listers.vlans, self.listers.zones, self.writer,
                                  on_allocation=self.metrics.vlan_allocation)
+        # The namespace annotation (§5.9): its own queue, keyed by namespace name.
+        self.namespace_queue = RateLimitingQueue(
+            name=NAMESPACE_WORKQUEUE_NAME, metrics_hook=self.metrics.workqueue_hook_for(NAMESPACE_WORKQUEUE_NAME))
+        network_overlay = RecentWrites(self.networks.store)
+        self.namespace_reconciler = NamespaceReconciler(
+            self.networks.store, self.namespaces.store, self.writer, network_overlay,
+            enqueue=self.namespace_queue.add, enqueue_network=lambda key: self.queue.add(NETWORK + key),
+            write_window=NAMESPACE_WRITE_WINDOW,
+        )
         self.network_reconciler = NetworkReconciler(
             self.listers, self.writer, self.vlans, options.manage_gateway,
             events=self.events, prune_timeout=options.subnet_prune_timeout, metrics=self.metrics,
             consumer_resources={k: inf.resource for k, inf in self.optional.items()},
-            gateway=self.gateway,
+            gateway=self.gateway, namespaces=self.namespace_reconciler, recent=network_overlay,
         )
         self.pod_reconciler = EgressGatewayPodReconciler(self.pods.store, self.writer, self.events)
         self.zone_reconciler = ZoneReconciler(
@@ -258,6 +272,7 @@ class Manager:
     # -- event -> key mapping -------------------------------------------------------
     def _wire_handlers(self) -> None:
         q = self.queue
+        nsq = self.namespace_queue
 
         def on_network(obj: Mapping[str, Any]) -> None:
             self.network_reconciler.recent.observe(obj)
@@ -266,8 +281,14 @@ class Manager:
             if z:
                 q.add(ZONE + z)
 
+        def namespaces_of(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+            for ns in keys_for_network(old, new):
+                nsq.add(ns)
+
         self.networks.add_event_handler(
-            on_add=on_network, on_update=lambda old, new: (on_network(old), on_network(new)), on_delete=on_network
+            on_add=lambda o: (on_network(o), namespaces_of(None, o)),
+            on_update=lambda old, new: (on_network(old), on_network(new), namespaces_of(old, new)),
+            on_delete=lambda o: (on_network(o), namespaces_of(o, None)),
         )
 
         def networks_of_zone(zname: str) -> None:
@@ -329,8 +350,14 @@ class Manager:
                 if net["metadata"].get("namespace") == ns:
                     q.add(NETWORK + meta_namespace_key(net))
 
+        def annotation_of(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+            for ns in keys_for_namespace(old, new):
+                nsq.add(ns)
+
         self.namespaces.add_event_handler(
-            on_add=lambda o: on_namespace(None, o), on_update=on_namespace, on_delete=lambda o: on_namespace(None, o)
+            on_add=lambda o: (on_namespace(None, o), annotation_of(None, o)),
+            on_update=lambda old, new: (on_namespace(old, new), annotation_of(old, new)),
+            on_delete=lambda o: (on_namespace(None, o), annotation_of(o, None)),
         )
 
         def on_provider_network(obj: Mapping[str, Any]) -> None:
@@ -436,7 +463,12 @@ class Manager:
             # is really unreachable and the grace of §9.5 takes over.
             log.info("OVN NB not synced yet; starting workers anyway", error=self.gateway.applier.nb.last_error)
         for i in range(max(1, self.options.workers)):
-            t = threading.Thread(target=self._worker, name=f"worker-{i}", daemon=True)
+            t = threading.Thread(target=self._worker, args=(self.queue, self._process), name=f"worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        for i in range(self.namespace_workers()):
+            t = threading.Thread(target=self._worker, args=(self.namespace_queue, self._process_namespace),
+                                 name=f"namespace-worker-{i}", daemon=True)
             t.start()
             self._threads.append(t)
         t = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
@@ -448,6 +480,11 @@ class Manager:
             t.start()
             self._threads.append(t)
         self.enqueue_all()
+
+    def namespace_workers(self) -> int:
+        """Workers of the namespace queue: half of ``--workers``, at least one (a namespace
+        pass is one cache walk and at most one patch)."""
+        return max(1, self.options.workers // 2)
 
     def healthy(self) -> bool:
         """The work loop is alive: every worker and the resync thread run (B13: a leader
@@ -464,86 +501,117 @@ class Manager:
         return all(inf.last_sync_age() <= max_age for inf in self.factory.informers())
 
     def stop(self) -> None:
-        """Stop workers first (a pass in flight finishes), then the informers and Events."""
+        """Stop workers first (a pass in flight finishes), then the informers and Events.
+
+        The namespace queue is shut down after the network workers have stopped, so the
+        namespace passes that their last passes asked for (a network gone, a triple to
+        list) still run."""
         self._stop.set()
         self.queue.shutdown()
-        for t in self._threads:
-            t.join(timeout=5)
-            if t.is_alive():
-                frame = sys._current_frames().get(t.ident or 0)
-                stack = "".join(traceback.format_stack(frame)) if frame else ""
-                log.error("thread did not stop", thread=t.name, stack=stack)
+        namespace_workers = [t for t in self._threads if t.name.startswith("namespace-worker-")]
+        others = [t for t in self._threads if t not in namespace_workers]
+        self._join(others)
+        self.namespace_queue.shutdown()
+        self._join(namespace_workers)
         self.factory.stop()
         if self.gateway is not None:
             self.gateway.applier.stop()
         if self.events is not None:
             self.events.stop()
 
+    @staticmethod
+    def _join(threads: list[threading.Thread]) -> None:
+        for t in threads:
+            t.join(timeout=5)
+            if t.is_alive():
+                frame = sys._current_frames().get(t.ident or 0)
+                stack = "".join(traceback.format_stack(frame)) if frame else ""
+                log.error("thread did not stop", thread=t.name, stack=stack)
+
     def wait(self) -> None:
         self._stop.wait()
 
-    def _worker(self) -> None:
+    def _worker(self, queue: RateLimitingQueue, process: Any) -> None:
         while True:
-            key = self.queue.get()
+            key = queue.get()
             if key is None:
                 return
             try:
-                self._process(key)
+                process(key)
             finally:
-                self.queue.done(key)
-                self._resync_done(key)
+                queue.done(key)
+                self._resync_done(key if queue is self.queue else NAMESPACE + key)
+
+    def _process_namespace(self, ns: str) -> None:
+        self._run(self.namespace_queue, ns, NAMESPACE + ns, lambda: self.namespace_reconciler.reconcile(ns))
 
     def _process(self, key: str) -> None:
+        self._run(self.queue, key, key, lambda: self._dispatch(key))
+
+    def _dispatch(self, key: str) -> Any:
         kind, _, obj = key.partition(":")
         started = time.monotonic()
+        if kind == "network":
+            try:
+                return self.network_reconciler.reconcile(obj)
+            except Exception:
+                # §13 reason="error": a pass that failed (reading, computing or writing).
+                self.metrics.reconcile_error("error")
+                raise
+            finally:
+                self.metrics.observe_reconcile(time.monotonic() - started)
+        if kind == "zone":
+            return self.zone_reconciler.reconcile(obj)
+        if kind == "pod":
+            return self.pod_reconciler.reconcile(obj)
+        log.error("unknown queue key", key=key)
+        return None
+
+    def _run(self, queue: RateLimitingQueue, key: str, label: str, fn: Any) -> None:
+        """One pass of ``fn`` for ``key`` of ``queue`` (``label`` in the logs): on success
+        forget the backoff and requeue as asked; on any failure retry with backoff."""
+        started = time.monotonic()
         structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(key=key, pass_id=f"{next(self._pass_ids):x}")
+        structlog.contextvars.bind_contextvars(key=label, pass_id=f"{next(self._pass_ids):x}")
         try:
-            if kind == "network":
-                try:
-                    result = self.network_reconciler.reconcile(obj)
-                except Exception:
-                    # §13 reason="error": a pass that failed (reading, computing or writing).
-                    self.metrics.reconcile_error("error")
-                    raise
-                finally:
-                    self.metrics.observe_reconcile(time.monotonic() - started)
-            elif kind == "zone":
-                result = self.zone_reconciler.reconcile(obj)
-            elif kind == "pod":
-                result = self.pod_reconciler.reconcile(obj)
-            else:
-                log.error("unknown queue key", key=key)
+            result = fn()
+            if result is None:
                 return
         except ApiError as err:
-            log.info("reconcile failed, retrying with backoff", key=key, status=err.status, reason=err.reason, error=err.message)
-            self.queue.add_rate_limited(key)
+            log.info("reconcile failed, retrying with backoff", key=label, status=err.status, reason=err.reason, error=err.message)
+            queue.add_rate_limited(key)
             return
         except (OSError, urllib3.exceptions.HTTPError) as err:
             # The API server is unreachable or the connection dropped: retry, it is not a bug.
-            log.info("reconcile failed, retrying with backoff", key=key, error=repr(err))
-            self.queue.add_rate_limited(key)
+            log.info("reconcile failed, retrying with backoff", key=label, error=repr(err))
+            queue.add_rate_limited(key)
             return
         except Exception:  # never let a malformed object kill a worker
-            log.exception("reconcile crashed, retrying with backoff", key=key)
-            self.queue.add_rate_limited(key)
+            log.exception("reconcile crashed, retrying with backoff", key=label)
+            queue.add_rate_limited(key)
             return
-        self.queue.forget(key)
+        queue.forget(key)
         if result.requeue_after is not None:
-            self.queue.add_after(key, result.requeue_after)
-        log.debug("reconciled", key=key, seconds=round(time.monotonic() - started, 4))
+            queue.add_after(key, result.requeue_after)
+        log.debug("reconciled", key=label, seconds=round(time.monotonic() - started, 4))
 
     # -- periodic full resync ---------------------------------------------------------
     def enqueue_all(self) -> int:
-        """Queue every network and zone key; returns how many. Logs ``resync complete``
-        once all of them have been processed (tests wait for it)."""
-        keys = [NETWORK + meta_namespace_key(n) for n in self.listers.networks.list()]
+        """Queue every network, zone and pod key, and every namespace that has a network;
+        returns how many. Logs ``resync complete`` once all of them have been processed
+        (tests wait for it)."""
+        nets = self.listers.networks.list()
+        keys = [NETWORK + meta_namespace_key(n) for n in nets]
         keys += [ZONE + z["metadata"]["name"] for z in self.listers.zones.list()]
         keys += [POD + meta_namespace_key(p) for p in self.pods.store.list()]
+        namespaces = sorted({n["metadata"].get("namespace", "") for n in nets} - {""})
         with self._resync_lock:
-            self._resync_pending = set(keys)
+            self._resync_pending = set(keys) | {NAMESPACE + ns for ns in namespaces}
         for k in keys:
             self.queue.add(k)
+        for ns in namespaces:
+            self.namespace_queue.add(ns)
+        keys += namespaces
         if not keys:
             self._resync_finished()
         return len(keys)

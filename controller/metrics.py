@@ -37,9 +37,11 @@ Ours on top of them:
   ``workqueue_retries_total``, ``workqueue_queue_duration_seconds``,
   ``workqueue_work_duration_seconds`` (buckets 1e-8 .. 1e3 s, x10),
   ``workqueue_unfinished_work_seconds`` and
-  ``workqueue_longest_running_processor_seconds``, all labelled ``name``; fed
-  by :meth:`Metrics.workqueue_hook` (the ``metrics_hook`` of
-  :class:`controller.workqueue.RateLimitingQueue`);
+  ``workqueue_longest_running_processor_seconds``, all labelled ``name``: one
+  ``name`` per queue, ``proxmox-network-controller`` (network, zone and pod keys;
+  fed by :meth:`Metrics.workqueue_hook`) and ``proxmox-network-namespaces`` (the
+  namespace annotation's keys; :meth:`Metrics.workqueue_hook_for`), each hook the
+  ``metrics_hook`` of its :class:`controller.workqueue.RateLimitingQueue`;
 * the informers' (B11/B12), read from the informers at scrape time:
   ``cozy_proxmox_informer_last_event_age_seconds{resource}`` (gauge,
   ``informer.last_sync_age()``, ``+Inf`` before the first LIST),
@@ -94,6 +96,7 @@ __all__ = [
     "GO_DEFAULT_BUCKETS",
     "IPPOOL_STATES",
     "Metrics",
+    "NAMESPACE_WORKQUEUE_NAME",
     "VLAN_ALLOCATION_RESULTS",
     "WORKQUEUE_BUCKETS",
 ]
@@ -113,7 +116,11 @@ VLAN_ALLOCATION_RESULTS: tuple[str, ...] = ("allocated", "conflict", "exhausted"
 WORKQUEUE_EVENTS: tuple[str, ...] = ("add", "get", "done", "retry")
 
 DEFAULT_WORKQUEUE_NAME = "proxmox-network-controller"
-"""The name :class:`controller.manager.Manager` gives its queue."""
+"""The name :class:`controller.manager.Manager` gives its queue of network, zone and pod keys."""
+
+NAMESPACE_WORKQUEUE_NAME = "proxmox-network-namespaces"
+"""The name of the namespace annotation's queue (:mod:`controller.namespaces`; keys are
+namespace names); its hook is :meth:`Metrics.workqueue_hook_for` with this name."""
 
 _NO_CREATED_TYPES = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
 

@@ -10,9 +10,6 @@ lets the VLAN go while a consumer, the Subnet, or a Kube-OVN reference may still
 from __future__ import annotations
 
 import copy
-import math
-import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,10 +36,12 @@ from controller.events import NORMAL, WARNING, EventRecorder
 from controller.kube import ApiError, KubeWriter
 from controller.metrics import Metrics
 from controller.prune import go_list
+from controller.namespaces import NamespaceReconciler, namespace_triple
 from controller.recent import RecentWrites
+from controller.result import Result
 from controller.selectors import InvalidSelector, matches
 from controller.vlans import VlanManager, gives_back_duplicate, vlan_owner
-from informers import Resource, ThreadSafeStore, meta_namespace_key
+from informers import Resource, ThreadSafeStore
 
 log = structlog.get_logger(__name__)
 
@@ -59,20 +58,12 @@ SUBNET_DELETING_RETRY = 10.0
 GATEWAY_RELEASE_RETRY = 30.0
 VLAN_REFERENCED_RETRY = 10.0
 SWITCH_DELETING_RETRY = 10.0
-NAMESPACE_SYNC_PERIOD = 600.0  # a hand-edited namespace annotation is repaired within this
 
 # Ready reasons an operator only needs to know about, not act on: their Events are Normal.
 NORMAL_REASONS = frozenset(
     {"Ready", "Pending", "InUse", "SubnetStillExists", "SubnetDeleting", "VLANStillReferenced", "SwitchDeleting",
      "SubnetNotReady"}
 )
-
-
-@attrs.frozen
-class Result:
-    """What the worker does after a pass: requeue after ``requeue_after`` seconds, or not."""
-
-    requeue_after: float | None = None
 
 
 @attrs.define
@@ -165,15 +156,6 @@ def duplicate_holders(vlan: Mapping[str, Any], on_provider: list[dict[str, Any]]
     )
 
 
-def namespace_triple(net: Mapping[str, Any]) -> str | None:
-    """``<bridge>/<vlan>/<ipPool>`` of a network with a VLAN and a bridge (§5.9)."""
-    st = net.get("status") or {}
-    vlan, bridge = st.get("vlan"), st.get("bridge")
-    if not vlan or not bridge:
-        return None
-    return f"{bridge}/{vlan}/{(net.get('spec') or {}).get('ipPool', '')}"
-
-
 def subnet_conditions(subnet: Mapping[str, Any]) -> tuple[str, str, str]:
     """SubnetReady (status, reason, message) from Kube-OVN's conditions (§5.5)."""
     conds = (subnet.get("status") or {}).get("conditions") or []
@@ -194,6 +176,10 @@ class NetworkReconciler:
     :param gateway_release: called during deletion (§6 step 3) with the network; returns
         None when the network's HA chassis group is gone, else the error text. The OVN
         work plugs in here; without it nothing is held.
+    :param namespaces: the namespace annotation's reconciler (§5.9); a pass whose triple is
+        not in the annotation yet asks it for the triple and writes its status only once
+        the annotation lists it.
+    :param recent: the read-your-writes overlay of networks (shared with ``namespaces``).
     """
 
     def __init__(
@@ -209,6 +195,8 @@ class NetworkReconciler:
         consumer_resources: Mapping[str, Resource] | None = None,
         metrics: Metrics | None = None,
         gateway: Any = None,
+        namespaces: NamespaceReconciler | None = None,
+        recent: RecentWrites | None = None,
     ) -> None:
         self.l = listers
         self.writer = writer
@@ -226,16 +214,12 @@ class NetworkReconciler:
         self.consumer_resources = dict(consumer_resources or {})
         self.metrics = metrics or Metrics()
         # Read-your-writes for our own writes (see controller.recent).
-        self.recent = RecentWrites(listers.networks)
-        self.recent_namespaces = RecentWrites(listers.namespaces)
-        # Last triple each network contributed, and when each namespace was last fully synced:
-        # a pass whose triple did not change skips the O(networks in the namespace) full sync
-        # (docs/performance.md), which still runs at least every NAMESPACE_SYNC_PERIOD.
-        self._last_triple: dict[str, str | None] = {}
-        self._ns_synced_at: dict[str, float] = {}
-        # Read-modify-write of one namespace's annotation by two workers would lose a triple.
-        self._ns_locks: dict[str, threading.Lock] = {}
-        self._ns_locks_guard = threading.Lock()
+        self.recent = recent or RecentWrites(listers.networks)
+        # The namespace annotation (§5.9) is its own reconciler; without one handed in (no
+        # namespace queue), the annotation is written within this pass, as the reference does.
+        self.namespaces = namespaces or NamespaceReconciler(
+            listers.networks, listers.namespaces, writer, self.recent)
+        self.recent_namespaces = self.namespaces.recent
 
     def _event(self, obj: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
         if self.events is not None:
@@ -252,10 +236,9 @@ class NetworkReconciler:
         if net is None:
             ns, _, name = key.partition("/")
             self.metrics.forget_network(ns, name)
-            self._last_triple.pop(key, None)
             if self.gateway is not None:
                 self.gateway.applier.forget(key)
-            self._sync_namespace(ns, fresh=True)
+            self.namespaces.network_gone(ns, key)  # §5.9: the NotFound pass removes its triple
             return Result()
         meta = net["metadata"]
         if meta.get("deletionTimestamp"):
@@ -274,12 +257,17 @@ class NetworkReconciler:
         if ready is not None and ready.get("status") != TRUE:
             self.metrics.reconcile_error(ready.get("reason", ""))
 
+        # §5.9 step 8: the triple is in the annotation before any status shows it.
         triple = namespace_triple({"spec": net.get("spec"), "status": status})
-        if triple:
-            self._add_to_namespace(meta["namespace"], triple)
+        ns = meta["namespace"]
+        if triple and not self.namespaces.listed(ns, triple):
+            self.namespaces.want(ns, key, triple)
+            if namespace_triple(net) != triple and not self.namespaces.listed(ns, triple):
+                # The namespace pass writes it and queues this key again; nothing of this
+                # pass's status is written before then.
+                return Result(requeue_after(self.manage_gateway, status))
         net = self._write_status(key, net, old_status, status)
         self._record_metrics(net, status)
-        self._maybe_sync_namespace(meta["namespace"], key, triple)
         return Result(requeue_after(self.manage_gateway, status))
 
     def _record_metrics(self, net: Mapping[str, Any], status: Mapping[str, Any]) -> None:
@@ -490,87 +478,6 @@ class NetworkReconciler:
             return matches(selector, labels)
         except InvalidSelector:
             return False
-
-    # -- namespace annotation (§5.9) ----------------------------------------------------------
-    def _ns_lock(self, ns: str) -> threading.Lock:
-        with self._ns_locks_guard:
-            return self._ns_locks.setdefault(ns, threading.Lock())
-
-    def _namespace_value(self, ns: str, fresh: bool = False) -> tuple[dict[str, Any] | None, str]:
-        if fresh:
-            try:
-                obj: dict[str, Any] | None = self.writer.get(names.NAMESPACES, ns)
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-                obj = None
-        else:
-            obj = self.recent_namespaces.get(ns)
-        if obj is None:
-            return None, ""
-        return obj, ((obj.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_NAMESPACE_NETWORKS, "")
-
-    def _patch_namespace(self, ns: str, value: str | None) -> None:
-        patch = {"metadata": {"annotations": {names.ANNOTATION_NAMESPACE_NETWORKS: value}}}
-        try:
-            written = self.writer.merge_patch(names.NAMESPACES, ns, patch)
-        except ApiError as err:
-            if err.not_found:
-                return
-            raise
-        self.recent_namespaces.wrote(written)
-
-    def _add_to_namespace(self, ns: str, triple: str) -> None:
-        """§5.9 "add": put this network's triple in the annotation before its status is written."""
-        with self._ns_lock(ns):
-            obj, value = self._namespace_value(ns)
-            if obj is None:
-                return
-            items = value.split(",") if value else []
-            if triple in items:
-                return
-            self._patch_namespace(ns, ",".join(sorted(items + [triple])))
-
-    def _maybe_sync_namespace(self, ns: str, key: str, triple: str | None) -> None:
-        """The full sync of §5.9 step 11, skipped when this network's triple is unchanged
-        (or this is its first pass in this process), already in the annotation, and the
-        namespace was fully synced recently. (Running it on every network's first pass
-        made a restart and a burst O(networks in the namespace) per network:
-        docs/performance.md.)"""
-        unset = "\0unset"
-        prev = self._last_triple.get(key, unset)
-        self._last_triple[key] = triple
-        now = time.monotonic()
-        if prev in (triple, unset) and now - self._ns_synced_at.get(ns, -math.inf) < NAMESPACE_SYNC_PERIOD:
-            _, value = self._namespace_value(ns)
-            if triple is None or triple in (value.split(",") if value else []):
-                return
-        self._sync_namespace(ns)
-        self._ns_synced_at[ns] = now
-
-    def _sync_namespace(self, ns: str, fresh: bool = False) -> None:
-        """§5.9 full sync: the annotation lists exactly the namespace's networks with a VLAN.
-
-        ``fresh`` reads the Namespace from the API server (the pass after a network is gone,
-        so a removal is never skipped on a stale copy).
-        """
-        with self._ns_lock(ns):
-            obj, value = self._namespace_value(ns, fresh)
-            if obj is None:
-                return
-            triples = []
-            for n in self.l.networks.by_index("namespace", ns):
-                n = self.recent.get(meta_namespace_key(n)) or n
-                m = n.get("metadata") or {}
-                if m.get("deletionTimestamp") and names.FINALIZER not in (m.get("finalizers") or []):
-                    continue
-                t = namespace_triple(n)
-                if t:
-                    triples.append(t)
-            desired = ",".join(sorted(triples))
-            if desired == value:
-                return
-            self._patch_namespace(ns, desired or None)
 
     # -- deletion (§6) -------------------------------------------------------------------
     def _finalize(self, key: str, net: dict[str, Any]) -> Result:

@@ -53,6 +53,7 @@ DASHBOARD = REPO / "charts" / "proxmox-network" / "dashboards" / "proxmox-networ
 JOB = "proxmox-network-controller-metrics"  # the Service's name, as the operator's scrape would name it
 SHORT_FOR = "2s"
 QUEUE = "proxmox-network-controller"
+NAMESPACE_QUEUE = "proxmox-network-namespaces"  # the namespace annotation's queue (issue 14)
 # Grafana's built-in interval, replaced by hand (Grafana would use at least 4 x the 1 s
 # scrape interval here; a minute covers every sample the test has).
 RATE_INTERVAL = "1m"
@@ -411,7 +412,7 @@ def test_documented_series_exist_in_prometheus_with_their_labels(stack):
                                           "5.0", "10.0", "+Inf"]
     # Leader election on: this one replica holds the Lease.
     assert v("cozy_proxmox_leader") == 1
-    assert {r["metric"]["name"] for r in prom.query('{__name__=~"workqueue_.*"}')} == {QUEUE}
+    assert {r["metric"]["name"] for r in prom.query('{__name__=~"workqueue_.*"}')} == {QUEUE, NAMESPACE_QUEUE}
     # Informers: one resource per watched kind, named <plural>.<group>/<version>.
     resources = {r["metric"]["resource"] for r in prom.query("cozy_proxmox_informer_relists_total")}
     assert {"proxmoxnetworks.proxmox.cozystack.io/v1alpha1", "proxmoxnetworkzones.proxmox.cozystack.io/v1alpha1",

@@ -1,0 +1,311 @@
+"""The namespace annotation ``proxmox.cozystack.io/networks`` (reference-behaviour.md §5.9):
+a reconciler of its own, keyed by namespace.
+
+One job: keep each namespace's annotation equal to the §5.9 full sync, i.e. the sorted
+``<bridge>/<vlan>/<ipPool>`` triples of its networks with a VLAN and a bridge (Terminating
+networks without our finalizer left out, duplicates kept, the key deleted when the list is
+empty), plus the triples network passes have asked for and not yet written to their status
+(the *pending adds*).
+
+Why the pending adds: admission policies read the annotation, so a network's
+``status.vlan``/``status.bridge`` must never be visible before its triple is listed (§5.9
+"add", step 8, before the status write). A network pass whose triple is missing asks for it
+here (:meth:`NamespaceReconciler.want`), does not write its status, and is queued again once
+a namespace pass has written the annotation with it. Between the ask and the status write
+only the pending add keeps the triple in the desired value; once the network's own status
+(read through its read-your-writes overlay) shows the triple, the pending add is dropped.
+
+Why a queue of its own: the queue hands a namespace key to one worker at a time, so two
+read-modify-write patches of one annotation never race (no locks), and a burst of networks
+in one namespace shares a few patches: every ask only queues the namespace, and a pass
+writes at most once per ``write_window`` seconds (the first write after a quiet spell at
+once; what arrives meanwhile is written at the end of the window, in one patch).
+
+Which namespaces are ours: a namespace with a network in the cache, a pending add, or a
+network that has just gone (:meth:`NamespaceReconciler.network_gone`: the pass then reads
+the Namespace from the API server, so the removal of the last triple is never skipped on a
+stale copy). Any other namespace's annotation is left alone.
+
+Without a queue (``enqueue=None``, as when a :class:`controller.network.NetworkReconciler`
+is used on its own) an ask runs the namespace pass at once on the caller's thread, which is
+the reference's synchronous "add"; those passes are serialised by one lock, because there is
+no queue to hand out one namespace at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import structlog
+
+from controller import names
+from controller.kube import ApiError, KubeWriter
+from controller.recent import RecentWrites
+from controller.result import Result
+from informers import ThreadSafeStore, meta_namespace_key
+
+log = structlog.get_logger(__name__)
+
+NAMESPACE_SYNC_PERIOD = 600.0  # a hand-edited annotation is repaired within this (also by its watch event)
+NAMESPACE_WRITE_WINDOW = 1.0  # at most one annotation patch per namespace per this many seconds
+
+
+# -- pure pieces ------------------------------------------------------------------------------
+
+
+def namespace_triple(net: Mapping[str, Any]) -> str | None:
+    """``<bridge>/<vlan>/<ipPool>`` of a network with a VLAN and a bridge (§5.9)."""
+    st = net.get("status") or {}
+    vlan, bridge = st.get("vlan"), st.get("bridge")
+    if not vlan or not bridge:
+        return None
+    return f"{bridge}/{vlan}/{(net.get('spec') or {}).get('ipPool', '')}"
+
+
+def contribution(net: Mapping[str, Any]) -> str | None:
+    """The triple ``net`` puts in the full sync (§5.9): None without a VLAN or a bridge, and
+    for a Terminating network that no longer carries our finalizer."""
+    meta = net.get("metadata") or {}
+    if meta.get("deletionTimestamp") and names.FINALIZER not in (meta.get("finalizers") or []):
+        return None
+    return namespace_triple(net)
+
+
+def split_value(value: str | None) -> list[str]:
+    """The annotation's triples (an absent or empty value is the empty list)."""
+    return value.split(",") if value else []
+
+
+def open_pending(networks: Mapping[str, Mapping[str, Any]], pending: Mapping[str, str]) -> dict[str, str]:
+    """The pending adds still needed: those of networks in ``networks`` (by key) that are
+    not Terminating without our finalizer and whose own status does not show the triple
+    yet. A pending add of a network gone from the cache is needed by nobody."""
+    out = {}
+    for key, triple in pending.items():
+        net = networks.get(key)
+        if net is None:
+            continue
+        meta = net.get("metadata") or {}
+        if meta.get("deletionTimestamp") and names.FINALIZER not in (meta.get("finalizers") or []):
+            continue
+        if contribution(net) == triple:
+            continue
+        out[key] = triple
+    return out
+
+
+def desired_value(networks: Iterable[Mapping[str, Any]], pending: Iterable[str] = ()) -> str:
+    """The annotation's value: the §5.9 full sync over ``networks`` plus the ``pending``
+    triples (pass them through :func:`open_pending` first, so a network whose status already
+    shows its triple is not counted twice). Sorted, joined with ``,``; duplicates kept."""
+    triples = [t for t in (contribution(n) for n in networks) if t]
+    triples += list(pending)
+    return ",".join(sorted(triples))
+
+
+def keys_for_network(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
+    """Namespace keys a ProxmoxNetwork event asks for (``old`` None: added, ``new`` None:
+    deleted): its namespace when what it contributes to the annotation changed."""
+    obj = new if new is not None else old
+    if obj is None:
+        return []
+    ns = (obj.get("metadata") or {}).get("namespace")
+    if not ns:
+        return []
+    before = contribution(old) if old is not None else None
+    after = contribution(new) if new is not None else None
+    return [ns] if before != after else []
+
+
+def keys_for_namespace(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
+    """Namespace keys a Namespace event asks for: an added namespace, and one whose
+    annotation changed (a hand edit is repaired at once). A deletion asks for nothing."""
+    if new is None:
+        return []
+    name = (new.get("metadata") or {}).get("name")
+    if not name:
+        return []
+    if old is None:
+        return [name]
+
+    def value(o: Mapping[str, Any]) -> Any:
+        return ((o.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_NAMESPACE_NETWORKS)
+
+    return [name] if value(old) != value(new) else []
+
+
+# -- the reconciler ---------------------------------------------------------------------------
+
+
+class NamespaceReconciler:
+    """Reconciles one namespace key (the namespace's name) per call; see the module docstring.
+
+    :param networks: the ProxmoxNetwork cache (index ``namespace``).
+    :param namespaces: the Namespace cache.
+    :param network_overlay: the network reconciler's read-your-writes overlay, so a status
+        just written counts before the watch brings it back.
+    :param enqueue: queues a namespace key (``None``: run the pass at once, see above).
+    :param enqueue_network: queues a network key ``<ns>/<name>`` whose pending add has been
+        written (it then writes its status).
+    :param write_window: minimum seconds between two patches of one namespace.
+    :param monotonic: the clock of ``write_window``.
+    """
+
+    def __init__(
+        self,
+        networks: ThreadSafeStore,
+        namespaces: ThreadSafeStore,
+        writer: KubeWriter,
+        network_overlay: RecentWrites | None = None,
+        *,
+        enqueue: Callable[[str], None] | None = None,
+        enqueue_network: Callable[[str], None] | None = None,
+        write_window: float = 0.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.networks = networks
+        self.writer = writer
+        self.network_overlay = network_overlay or RecentWrites(networks)
+        # Read-your-writes for our own patches of Namespaces.
+        self.recent = RecentWrites(namespaces)
+        self.enqueue = enqueue
+        self.enqueue_network = enqueue_network or (lambda key: None)
+        self.write_window = write_window
+        self.monotonic = monotonic
+        # The only shared state, under one short lock (never held across I/O):
+        # namespace -> {network key: (triple, the network was told it is written)}.
+        self._lock = threading.Lock()
+        self._pending: dict[str, dict[str, tuple[str, bool]]] = {}
+        self._gone: set[str] = set()  # namespaces a network left: the next pass reads fresh
+        self._written_at: dict[str, float] = {}  # last patch per namespace (for write_window)
+        self._inline = threading.Lock()  # only without a queue
+
+    # -- what network passes call -------------------------------------------------------
+    def value(self, ns: str) -> str | None:
+        """The annotation as last seen (our own last patch included); None when the Namespace
+        is not in the cache (then there is nothing to add to: §5.9 "NotFound → nothing")."""
+        obj = self.recent.get(ns)
+        if obj is None:
+            return None
+        return ((obj.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_NAMESPACE_NETWORKS, "")
+
+    def listed(self, ns: str, triple: str) -> bool:
+        """Whether ``triple`` may show in a status of namespace ``ns``: it is in the
+        annotation, or the Namespace is not there at all."""
+        value = self.value(ns)
+        return value is None or triple in split_value(value)
+
+    def want(self, ns: str, key: str, triple: str) -> None:
+        """Network ``key`` needs ``triple`` in the annotation before it writes its status."""
+        with self._lock:
+            # (Re)set untold: this network waits now, so the next pass that covers the
+            # triple queues it again.
+            self._pending.setdefault(ns, {})[key] = (triple, False)
+        self._request(ns)
+
+    def network_gone(self, ns: str, key: str) -> None:
+        """Network ``key`` is gone from the cache (its NotFound pass): its triple leaves."""
+        with self._lock:
+            per = self._pending.get(ns)
+            if per is not None:
+                per.pop(key, None)
+                if not per:
+                    del self._pending[ns]
+            self._gone.add(ns)
+        self._request(ns)
+
+    def _request(self, ns: str) -> None:
+        if self.enqueue is not None:
+            self.enqueue(ns)
+            return
+        with self._inline:
+            self.reconcile(ns)
+
+    # -- the pass -------------------------------------------------------------------------
+    def reconcile(self, ns: str) -> Result:
+        """One pass over namespace ``ns``.
+
+        :raises ApiError: when the read or the patch fails (the worker retries with backoff;
+            the pending adds stay).
+        """
+        nets = {}
+        for n in self.networks.by_index("namespace", ns):
+            key = meta_namespace_key(n)
+            nets[key] = self.network_overlay.get(key) or n
+        with self._lock:
+            pending = {k: t for k, (t, _) in self._pending.get(ns, {}).items()}
+            fresh = ns in self._gone
+        needed = open_pending(nets, pending)
+        if not nets and not needed and not fresh:
+            self._settle(ns, pending, needed, fresh=False)
+            return Result()  # not ours: a namespace without networks keeps its annotation
+        obj, value = self._read(ns, fresh)
+        if obj is None:
+            self._settle(ns, pending, {}, fresh)
+            for key in needed:
+                self.enqueue_network(key)  # nothing to wait for: the status may be written
+            return Result()
+        desired = desired_value(nets.values(), needed.values())
+        if desired != value:
+            wait = self._written_at.get(ns, -math.inf) + self.write_window - self.monotonic()
+            if wait > 0:
+                return Result(wait)  # coalesce: what arrives meanwhile goes in the same patch
+            self._patch(ns, desired or None)
+            self._written_at[ns] = self.monotonic()
+        self._settle(ns, pending, needed, fresh)
+        return Result(NAMESPACE_SYNC_PERIOD if nets else None)
+
+    def _settle(self, ns: str, seen: Mapping[str, str], needed: Mapping[str, str], fresh: bool) -> None:
+        """After a pass that read the pending adds ``seen``: drop those it found no longer
+        needed, tell the networks whose triple is now written (once each), and clear the
+        fresh-read mark. An ask made while the pass ran is left to the next pass (the ask
+        queued it)."""
+        tell = []
+        with self._lock:
+            per = self._pending.get(ns, {})
+            for key in list(per):
+                triple, told = per[key]
+                if seen.get(key) != triple:
+                    continue  # asked after this pass read the map
+                if key not in needed:
+                    del per[key]  # its status shows it, or the network is gone
+                    continue
+                if not told:
+                    per[key] = (triple, True)
+                    tell.append(key)
+            if not per:
+                self._pending.pop(ns, None)
+            if fresh:
+                self._gone.discard(ns)
+            if ns not in self._pending and not self.networks.by_index("namespace", ns):
+                self._written_at.pop(ns, None)
+        for key in tell:
+            self.enqueue_network(key)
+
+    def _read(self, ns: str, fresh: bool) -> tuple[dict[str, Any] | None, str]:
+        if fresh:
+            try:
+                obj: dict[str, Any] | None = self.writer.get(names.NAMESPACES, ns)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+                obj = None
+        else:
+            obj = self.recent.get(ns)
+        if obj is None:
+            return None, ""
+        return obj, ((obj.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_NAMESPACE_NETWORKS, "")
+
+    def _patch(self, ns: str, value: str | None) -> None:
+        patch = {"metadata": {"annotations": {names.ANNOTATION_NAMESPACE_NETWORKS: value}}}
+        try:
+            written = self.writer.merge_patch(names.NAMESPACES, ns, patch)
+        except ApiError as err:
+            if err.not_found:
+                return
+            raise
+        self.recent.wrote(written)
