@@ -17,9 +17,10 @@ only the pending add keeps the triple in the desired value; once the network's o
 
 Why a queue of its own: the queue hands a namespace key to one worker at a time, so two
 read-modify-write patches of one annotation never race (no locks), and a burst of networks
-in one namespace shares a few patches: every ask only queues the namespace, and a pass
-writes at most once per ``write_window`` seconds (the first write after a quiet spell at
-once; what arrives meanwhile is written at the end of the window, in one patch).
+in one namespace shares a few patches: every ask only queues the namespace, and a namespace
+is passed at most once per ``write_window`` seconds (the first pass after a quiet spell at
+once; a pass asked for sooner waits for the window's end, so what arrives meanwhile is
+handled by one pass and written in one patch, and a waiting pass costs nothing).
 
 Which namespaces are ours: a namespace with a network in the cache, a pending add, or a
 network that has just gone (:meth:`NamespaceReconciler.network_gone`: the pass then reads
@@ -51,7 +52,7 @@ from informers import ThreadSafeStore, meta_namespace_key
 log = structlog.get_logger(__name__)
 
 NAMESPACE_SYNC_PERIOD = 600.0  # a hand-edited annotation is repaired within this (also by its watch event)
-NAMESPACE_WRITE_WINDOW = 1.0  # at most one annotation patch per namespace per this many seconds
+NAMESPACE_WRITE_WINDOW = 1.0  # at most one pass (so one patch) per namespace per this many seconds
 
 
 # -- pure pieces ------------------------------------------------------------------------------
@@ -151,7 +152,8 @@ class NamespaceReconciler:
     :param enqueue: queues a namespace key (``None``: run the pass at once, see above).
     :param enqueue_network: queues a network key ``<ns>/<name>`` whose pending add has been
         written (it then writes its status).
-    :param write_window: minimum seconds between two patches of one namespace.
+    :param write_window: minimum seconds between two full passes (so two patches) of one
+        namespace; a pass asked for sooner runs at the window's end.
     :param monotonic: the clock of ``write_window``.
     """
 
@@ -180,8 +182,10 @@ class NamespaceReconciler:
         # namespace -> {network key: (triple, the network was told it is written)}.
         self._lock = threading.Lock()
         self._pending: dict[str, dict[str, tuple[str, bool]]] = {}
-        self._gone: set[str] = set()  # namespaces a network left: the next pass reads fresh
-        self._written_at: dict[str, float] = {}  # last patch per namespace (for write_window)
+        # Namespaces a network left (the next pass reads fresh), with a count of the
+        # departures, so a pass clears only the marks it has read.
+        self._gone: dict[str, int] = {}
+        self._passed_at: dict[str, float] = {}  # last full pass per namespace (for write_window)
         self._inline = threading.Lock()  # only without a queue
 
     # -- what network passes call -------------------------------------------------------
@@ -215,7 +219,7 @@ class NamespaceReconciler:
                 per.pop(key, None)
                 if not per:
                     del self._pending[ns]
-            self._gone.add(ns)
+            self._gone[ns] = self._gone.get(ns, 0) + 1
         self._request(ns)
 
     def _request(self, ns: str) -> None:
@@ -232,16 +236,21 @@ class NamespaceReconciler:
         :raises ApiError: when the read or the patch fails (the worker retries with backoff;
             the pending adds stay).
         """
+        wait = self._passed_at.get(ns, -math.inf) + self.write_window - self.monotonic()
+        if wait > 0:
+            # Coalesce: one full pass per window; what arrives meanwhile (asks, status
+            # events, departures) is handled together at the window's end, in one patch.
+            return Result(wait)
         nets = {}
         for n in self.networks.by_index("namespace", ns):
             key = meta_namespace_key(n)
             nets[key] = self.network_overlay.get(key) or n
         with self._lock:
             pending = {k: t for k, (t, _) in self._pending.get(ns, {}).items()}
-            fresh = ns in self._gone
+            fresh = self._gone.get(ns, 0)
         needed = open_pending(nets, pending)
         if not nets and not needed and not fresh:
-            self._settle(ns, pending, needed, fresh=False)
+            self._settle(ns, pending, needed, fresh=0)
             return Result()  # not ours: a namespace without networks keeps its annotation
         obj, value = self._read(ns, fresh)
         if obj is None:
@@ -249,17 +258,14 @@ class NamespaceReconciler:
             for key in needed:
                 self.enqueue_network(key)  # nothing to wait for: the status may be written
             return Result()
+        self._passed_at[ns] = self.monotonic()
         desired = desired_value(nets.values(), needed.values())
         if desired != value:
-            wait = self._written_at.get(ns, -math.inf) + self.write_window - self.monotonic()
-            if wait > 0:
-                return Result(wait)  # coalesce: what arrives meanwhile goes in the same patch
             self._patch(ns, desired or None)
-            self._written_at[ns] = self.monotonic()
         self._settle(ns, pending, needed, fresh)
         return Result(NAMESPACE_SYNC_PERIOD if nets else None)
 
-    def _settle(self, ns: str, seen: Mapping[str, str], needed: Mapping[str, str], fresh: bool) -> None:
+    def _settle(self, ns: str, seen: Mapping[str, str], needed: Mapping[str, str], fresh: int) -> None:
         """After a pass that read the pending adds ``seen``: drop those it found no longer
         needed, tell the networks whose triple is now written (once each), and clear the
         fresh-read mark. An ask made while the pass ran is left to the next pass (the ask
@@ -279,14 +285,14 @@ class NamespaceReconciler:
                     tell.append(key)
             if not per:
                 self._pending.pop(ns, None)
-            if fresh:
-                self._gone.discard(ns)
+            if fresh and self._gone.get(ns) == fresh:
+                del self._gone[ns]
             if ns not in self._pending and not self.networks.by_index("namespace", ns):
-                self._written_at.pop(ns, None)
+                self._passed_at.pop(ns, None)
         for key in tell:
             self.enqueue_network(key)
 
-    def _read(self, ns: str, fresh: bool) -> tuple[dict[str, Any] | None, str]:
+    def _read(self, ns: str, fresh: int) -> tuple[dict[str, Any] | None, str]:
         if fresh:
             try:
                 obj: dict[str, Any] | None = self.writer.get(names.NAMESPACES, ns)

@@ -68,7 +68,7 @@ def test_a_burst_in_one_namespace_coalesces_its_patches_and_lists_every_vlan_fir
     marker = write_marker(cluster)
     writes = writes_before(cluster, cluster.controller_user, marker, since_marker=before)
     patches = [w for w in writes if (w.verb, w.resource, w.name) == ("patch", "namespaces", ns)]
-    # One patch per network pass was N. The namespace pass writes at most once per write
+    # One patch per network pass was N. A namespace is passed (so patched) at most once per
     # window (NAMESPACE_WRITE_WINDOW, 1 s) and each patch carries every triple asked for
     # until then: a few patches for the whole burst.
     assert 1 <= len(patches) < N / 4, format_writes(patches)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 from collections import Counter
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -279,22 +280,25 @@ def test_a_burst_in_one_namespace_shares_patches_and_no_status_shows_an_unlisted
     assert vids == list(range(100, 130))
     assert bed.annotation() == ",".join(sorted(f"vmbr1/{v}/p" for v in vids))
     # The status writes are seen; the next pass finds nothing pending and writes nothing.
-    bed.namespace_pass()
+    bed.clock.t = 1.0
+    assert bed.namespace_pass().requeue_after == 600.0
     assert len(patches) == 1 and bed.nsr._pending == {}
 
-    # Two more inside the write window: the pass waits for the window's end, then one patch.
+    # Two more inside the window: the pass waits for the window's end, then one patch.
     for n in ("late0", "late1"):
         bed.create(n)
     bed.deliver()
     bed.network_pass("late0")
     result = bed.namespace_pass()
-    assert len(patches) == 1 and result.requeue_after == 1.0  # the window of the first patch
+    assert len(patches) == 1 and result.requeue_after == 1.0  # the window of the last pass
     bed.network_pass("late1")
-    bed.clock.t = 0.4
-    assert bed.namespace_pass().requeue_after == 0.6
-    bed.clock.t = 1.0
+    bed.clock.t = 1.4
+    assert bed.namespace_pass().requeue_after == pytest.approx(0.6)
+    assert bed.net_queue == []
+    bed.clock.t = 2.0
     bed.namespace_pass()
     assert len(patches) == 2
+    assert sorted(bed.net_queue) == [f"{NS}/late0", f"{NS}/late1"]
     for n in ("late0", "late1"):
         bed.network_pass(n)
         assert bed.status(n)["vlan"] in (130, 131)
@@ -305,9 +309,10 @@ def test_a_restarted_controller_writes_nothing():
     for n in ("a", "b"):
         bed.create(n)
     bed.deliver()
-    for _ in range(2):
+    for t in (0.0, 1.0):
         for n in ("a", "b"):
             bed.network_pass(n)
+        bed.clock.t = t
         bed.namespace_pass()
     assert bed.annotation() == "vmbr1/100/p,vmbr1/101/p"
     again = Bed(bed.api)
