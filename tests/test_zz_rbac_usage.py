@@ -86,6 +86,14 @@ def test_rbac_grants_exactly_what_the_code_uses(admin_client, cluster, unique_na
         env.delete_subnet(sub)
         env.gone("rbac", timeout=40)
         ctl.events.flush()
+    # The gateway step's informers (Nodes, for the trunk chassis): started with gateway
+    # management on, held until the API server has the watch, so this test covers the
+    # grant on its own too (in the full session the gateway tests use it as well).
+    with running_controller(cluster, manage_gateway=True, ovn_nb_address=cluster.nb_tcp):
+        wait_for(lambda: any((ev.get("user") or {}).get("username") == cluster.controller_user
+                             and ev.get("verb") == "watch" and (ev.get("objectRef") or {}).get("resource") == "nodes"
+                             and (ev.get("requestReceivedTimestamp") or "") >= since
+                             for ev in read_events(cluster)), timeout=60, what="the controller's watch of Nodes")
     # Leader election as the controller user: acquire, renew, release.
     api = cluster.api_client("controller")
     try:
