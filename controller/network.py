@@ -249,26 +249,40 @@ class NetworkReconciler:
 
         gen = int(meta.get("generation") or 0)
         old_status = net.get("status") or {}
-        status = copy.deepcopy(old_status)
-        status["observedGeneration"] = gen
-        conds: list[dict[str, Any]] = status.setdefault("conditions", [])
-        self._fill(net, status, conds, gen, old_status)
-        ready = find(conds, names.READY)
-        if ready is not None and ready.get("status") != TRUE:
-            self.metrics.reconcile_error(ready.get("reason", ""))
+        status, waits = self._compute(net, gen, old_status)
 
-        # §5.9 step 8: the triple is in the annotation before any status shows it.
+        # §5.9 step 8: the triple is in the annotation before any status shows it. A pass
+        # whose status waits skipped the gateway step (the group follows the status); asking
+        # makes the namespace pass queue it again.
         triple = namespace_triple({"spec": net.get("spec"), "status": status})
         ns = meta["namespace"]
-        if triple and not self.namespaces.listed(ns, triple):
+        if triple and (waits or not self.namespaces.listed(ns, triple)):
             self.namespaces.want(ns, key, triple)
-            if namespace_triple(net) != triple and not self.namespaces.listed(ns, triple):
-                # The namespace pass writes it and queues this key again; nothing of this
-                # pass's status is written before then.
-                return Result(requeue_after(self.manage_gateway, status))
+            if waits and self.namespaces.listed(ns, triple):  # listed at once (inline namespace pass)
+                status, waits = self._compute(net, gen, old_status)
+        ready = find(status["conditions"], names.READY)
+        if ready is not None and ready.get("status") != TRUE:
+            self.metrics.reconcile_error(ready.get("reason", ""))
+        if waits or self._status_waits(net, status):
+            return Result(requeue_after(self.manage_gateway, status))
         net = self._write_status(key, net, old_status, status)
         self._record_metrics(net, status)
         return Result(requeue_after(self.manage_gateway, status))
+
+    def _compute(self, net: dict[str, Any], gen: int, old_status: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The pass's status (a copy of ``old_status`` brought up to date) and whether it
+        waits for the namespace annotation (see :meth:`_fill`)."""
+        status = copy.deepcopy(dict(old_status))
+        status["observedGeneration"] = gen
+        conds: list[dict[str, Any]] = status.setdefault("conditions", [])
+        return status, bool(self._fill(net, status, conds, gen, old_status))
+
+    def _status_waits(self, net: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+        """This pass's status shows a triple the namespace annotation does not list yet, and
+        the stored status does not show it either (§5.9 step 8): it is not written now."""
+        triple = namespace_triple({"spec": net.get("spec"), "status": status})
+        return bool(triple) and namespace_triple(net) != triple and not self.namespaces.listed(
+            net["metadata"]["namespace"], triple)
 
     def _record_metrics(self, net: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         """Network series of reference-behaviour.md §13 from the status just computed."""
@@ -311,7 +325,12 @@ class NetworkReconciler:
     def _fill(
         self, net: dict[str, Any], status: dict[str, Any], conds: list[dict[str, Any]], gen: int,
         old_status: Mapping[str, Any] | None = None,
-    ) -> None:
+    ) -> bool:
+        """Compute the status of a non-deleting pass into ``status``/``conds``.
+
+        :returns: True when the status waits for the namespace annotation (see
+            :meth:`_status_waits`); the gateway step was then skipped.
+        """
         meta, spec = net["metadata"], net.get("spec") or {}
         ns, name = meta["namespace"], meta["name"]
         now = self.now
@@ -388,12 +407,18 @@ class NetworkReconciler:
                 set_condition(conds, names.GATEWAY_READY, UNKNOWN, "SubnetUnavailable",
                               "the router port is looked up once the subnet is bound", gen, now)
             elif self.gateway is not None:
+                if self._status_waits(net, status):
+                    # The group follows the status: while the status waits for the namespace
+                    # annotation no group is written, so a network whose status never showed
+                    # a VLAN never wrote one (§6 step 3 releases only with status.vlan set).
+                    return True
                 self.gateway.evaluate(net, zone, subnet, status, conds, old_status or {}, gen, now)
             else:
                 c = find(conds, names.GATEWAY_READY)
                 if c is not None and c.get("reason") in ("SubnetUnavailable", "WaitingForVLAN"):
                     remove_condition(conds, names.GATEWAY_READY)
         compute_ready(conds, gen, now)
+        return False
 
     def _subnet_step(
         self, net: dict[str, Any], status: dict[str, Any], conds: list[dict[str, Any]], gen: int, vlan_name: str

@@ -403,3 +403,46 @@ def test_an_ask_made_while_a_namespace_pass_runs_is_kept_for_the_next_pass():
     for n in ("a", "b"):
         bed.network_pass(n)
     assert [bed.status(n)["vlan"] for n in ("a", "b")] == [100, 101]
+
+
+class RecordingGateway:
+    """Stands in for controller.gateway.GatewayStep: records which passes would write the
+    network's HA chassis group."""
+
+    class _Applier:
+        def forget(self, key: str) -> None:
+            pass
+
+    def __init__(self) -> None:
+        self.applier = self._Applier()
+        self.evaluated: list[tuple[str, int | None]] = []
+
+    def evaluate(self, net, zone, subnet, status, conds, old_status, gen, now) -> None:
+        self.evaluated.append((net["metadata"]["name"], status.get("vlan")))
+
+    def release(self, net) -> None:
+        return None
+
+
+def test_no_gateway_group_is_written_while_the_status_waits_for_the_annotation():
+    """§6 step 3 releases a group only when status.vlan is set ("a network that never had a
+    VLAN never wrote a group"): so the gateway step must not run in a pass whose status waits
+    for the namespace annotation. (A leader killed between such a pass and the status write
+    left a group no deletion released: found by the chaos short form.)"""
+    bed = Bed()
+    gw = RecordingGateway()
+    bed.net = NetworkReconciler(Listers(**bed.stores), bed.writer, bed.vlans, manage_gateway=True,
+                                namespaces=bed.nsr, recent=bed.net.recent, gateway=gw)
+    bed.api.put("subnets", {"metadata": {"name": "s-n0"},
+                            "spec": {"vlan": "s-n0", "vpc": "v", "cidrBlock": "10.0.0.0/24", "gateway": "10.0.0.1",
+                                     "excludeIps": ["10.0.0.1", "10.0.0.200..10.0.0.250"]},
+                            "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    bed.create("n0")
+    bed.deliver()
+    bed.network_pass("n0")
+    assert "vlan" not in bed.status("n0")
+    assert gw.evaluated == []
+    bed.namespace_pass()
+    bed.network_pass("n0")
+    assert bed.status("n0")["vlan"] == 100
+    assert gw.evaluated == [("n0", 100)]
