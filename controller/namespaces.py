@@ -236,10 +236,15 @@ class NamespaceReconciler:
         :raises ApiError: when the read or the patch fails (the worker retries with backoff;
             the pending adds stay).
         """
+        with self._lock:
+            departed = self._gone.get(ns, 0)
         wait = self._passed_at.get(ns, -math.inf) + self.write_window - self.monotonic()
-        if wait > 0:
-            # Coalesce: one full pass per window; what arrives meanwhile (asks, status
-            # events, departures) is handled together at the window's end, in one patch.
+        if wait > 0 and not departed:
+            # Coalesce: one full pass per window; asks and status events arriving meanwhile
+            # are handled together at the window's end, in one patch. A departure is not
+            # held back: the mark lives in this process only, and a leader that stops inside
+            # the window would leave the gone network's triple listed for good (the next
+            # leader never sees that network; chaos short form).
             return Result(wait)
         nets = {}
         for n in self.networks.by_index("namespace", ns):

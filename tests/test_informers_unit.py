@@ -694,7 +694,9 @@ def test_repeated_410_right_after_relist_backs_off(running):
     inf = running(srv)
     wait_for(lambda: len(srv.lists) >= 4, what="relists")
     assert inf.has_synced() and inf.is_running()
-    assert inf._reflector._backoff.failures >= 1  # not a hot LIST loop
+    # Not a hot LIST loop: the backoff counts the failures (read between a relist, which may
+    # reset it, and the next 410, so awaited rather than read once).
+    wait_for(lambda: inf._reflector._backoff.failures >= 1, timeout=10, what="the relist backoff in use")
     assert inf.watch_restarts["expired"] >= 3
 
 
