@@ -1638,10 +1638,23 @@ def vlan_lifetimes(audit_log: Path) -> dict[str, list[tuple[str, str]]]:
     API server itself, in blocking mode, so it does not miss what a watch may miss around
     an API server restart."""
     spans: dict[str, list[list[str]]] = {}
-    pat = re.compile(r'"resource":\s*"vlans"')
+    for e in _completed_object_requests(audit_log, {"vlans"}):
+        ref = e.get("objectRef") or {}
+        name, t = ref.get("name") or (e.get("responseObject") or {}).get("metadata", {}).get("name"), e["stageTimestamp"]
+        if e["verb"] == "create":
+            name = name or ""
+            spans.setdefault(name, []).append([t, "~"])
+        elif e["verb"] == "delete" and name in spans and spans[name][-1][1] == "~":
+            spans[name][-1][1] = t
+    return {k: [tuple(x) for x in v] for k, v in spans.items()}  # type: ignore[misc]
+
+
+def _completed_object_requests(audit_log: Path, plurals: set[str]):
+    """The audit log's successful (2xx), completed requests on objects (not subresources) of
+    ``plurals``, in log order. Lines that cannot name one of them are skipped unparsed."""
     with open(audit_log, errors="replace") as f:
         for line in f:
-            if not pat.search(line):
+            if '"ResponseComplete"' not in line or not any(f'"{pl}"' in line for pl in plurals):
                 continue
             try:
                 e = json.loads(line)
@@ -1649,15 +1662,10 @@ def vlan_lifetimes(audit_log: Path) -> dict[str, list[tuple[str, str]]]:
                 continue
             ref = e.get("objectRef") or {}
             code = (e.get("responseStatus") or {}).get("code", 0)
-            if e.get("stage") != "ResponseComplete" or not 200 <= code < 300 or ref.get("subresource"):
+            if e.get("stage") != "ResponseComplete" or ref.get("resource") not in plurals or ref.get("subresource") \
+                    or not 200 <= code < 300:
                 continue
-            name, t = ref.get("name") or (e.get("responseObject") or {}).get("metadata", {}).get("name"), e["stageTimestamp"]
-            if e["verb"] == "create":
-                name = name or ""
-                spans.setdefault(name, []).append([t, "~"])
-            elif e["verb"] == "delete" and name in spans and spans[name][-1][1] == "~":
-                spans[name][-1][1] = t
-    return {k: [tuple(x) for x in v] for k, v in spans.items()}  # type: ignore[misc]
+            yield e
 
 
 def recheck_duplicates(violations: list[str], audit_log: Path) -> tuple[list[str], list[str]]:
@@ -1704,28 +1712,18 @@ def removal_times(audit_log: Path, plurals: set[str]) -> dict[tuple[str, str, st
     Subresource writes (status) never remove an object and are skipped."""
     out: dict[tuple[str, str, str], tuple[str, str]] = {}
     deleted: set[tuple[str, str, str]] = set()
-    with open(audit_log, errors="replace") as f:
-        for line in f:
-            if '"ResponseComplete"' not in line or not any(f'"{pl}"' in line for pl in plurals):
-                continue
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            ref = e.get("objectRef") or {}
-            code = (e.get("responseStatus") or {}).get("code", 0)
-            if ref.get("resource") not in plurals or ref.get("subresource") or not 200 <= code < 300:
-                continue
-            key = (ref["resource"], ref.get("namespace") or "", ref.get("name") or "")
-            span = (e["requestReceivedTimestamp"], e["stageTimestamp"])
-            if e["verb"] == "create":
-                deleted.discard(key)
-                out.pop(key, None)
-            elif e["verb"] == "delete":
-                deleted.add(key)
-                out[key] = span
-            elif e["verb"] in ("patch", "update") and key in deleted:
-                out[key] = span
+    for e in _completed_object_requests(audit_log, plurals):
+        ref = e.get("objectRef") or {}
+        key = (ref["resource"], ref.get("namespace") or "", ref.get("name") or "")
+        span = (e["requestReceivedTimestamp"], e["stageTimestamp"])
+        if e["verb"] == "create":
+            deleted.discard(key)
+            out.pop(key, None)
+        elif e["verb"] == "delete":
+            deleted.add(key)
+            out[key] = span
+        elif e["verb"] in ("patch", "update") and key in deleted:
+            out[key] = span
     return out
 
 
