@@ -31,6 +31,8 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Union
 
+from controller import reasons
+
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 AddressRange = tuple[IPAddress, IPAddress]
 
@@ -40,14 +42,6 @@ _DIGITS = "0123456789"
 _HEX = "0123456789abcdefABCDEF"
 _INT64_MAX = (1 << 63) - 1
 
-# Condition reasons of §5.6.1 (IPPoolReady=False).
-SUBNET_CIDR_INVALID = "SubnetCIDRInvalid"
-POOL_PREFIX_MISMATCH = "PoolPrefixMismatch"
-POOL_GATEWAY_MISMATCH = "PoolGatewayMismatch"
-SUBNET_EXCLUDE_IPS_INVALID = "SubnetExcludeIPsInvalid"
-POOL_ADDRESS_INVALID = "PoolAddressInvalid"
-POOL_OUTSIDE_SUBNET = "PoolOutsideSubnet"
-POOL_OVERLAPS_SUBNET = "PoolOverlapsSubnet"
 
 
 class AddressError(ValueError):
@@ -436,7 +430,7 @@ def check_pool_split(
     try:
         addr, bits = _parse_prefix(subnet_cidr)
     except _NetipError as err:
-        return SUBNET_CIDR_INVALID, f"subnet cidrBlock {go_quote(subnet_cidr)}: {err}"
+        return reasons.SUBNET_CIDR_INVALID, f"subnet cidrBlock {go_quote(subnet_cidr)}: {err}"
     first, last = _masked(addr, bits)
     network = _same_family(first, addr)
     prefix_text = f"{_go_addr_string(network)}/{bits}"
@@ -446,13 +440,13 @@ def check_pool_split(
     if not isinstance(pool_prefix, int) or isinstance(pool_prefix, bool):
         pool_prefix = 0
     if pool_prefix != bits:
-        return POOL_PREFIX_MISMATCH, f"pool prefix /{pool_prefix} differs from subnet {prefix_text}"
+        return reasons.POOL_PREFIX_MISMATCH, f"pool prefix /{pool_prefix} differs from subnet {prefix_text}"
 
     pool_gateway = _text(pool_spec.get("gateway"))
     gateway = _text(subnet_gateway)
     if gateway and pool_gateway != gateway:
         return (
-            POOL_GATEWAY_MISMATCH,
+            reasons.POOL_GATEWAY_MISMATCH,
             f"pool gateway {go_quote(pool_gateway)} differs from subnet gateway {go_quote(gateway)}",
         )
 
@@ -461,19 +455,19 @@ def check_pool_split(
         try:
             excluded.append(parse_address_range(_text(entry)))
         except AddressError as err:
-            return SUBNET_EXCLUDE_IPS_INVALID, str(err)
+            return reasons.SUBNET_EXCLUDE_IPS_INVALID, str(err)
 
     for entry in pool_spec.get("addresses") or []:
         entry = _text(entry)
         try:
             lo, hi = parse_address_range(entry)
         except AddressError as err:
-            return POOL_ADDRESS_INVALID, str(err)
+            return reasons.POOL_ADDRESS_INVALID, str(err)
         if not (subnet_lo <= _key(lo) <= subnet_hi and subnet_lo <= _key(hi) <= subnet_hi):
-            return POOL_OUTSIDE_SUBNET, f"pool address {go_quote(entry)} is outside {prefix_text}"
+            return reasons.POOL_OUTSIDE_SUBNET, f"pool address {go_quote(entry)} is outside {prefix_text}"
         if not covered(lo, hi, excluded):
             return (
-                POOL_OVERLAPS_SUBNET,
+                reasons.POOL_OVERLAPS_SUBNET,
                 f"pool address {go_quote(entry)} is not in the subnet's excludeIps, "
                 "so Kube-OVN may hand it to a pod",
             )

@@ -17,6 +17,8 @@ from typing import Any
 
 import attrs
 
+from controller import reasons
+
 VLAN_MIN = 1
 VLAN_MAX = 4094
 
@@ -173,18 +175,18 @@ def pick_vlan(
     try:
         cands = candidates(spec)
     except VLANRangeError as err:
-        return Pick(reason="ZoneInvalid", message=str(err))
+        return Pick(reason=reasons.ZONE_INVALID, message=str(err))
     static = static_assignment_for(zone, namespace, name)
     if static is not None:
         if static in set(_int_list(spec.get("reservedVLANs"))):
             return Pick(
-                reason="StaticVLANReserved",
+                reason=reasons.STATIC_VLAN_RESERVED,
                 message=f'static VLAN {static} is reserved in zone "{zname}"',
                 result="conflict",
             )
         if static in used:
             return Pick(
-                reason="StaticVLANInUse",
+                reason=reasons.STATIC_VLAN_IN_USE,
                 message=f'static VLAN {static} is already used on provider "{provider}"',
                 result="conflict",
             )
@@ -195,7 +197,7 @@ def pick_vlan(
             return Pick(vlan=v)
     ranges = ",".join(spec.get("vlanRanges") or [])
     return Pick(
-        reason="ZoneExhausted",
+        reason=reasons.ZONE_EXHAUSTED,
         message=f'zone "{zname}" has no free VLAN in {ranges}',
         result="exhausted",
     )

@@ -17,15 +17,16 @@ from typing import Any
 import attrs
 import structlog
 
-from controller import names
-from controller.conditions import FALSE, TRUE, UNKNOWN, Clock, find, set_condition
+from controller import names, reasons
+from controller.actions import Event, Log, Metric
+from controller.conditions import FALSE, TRUE, UNKNOWN, find, set_condition
 from controller.rfc3339 import format_utc, parse
 from controller.events import NORMAL, WARNING, EventRecorder
 from controller.metrics import Metrics
 from informers import ThreadSafeStore
 from ovn import planner
-from ovn.gateway import NB_UNAVAILABLE, GatewayApplier
-from ovn.planner import CHASSIS_ASSIGNED, ROUTER_PORT_MISSING
+from ovn.gateway import GatewayApplier
+
 from ovn.nb import NBError
 
 log = structlog.get_logger(__name__)
@@ -103,14 +104,14 @@ def gateway_failed(
     since = since or now
     reason = (prev_gateway or {}).get("reason")
     status = (prev_gateway or {}).get("status")
-    if status == TRUE and reason == CHASSIS_ASSIGNED:
+    if status == TRUE and reason == reasons.CHASSIS_ASSIGNED:
         was_up = True
-    elif status == UNKNOWN and reason == NB_UNAVAILABLE:
+    elif status == UNKNOWN and reason == reasons.NB_UNAVAILABLE:
         was_up = True
         t = parse((prev_gateway or {}).get("lastTransitionTime"))
         if t is not None and t < since:
             since = t
-    elif prev_gateway is None or reason == "Disabled":
+    elif prev_gateway is None or reason == reasons.DISABLED:
         was_up = (prev_ready or {}).get("status") == TRUE
     else:
         was_up = False
@@ -119,23 +120,94 @@ def gateway_failed(
         if status == TRUE:
             return Failure(TRUE, str(reason), str((prev_gateway or {}).get("message", "")), True, since)
         return Failure(
-            UNKNOWN, NB_UNAVAILABLE,
+            UNKNOWN, reasons.NB_UNAVAILABLE,
             f'OVN NB has not answered since {format_utc(since)}, so the HA chassis group of router port '
             f'"{router_port}" is not known; the network stays Ready until {format_utc(deadline)}: {error}',
             False, since,
         )
     return Failure(
-        FALSE, NB_UNAVAILABLE,
+        FALSE, reasons.NB_UNAVAILABLE,
         f'could not bring the HA chassis group of router port "{router_port}" up to date in OVN NB since '
         f"{format_utc(since)}: {error}",
         False, since,
     )
 
 
-class GatewayStep:
-    """The gateway step of a network pass (§9.2) and the release hook of §6 step 3.
+@attrs.frozen
+class GatewayOutcome:
+    """What one NB ensure gave: the state, or the NB error text (never both)."""
 
-    :param applier: the NB side.
+    state: planner.GatewayState | None = None
+    error: str | None = None
+
+
+def gateway_status(
+    outcome: GatewayOutcome,
+    net: Mapping[str, Any],
+    lrp: str,
+    status: dict[str, Any],
+    conds: list[dict[str, Any]],
+    old_status: Mapping[str, Any],
+    gen: int,
+    now: _dt.datetime,
+    grace: float = NB_GRACE_PERIOD,
+) -> list[Any]:
+    """GatewayReady and ``status.gatewayFailingSince`` from an NB outcome (§9.2, the grace of
+    §9.5), set in ``status``/``conds``; the requeue of §5.10 follows from them
+    (``controller.plan_network.requeue_after``).
+
+    :returns: the Events, log lines and metrics of the outcome, as plan actions.
+    """
+    meta = net["metadata"]
+    ns, name = meta["namespace"], meta["name"]
+    clock = lambda: now  # noqa: E731
+    old_conds = old_status.get("conditions") or []
+    prev = find(old_conds, names.GATEWAY_READY)
+    out: list[Any] = []
+    if outcome.state is None:
+        err = outcome.error or ""
+        since = parse(old_status.get(FAILING_SINCE))
+        f = gateway_failed(now, prev, find(old_conds, names.READY), since, err, lrp, grace)
+        out.append(Log("error", "could not bring the OVN HA chassis group up to date", {
+            "routerPort": lrp, "failingSince": format_utc(f.since),
+            "keptUntil": format_utc(f.since + _dt.timedelta(seconds=grace)),
+            "kept": f.keep_previous or f.status == UNKNOWN, "error": err,
+        }))
+        status[FAILING_SINCE] = format_utc(f.since)
+        if f.keep_previous and prev is not None:
+            cur = find(conds, names.GATEWAY_READY)
+            if cur is not None:
+                cur.clear()
+                cur.update(prev)
+            else:
+                conds.append(dict(prev))
+        else:
+            set_condition(conds, names.GATEWAY_READY, f.status, f.reason, f.message, gen, clock)
+        if since is None:
+            out.append(Event(net, WARNING, reasons.NB_UNAVAILABLE, f"OVN NB unavailable for router port \"{lrp}\": {err}"))
+        return out
+    state = outcome.state
+    recovered = FAILING_SINCE in old_status
+    status.pop(FAILING_SINCE, None)
+    out.append(Metric("set_gateway_chassis", (ns, name, state.chassis)))
+    set_condition(conds, names.GATEWAY_READY, TRUE if state.assigned else FALSE, state.reason, state.message, gen, clock)
+    if recovered:
+        out.append(Event(net, NORMAL, reasons.NB_RECOVERED, f'OVN NB answers again for router port "{lrp}"'))
+    if state.created:
+        out.append(Event(net, NORMAL, reasons.GATEWAY_GROUP_CREATED, state.message))
+    elif state.adopted:
+        out.append(Event(net, NORMAL, reasons.GATEWAY_GROUP_ADOPTED, state.message))
+    elif state.updated:
+        out.append(Event(net, NORMAL, reasons.GATEWAY_GROUP_UPDATED, state.message))
+    return out
+
+
+class GatewayStep:
+    """The NB side of a network pass (§9.2) and of its release (§6 step 3): the caches it
+    reads and the NB writer it calls; what a pass makes of the outcome is
+    :func:`gateway_status`.
+
+    :param applier: the NB writer.
     :param nodes: Node cache with the ``provider`` index (``node_index_provider``).
     :param subnets: Subnet cache with the ``vpc`` index (``subnet_index_vpc``).
     """
@@ -156,87 +228,31 @@ class GatewayStep:
         self.events = events
         self.grace = grace
 
-    def _event(self, obj: Mapping[str, Any], etype: str, reason: str, message: str) -> None:
-        if self.events is not None:
-            self.events.event(obj, etype, reason, message)
+    def trunk(self, provider: str) -> list[planner.TrunkNode]:
+        """The trunk nodes of ``provider`` from the Node cache (§9.3)."""
+        return planner.trunk_nodes(self.nodes.by_index("provider", provider), provider) if provider else []
 
-    def evaluate(
-        self,
-        net: Mapping[str, Any],
-        zone: Mapping[str, Any],
-        subnet: Mapping[str, Any],
-        status: dict[str, Any],
-        conds: list[dict[str, Any]],
-        old_status: Mapping[str, Any],
-        gen: int,
-        now: Clock,
-    ) -> None:
-        """Set GatewayReady (and ``status.gatewayFailingSince``; the requeue of §5.10 is
-        derived from them by ``controller.network.requeue_after``). Never raises for NB
-        trouble: that is the grace's business."""
-        meta = net["metadata"]
-        ns, name = meta["namespace"], meta["name"]
-        key = f"{ns}/{name}"
-        sname = str((subnet.get("metadata") or {}).get("name") or "")
-        vpc = str((subnet.get("spec") or {}).get("vpc") or "")
-        if not vpc:
-            status.pop(FAILING_SINCE, None)
-            set_condition(conds, names.GATEWAY_READY, FALSE, ROUTER_PORT_MISSING,
-                          f'Subnet "{sname}" has no spec.vpc yet, so its router port is unknown', gen, now)
-            self.metrics.set_gateway_chassis(ns, name, 0)
-            return
-        provider = str((zone.get("spec") or {}).get("providerNetwork") or "")
-        trunk = planner.trunk_nodes(self.nodes.by_index("provider", provider), provider) if provider else []
-        siblings = self.subnets.index_key_set("vpc", vpc) if self.subnets else frozenset()
-        lrp = planner.router_port_name(vpc, sname)
-        old_conds = old_status.get("conditions") or []
-        prev = find(old_conds, names.GATEWAY_READY)
+    def siblings(self, vpc: str) -> frozenset[str]:
+        """Names of the VPC's subnets (whose groups vote on the active chassis, §9.4)."""
+        return self.subnets.index_key_set("vpc", vpc) if self.subnets else frozenset()
+
+    def ensure(self, key: str, vpc: str, subnet: str, trunk: Iterable[planner.TrunkNode],
+               siblings: Iterable[str]) -> GatewayOutcome:
+        """One NB ensure; NB trouble becomes an outcome with the error (never raises for it)."""
         try:
-            state = self.applier.ensure(key, vpc, sname, trunk, siblings)
+            return GatewayOutcome(state=self.applier.ensure(key, vpc, subnet, list(trunk), siblings))
         except NBError as err:
             self.metrics.gateway_nb_error()
-            since = parse(old_status.get(FAILING_SINCE))
-            f = gateway_failed(now(), prev, find(old_conds, names.READY), since, str(err), lrp, self.grace)
-            log.error("could not bring the OVN HA chassis group up to date", routerPort=lrp,
-                      failingSince=format_utc(f.since),
-                      keptUntil=format_utc(f.since + _dt.timedelta(seconds=self.grace)),
-                      kept=f.keep_previous or f.status == UNKNOWN, error=str(err))
-            status[FAILING_SINCE] = format_utc(f.since)
-            if f.keep_previous and prev is not None:
-                cur = find(conds, names.GATEWAY_READY)
-                if cur is not None:
-                    cur.clear()
-                    cur.update(prev)
-                else:
-                    conds.append(dict(prev))
-            else:
-                set_condition(conds, names.GATEWAY_READY, f.status, f.reason, f.message, gen, now)
-            if since is None:
-                self._event(net, WARNING, "NBUnavailable", f"OVN NB unavailable for router port \"{lrp}\": {err}")
-            return
-        recovered = FAILING_SINCE in old_status
-        status.pop(FAILING_SINCE, None)
-        self.metrics.set_gateway_chassis(ns, name, state.chassis)
-        set_condition(conds, names.GATEWAY_READY, TRUE if state.assigned else FALSE, state.reason, state.message, gen, now)
-        if recovered:
-            self._event(net, NORMAL, "NBRecovered", f'OVN NB answers again for router port "{lrp}"')
-        if state.created:
-            self._event(net, NORMAL, "GatewayGroupCreated", state.message)
-        elif state.adopted:
-            self._event(net, NORMAL, "GatewayGroupAdopted", state.message)
-        elif state.updated:
-            self._event(net, NORMAL, "GatewayGroupUpdated", state.message)
+            return GatewayOutcome(error=str(err))
 
-    def release(self, net: Mapping[str, Any]) -> str | None:
-        """§6 step 3 / §9.6: delete the network's groups. None when gone, else the error."""
-        meta = net["metadata"]
-        key = f"{meta['namespace']}/{meta['name']}"
+    def release(self, key: str) -> str:
+        """§6 step 3 / §9.6: delete the network's groups. ``""`` when gone, else the error."""
         try:
             self.applier.release(key)
         except NBError as err:
             self.metrics.gateway_nb_error()
-            return str(err)
-        return None
+            return str(err) or type(err).__name__
+        return ""
 
 
 class GatewayCollector:

@@ -1,16 +1,13 @@
-"""The controller's run loop: shared informers feed rate-limited workqueues; workers
-run the network, zone and pod reconcilers and the namespace annotation's reconciler
-(``product-decisions.md`` §3).
+"""The controller's run loop: shared informers feed one controller per kind (networks,
+zones, egress-gateway pods, the namespace annotation), each with its own rate-limited
+queue of typed keys (``controller.keys``) and its workers (``product-decisions.md`` §3).
 
-Keys of the main queue are ``network:<namespace>/<name>``, ``zone:<name>`` and
-``pod:<namespace>/<name>``; the namespace queue's keys are namespace names. Event
-handlers only map objects to keys; every decision is taken in a reconcile pass from the
-caches, so any event (or a full resync) leads to the same result.
+Event handlers only map objects to keys (``controller.keys``); every decision is taken in
+a reconcile pass from the caches, so any event (or a full resync) leads to the same result.
 """
 
 from __future__ import annotations
 
-import itertools
 import sys
 import tempfile
 import threading
@@ -21,11 +18,12 @@ from typing import Any
 
 import attrs
 import structlog
-import urllib3
 from kubernetes import client as k8s
 
 from controller import names
-from controller.consumers import machine_pool_refs
+from controller import keys
+from controller.controllers import Controller
+from controller.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
 from controller.egress import LABEL_GATEWAY, PODS, EgressGatewayPodReconciler
 from controller.events import EventRecorder
 from controller.gateway import (
@@ -38,7 +36,13 @@ from controller.gateway import (
     subnet_index_vpc,
 )
 from controller.kube import ApiError, KubeWriter
-from controller.metrics import NAMESPACE_WORKQUEUE_NAME, Metrics
+from controller.metrics import (
+    NAMESPACE_WORKQUEUE_NAME,
+    NETWORK_WORKQUEUE_NAME,
+    POD_WORKQUEUE_NAME,
+    ZONE_WORKQUEUE_NAME,
+    Metrics,
+)
 from controller.namespaces import NAMESPACE_WRITE_WINDOW, NamespaceReconciler, keys_for_namespace, keys_for_network
 from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from controller.recent import RecentWrites
@@ -50,20 +54,13 @@ from controller.network import (
     network_index_subnet,
     network_index_zone,
 )
-from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone, vlan_owner
-from controller.workqueue import RateLimitingQueue
+from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from controller.zone import ZoneReconciler
 from informers import Resource, SharedInformerFactory, meta_namespace_key
 from ovn.gateway import GatewayApplier
 from ovn.tls import TLSSource
 
 log = structlog.get_logger(__name__)
-
-NETWORK = "network:"
-ZONE = "zone:"
-POD = "pod:"
-NAMESPACE = "namespace:"  # only in logs and the resync set: the namespace queue's keys are bare names
-
 
 def zone_index_provider(zone: Mapping[str, Any]) -> list[str]:
     """Indexer ``provider``: a zone's ``spec.providerNetwork``."""
@@ -129,14 +126,17 @@ def discover(writer: KubeWriter, group: str, plural: str, versions: tuple[str, .
 
 
 class Manager:
-    """Builds the informers, the queue and the reconcilers; :meth:`run` blocks until stop."""
+    """Builds the informers, the controllers and the reconcilers; :meth:`run` blocks until stop.
+
+    The constructor talks to no server: API discovery of the optional kinds runs in
+    :meth:`start_informers` (and at every resync, for kinds installed later).
+    """
 
     def __init__(self, api_client: k8s.ApiClient, options: Options, metrics: Metrics | None = None) -> None:
         self.options = options
         self.metrics = metrics or Metrics()
         self.writer = KubeWriter(api_client)
         self.factory = SharedInformerFactory(api_client)
-        self.queue = RateLimitingQueue(name="proxmox-network-controller", metrics_hook=self.metrics.workqueue_hook)
         f = self.factory
         self.networks = f.informer(
             names.PROXMOX_NETWORKS,
@@ -155,7 +155,7 @@ class Manager:
         self.subnets = f.informer(names.SUBNETS, indexers={"vlan": subnet_index_vlan, "vpc": subnet_index_vpc})
         # Only egress-gateway pods are cached (§12).
         self.pods = f.informer(PODS, label_selector=LABEL_GATEWAY)
-        self.optional = self._optional_informers()
+        self.optional: dict[str, Any] = {}
         self.listers = Listers(
             networks=self.networks.store,
             zones=self.zones.store,
@@ -163,28 +163,32 @@ class Manager:
             namespaces=self.namespaces.store,
             provider_networks=self.provider_networks.store,
             subnets=self.subnets.store,
-            pools=self.optional["pools"].store if "pools" in self.optional else None,
-            machines=self.optional["machines"].store if "machines" in self.optional else None,
-            addresses=self.optional["addresses"].store if "addresses" in self.optional else None,
-            claims=self.optional["claims"].store if "claims" in self.optional else None,
         )
         self.events = EventRecorder(self.writer) if options.events else None
+        workers = max(1, options.workers)
+        self.network_controller = Controller(NETWORK_WORKQUEUE_NAME, "network", self._reconcile_network, workers,
+                                             self.metrics, self._resync_done)
+        self.zone_controller = Controller(ZONE_WORKQUEUE_NAME, "zone", lambda k: self.zone_reconciler.reconcile(k.name),
+                                          max(1, workers // 2), self.metrics, self._resync_done)
+        self.pod_controller = Controller(POD_WORKQUEUE_NAME, "pod", lambda k: self.pod_reconciler.reconcile(str(k)),
+                                         1, self.metrics, self._resync_done)
+        self.namespace_controller = Controller(
+            NAMESPACE_WORKQUEUE_NAME, "namespace", lambda k: self.namespace_reconciler.reconcile(k.name),
+            self.namespace_workers(), self.metrics, self._resync_done)
+        self.controllers = [self.network_controller, self.zone_controller, self.pod_controller, self.namespace_controller]
         self.gateway = self._gateway(options)
         self.vlans = VlanManager(self.listers.vlans, self.listers.zones, self.writer,
                                  on_allocation=self.metrics.vlan_allocation)
-        # The namespace annotation (§5.9): its own queue, keyed by namespace name.
-        self.namespace_queue = RateLimitingQueue(
-            name=NAMESPACE_WORKQUEUE_NAME, metrics_hook=self.metrics.workqueue_hook_for(NAMESPACE_WORKQUEUE_NAME))
         network_overlay = RecentWrites(self.networks.store)
         self.namespace_reconciler = NamespaceReconciler(
             self.networks.store, self.namespaces.store, self.writer, network_overlay,
-            enqueue=self.namespace_queue.add, enqueue_network=lambda key: self.queue.add(NETWORK + key),
+            enqueue=lambda ns: self.namespace_controller.add(NamespaceKey(ns)),
+            enqueue_network=lambda key: self.network_controller.add(NetworkKey.parse(key)),
             write_window=NAMESPACE_WRITE_WINDOW,
         )
         self.network_reconciler = NetworkReconciler(
             self.listers, self.writer, self.vlans, options.manage_gateway,
             events=self.events, prune_timeout=options.subnet_prune_timeout, metrics=self.metrics,
-            consumer_resources={k: inf.resource for k, inf in self.optional.items()},
             gateway=self.gateway, namespaces=self.namespace_reconciler, recent=network_overlay,
         )
         self.pod_reconciler = EgressGatewayPodReconciler(self.pods.store, self.writer, self.events)
@@ -195,9 +199,8 @@ class Manager:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._resync_lock = threading.Lock()
-        self._resync_pending: set[str] = set()
+        self._resync_pending: set[tuple[str, Any]] = set()
         self._writes_at_resync = 0
-        self._pass_ids = itertools.count(1)  # next() on a count is atomic under the GIL
         self.resyncs_completed = 0
         self._wire_handlers()
         self.metrics.register_informers({str(inf.resource): inf for inf in self.factory.informers()})
@@ -216,10 +219,11 @@ class Manager:
             tls_source = TLSSource(
                 lambda ns, name: self.writer.get(names.SECRETS, name, ns), options.ovn_tls_secret, tls_dir
             )
+        nets = self.network_controller
         applier = GatewayApplier(
-            options.ovn_nb_address, enqueue=lambda key: self.queue.add(NETWORK + key), tls_source=tls_source,
+            options.ovn_nb_address, enqueue=lambda key: nets.add(NetworkKey.parse(key)), tls_source=tls_source,
             on_commit=self.metrics.gateway_nb_transaction,
-            enqueue_after=lambda key, delay: self.queue.add_after(NETWORK + key, delay),
+            enqueue_after=lambda key, delay: nets.queue.add_after(NetworkKey.parse(key), delay),
         )
         self.collector = GatewayCollector(applier, self._network_exists, self.metrics, options.gateway_collect_period)
         return GatewayStep(applier, self.nodes.store, self.subnets.store, self.metrics, self.events,
@@ -235,8 +239,20 @@ class Manager:
             raise
         return True
 
+    def _reconcile_network(self, key: NetworkKey) -> Any:
+        started = time.monotonic()
+        try:
+            return self.network_reconciler.reconcile(str(key))
+        except Exception:
+            # §13 reason="error": a pass that failed (reading, computing or writing).
+            self.metrics.reconcile_error("error")
+            raise
+        finally:
+            self.metrics.observe_reconcile(time.monotonic() - started)
+
     def discover_late_kinds(self) -> list[str]:
-        """Start informers for optional kinds installed after start (checked every resync).
+        """Start informers for optional kinds the API server serves and we do not watch yet
+        (at start, and at every resync for kinds installed later).
 
         Until such an informer has synced its cache reads count nothing; a release still
         waits for the fresh API read of §6 step 1, which includes the new kind at once.
@@ -254,11 +270,11 @@ class Manager:
             self.metrics.register_informers({str(inf.resource): inf for inf in self.factory.informers()})
         return list(added)
 
-    def _optional_informers(self, wanted: dict[str, tuple[str, str, tuple[str, ...], str]] | None = None) -> dict[str, Any]:
+    def _optional_informers(self, wanted: dict[str, tuple[str, str, tuple[str, ...], str]]) -> dict[str, Any]:
         """Informers for kinds another project serves (CAPI IPAM, capmox): the newest
         served version, or none when the group is not installed (then nothing uses it)."""
         out: dict[str, Any] = {}
-        for key, (group, plural, versions, kind) in (wanted or OPTIONAL_KINDS).items():
+        for key, (group, plural, versions, kind) in wanted.items():
             version = discover(self.writer, group, plural, versions)
             if version is None:
                 log.info("kind not served; treated as having no objects", group=group, resource=plural)
@@ -269,170 +285,95 @@ class Manager:
             )
         return out
 
-    # -- event -> key mapping -------------------------------------------------------
+    # -- event -> key mapping (controller.keys) ----------------------------------------------
+    def _route(self, keys: tuple[list[NetworkKey], list[ZoneKey]]) -> None:
+        self.network_controller.add_all(keys[0])
+        self.zone_controller.add_all(keys[1])
+
     def _wire_handlers(self) -> None:
-        q = self.queue
-        nsq = self.namespace_queue
+        l = self.listers
+        nets, nsq = self.network_controller, self.namespace_controller
 
         def on_network(obj: Mapping[str, Any]) -> None:
             self.network_reconciler.recent.observe(obj)
-            q.add(NETWORK + meta_namespace_key(obj))
-            z = (obj.get("spec") or {}).get("zone")
-            if z:
-                q.add(ZONE + z)
+            self._route(keys.for_network(obj))
 
-        def namespaces_of(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-            for ns in keys_for_network(old, new):
-                nsq.add(ns)
+        def annotations_of(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+            nsq.add_all(NamespaceKey(ns) for ns in keys_for_network(old, new))
 
         self.networks.add_event_handler(
-            on_add=lambda o: (on_network(o), namespaces_of(None, o)),
-            on_update=lambda old, new: (on_network(old), on_network(new), namespaces_of(old, new)),
-            on_delete=lambda o: (on_network(o), namespaces_of(o, None)),
+            on_add=lambda o: (on_network(o), annotations_of(None, o)),
+            on_update=lambda old, new: (on_network(old), on_network(new), annotations_of(old, new)),
+            on_delete=lambda o: (on_network(o), annotations_of(o, None)),
         )
 
-        def networks_of_zone(zname: str) -> None:
-            for net in self.listers.networks.by_index("zone", zname):
-                q.add(NETWORK + meta_namespace_key(net))
-
         def on_zone(obj: Mapping[str, Any]) -> None:
-            zname = obj["metadata"]["name"]
             self.zone_reconciler.recent.observe(obj)
-            q.add(ZONE + zname)
-            networks_of_zone(zname)
-            # Pins of one zone change what the other zones on the provider may allocate.
-            p = (obj.get("spec") or {}).get("providerNetwork")
-            for other in self.listers.zones.by_index("provider", p) if p else []:
-                q.add(ZONE + other["metadata"]["name"])
+            self._route(keys.for_zone(obj, l))
 
         self.zones.add_event_handler(
             on_add=on_zone, on_update=lambda old, new: (on_zone(old), on_zone(new)), on_delete=on_zone
         )
 
-        def on_vlan(obj: Mapping[str, Any]) -> None:
-            ns, name = vlan_owner(obj)
-            if ns and name:
-                q.add(f"{NETWORK}{ns}/{name}")
-            # Any Vlan on a provider changes free counts (and duplicates) of its zones.
-            p = (obj.get("spec") or {}).get("provider")
-            for z in self.listers.zones.by_index("provider", p) if p else []:
-                q.add(ZONE + z["metadata"]["name"])
-            zl = ((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ZONE)
-            if zl:
-                q.add(ZONE + zl)
-
-        def on_vlan_delete(obj: Mapping[str, Any]) -> None:
-            on_vlan(obj)
-            # A network refused with VLANNameTaken/VLANProviderMismatch waits for this name.
-            for net in self.listers.networks.by_index("subnet", obj["metadata"]["name"]):
-                q.add(NETWORK + meta_namespace_key(net))
-            # A duplicate may have gone (or come): its twins must re-check their VLANConflict.
-            for key in vlan_index_provider_id(obj):
-                for other in self.listers.vlans.by_index("provider_id", key):
-                    if other["metadata"]["name"] != obj["metadata"]["name"]:
-                        on_vlan(other)
-
         # The assumed set learns of every event first (the store already shows it).
         self.vlan_informer.add_event_handler(
-            on_add=lambda o: (self.vlans.observe(o), on_vlan_delete(o)),
-            on_update=lambda old, new: (self.vlans.observe(new), on_vlan(old), on_vlan(new)),
-            on_delete=lambda o: (self.vlans.observe(o, deleted=True), on_vlan_delete(o)),
+            on_add=lambda o: (self.vlans.observe(o), self._route(keys.for_vlan_come_or_gone(o, l))),
+            on_update=lambda old, new: (self.vlans.observe(new), self._route(keys.for_vlan(old, l)),
+                                        self._route(keys.for_vlan(new, l))),
+            on_delete=lambda o: (self.vlans.observe(o, deleted=True), self._route(keys.for_vlan_come_or_gone(o, l))),
         )
 
         def on_namespace(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
             self.network_reconciler.recent_namespaces.observe(new)
-            if old is not None and (old.get("metadata") or {}).get("labels") == (new.get("metadata") or {}).get(
-                "labels"
-            ):
-                return
-            ns = new["metadata"]["name"]
-            for net in self.listers.networks.list():
-                if net["metadata"].get("namespace") == ns:
-                    q.add(NETWORK + meta_namespace_key(net))
+            nets.add_all(keys.for_namespace_labels(old, new, l))
 
-        def annotation_of(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-            for ns in keys_for_namespace(old, new):
-                nsq.add(ns)
+        def namespace_annotation(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
+            nsq.add_all(NamespaceKey(ns) for ns in keys_for_namespace(old, new))
 
         self.namespaces.add_event_handler(
-            on_add=lambda o: (on_namespace(None, o), annotation_of(None, o)),
-            on_update=lambda old, new: (on_namespace(old, new), annotation_of(old, new)),
-            on_delete=lambda o: (on_namespace(None, o), annotation_of(o, None)),
+            on_add=lambda o: (on_namespace(None, o), namespace_annotation(None, o)),
+            on_update=lambda old, new: (on_namespace(old, new), namespace_annotation(old, new)),
+            on_delete=lambda o: (on_namespace(None, o), namespace_annotation(o, None)),
         )
-
-        def on_provider_network(obj: Mapping[str, Any]) -> None:
-            for z in self.listers.zones.by_index("provider", obj["metadata"]["name"]):
-                q.add(ZONE + z["metadata"]["name"])
 
         self.provider_networks.add_event_handler(
-            on_add=on_provider_network,
-            on_update=lambda old, new: on_provider_network(new),
-            on_delete=on_provider_network,
+            on_add=lambda o: self.zone_controller.add_all(keys.for_provider_network(o, l)),
+            on_update=lambda old, new: self.zone_controller.add_all(keys.for_provider_network(new, l)),
+            on_delete=lambda o: self.zone_controller.add_all(keys.for_provider_network(o, l)),
         )
-
-        def on_subnet(obj: Mapping[str, Any]) -> None:
-            for net in self.listers.networks.by_index("subnet", obj["metadata"]["name"]):
-                q.add(NETWORK + meta_namespace_key(net))
-            # A Subnet bound to an orphaned Vlan holds it: its zone re-checks.
-            v = (obj.get("spec") or {}).get("vlan")
-            vlan = self.listers.vlans.get(v) if v else None
-            zl = ((vlan or {}).get("metadata", {}).get("labels") or {}).get(names.LABEL_ZONE)
-            if zl:
-                q.add(ZONE + zl)
 
         self.subnets.add_event_handler(
-            on_add=on_subnet, on_update=lambda old, new: (on_subnet(old), on_subnet(new)), on_delete=on_subnet
+            on_add=lambda o: self._route(keys.for_subnet(o, l)),
+            on_update=lambda old, new: (self._route(keys.for_subnet(old, l)), self._route(keys.for_subnet(new, l))),
+            on_delete=lambda o: self._route(keys.for_subnet(o, l)),
         )
-
-        def networks_of_pool(ns: str, pool: str) -> None:
-            for net in self.listers.networks.by_index("ippool", f"{ns}/{pool}"):
-                q.add(NETWORK + meta_namespace_key(net))
-
-        def on_pool(obj: Mapping[str, Any]) -> None:
-            networks_of_pool(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
-
-        def on_pool_ref(obj: Mapping[str, Any]) -> None:
-            spec = obj.get("spec")
-            ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
-            if isinstance(ref, Mapping) and ref.get("name"):
-                networks_of_pool(obj["metadata"].get("namespace", ""), str(ref["name"]))
-
-        def on_machine(obj: Mapping[str, Any]) -> None:
-            for ref in machine_pool_refs(obj):
-                if ref.get("name"):
-                    networks_of_pool(obj["metadata"].get("namespace", ""), str(ref["name"]))
 
         if self.nodes is not None:
             def on_node(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-                keys = networks_for_node(
-                    old, new, self.listers.zones.list(),
-                    lambda z: [meta_namespace_key(n) for n in self.listers.networks.by_index("zone", z)],
+                found = networks_for_node(
+                    old, new, l.zones.list(),
+                    lambda z: [meta_namespace_key(n) for n in l.networks.by_index("zone", z)],
                 )
-                for k in keys:
-                    q.add(NETWORK + k)
+                nets.add_all(NetworkKey.parse(k) for k in found)
 
             self.nodes.add_event_handler(
                 on_add=lambda o: on_node(None, o), on_update=on_node, on_delete=lambda o: on_node(o, None)
             )
 
+        pods = self.pod_controller
         self.pods.add_event_handler(
-            on_add=lambda o: q.add(POD + meta_namespace_key(o)),
-            on_update=lambda old, new: q.add(POD + meta_namespace_key(new)),
+            on_add=lambda o: pods.add(PodKey.of(o)),
+            on_update=lambda old, new: pods.add(PodKey.of(new)),
             on_delete=lambda o: None,
         )
 
-        self._optional_handlers = {"pools": on_pool, "addresses": on_pool_ref, "claims": on_pool_ref,
-                                   "machines": on_machine}
-        for key, inf in self.optional.items():
-            self._wire_optional(key, inf)
-
     def _wire_optional(self, key: str, inf: Any) -> None:
-        handler = self._optional_handlers[key]
-        inf.add_event_handler(
-            on_add=handler,
-            on_update=lambda old, new, h=handler: (h(old), h(new)),
-            on_delete=handler,
-        )
+        l, nets = self.listers, self.network_controller
+
+        def handler(obj: Mapping[str, Any]) -> None:
+            nets.add_all(keys.for_pool_user(key, obj, l))
+
+        inf.add_event_handler(on_add=handler, on_update=lambda old, new: (handler(old), handler(new)), on_delete=handler)
 
     # -- running ------------------------------------------------------------------
     def start(self) -> None:
@@ -441,8 +382,13 @@ class Manager:
         self.start_workers()
 
     def start_informers(self) -> None:
-        """Start the informers and wait for every cache. Standby replicas do this too, so a
-        takeover does not wait for a full list. Raises RuntimeError on timeout."""
+        """Discover the optional kinds, start the informers and wait for every cache.
+        Standby replicas do this too, so a takeover does not wait for a full list.
+
+        :raises RuntimeError: when the caches do not sync within ``cache_sync_timeout``.
+        :raises ApiError: when discovery fails for another reason than "not served".
+        """
+        self.discover_late_kinds()
         if self.events is not None:
             self.events.start()
         if self.gateway is not None:
@@ -462,15 +408,8 @@ class Manager:
             # write and an Event per network on every restart); past this bound the NB
             # is really unreachable and the grace of §9.5 takes over.
             log.info("OVN NB not synced yet; starting workers anyway", error=self.gateway.applier.nb.last_error)
-        for i in range(max(1, self.options.workers)):
-            t = threading.Thread(target=self._worker, args=(self.queue, self._process), name=f"worker-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
-        for i in range(self.namespace_workers()):
-            t = threading.Thread(target=self._worker, args=(self.namespace_queue, self._process_namespace),
-                                 name=f"namespace-worker-{i}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        for c in self.controllers:
+            self._threads += c.start()
         t = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
         t.start()
         self._threads.append(t)
@@ -503,16 +442,16 @@ class Manager:
     def stop(self) -> None:
         """Stop workers first (a pass in flight finishes), then the informers and Events.
 
-        The namespace queue is shut down after the network workers have stopped, so the
-        namespace passes that their last passes asked for (a network gone, a triple to
-        list) still run."""
+        The namespace controller stops after the others, so the namespace passes that their
+        last passes asked for (a network gone, a triple to list) still run."""
         self._stop.set()
-        self.queue.shutdown()
-        namespace_workers = [t for t in self._threads if t.name.startswith("namespace-worker-")]
-        others = [t for t in self._threads if t not in namespace_workers]
-        self._join(others)
-        self.namespace_queue.shutdown()
-        self._join(namespace_workers)
+        last = self.namespace_controller
+        for c in self.controllers:
+            if c is not last:
+                c.shutdown()
+        self._join([t for t in self._threads if t not in last.threads])
+        last.shutdown()
+        self._join(last.threads)
         self.factory.stop()
         if self.gateway is not None:
             self.gateway.applier.stop()
@@ -531,96 +470,30 @@ class Manager:
     def wait(self) -> None:
         self._stop.wait()
 
-    def _worker(self, queue: RateLimitingQueue, process: Any) -> None:
-        while True:
-            key = queue.get()
-            if key is None:
-                return
-            try:
-                process(key)
-            finally:
-                queue.done(key)
-                self._resync_done(key if queue is self.queue else NAMESPACE + key)
-
-    def _process_namespace(self, ns: str) -> None:
-        self._run(self.namespace_queue, ns, NAMESPACE + ns, lambda: self.namespace_reconciler.reconcile(ns))
-
-    def _process(self, key: str) -> None:
-        self._run(self.queue, key, key, lambda: self._dispatch(key))
-
-    def _dispatch(self, key: str) -> Any:
-        kind, _, obj = key.partition(":")
-        started = time.monotonic()
-        if kind == "network":
-            try:
-                return self.network_reconciler.reconcile(obj)
-            except Exception:
-                # §13 reason="error": a pass that failed (reading, computing or writing).
-                self.metrics.reconcile_error("error")
-                raise
-            finally:
-                self.metrics.observe_reconcile(time.monotonic() - started)
-        if kind == "zone":
-            return self.zone_reconciler.reconcile(obj)
-        if kind == "pod":
-            return self.pod_reconciler.reconcile(obj)
-        log.error("unknown queue key", key=key)
-        return None
-
-    def _run(self, queue: RateLimitingQueue, key: str, label: str, fn: Any) -> None:
-        """One pass of ``fn`` for ``key`` of ``queue`` (``label`` in the logs): on success
-        forget the backoff and requeue as asked; on any failure retry with backoff."""
-        started = time.monotonic()
-        structlog.contextvars.clear_contextvars()
-        structlog.contextvars.bind_contextvars(key=label, pass_id=f"{next(self._pass_ids):x}")
-        try:
-            result = fn()
-            if result is None:
-                return
-        except ApiError as err:
-            log.info("reconcile failed, retrying with backoff", key=label, status=err.status, reason=err.reason, error=err.message)
-            queue.add_rate_limited(key)
-            return
-        except (OSError, urllib3.exceptions.HTTPError) as err:
-            # The API server is unreachable or the connection dropped: retry, it is not a bug.
-            log.info("reconcile failed, retrying with backoff", key=label, error=repr(err))
-            queue.add_rate_limited(key)
-            return
-        except Exception:  # never let a malformed object kill a worker
-            log.exception("reconcile crashed, retrying with backoff", key=label)
-            queue.add_rate_limited(key)
-            return
-        queue.forget(key)
-        if result.requeue_after is not None:
-            queue.add_after(key, result.requeue_after)
-        log.debug("reconciled", key=label, seconds=round(time.monotonic() - started, 4))
-
     # -- periodic full resync ---------------------------------------------------------
     def enqueue_all(self) -> int:
         """Queue every network, zone and pod key, and every namespace that has a network;
         returns how many. Logs ``resync complete`` once all of them have been processed
         (tests wait for it)."""
         nets = self.listers.networks.list()
-        keys = [NETWORK + meta_namespace_key(n) for n in nets]
-        keys += [ZONE + z["metadata"]["name"] for z in self.listers.zones.list()]
-        keys += [POD + meta_namespace_key(p) for p in self.pods.store.list()]
+        todo: list[tuple[Controller, Any]] = [(self.network_controller, NetworkKey.of(n)) for n in nets]
+        todo += [(self.zone_controller, ZoneKey(z["metadata"]["name"])) for z in self.listers.zones.list()]
+        todo += [(self.pod_controller, PodKey.of(p)) for p in self.pods.store.list()]
         namespaces = sorted({n["metadata"].get("namespace", "") for n in nets} - {""})
+        todo += [(self.namespace_controller, NamespaceKey(ns)) for ns in namespaces]
         with self._resync_lock:
-            self._resync_pending = set(keys) | {NAMESPACE + ns for ns in namespaces}
-        for k in keys:
-            self.queue.add(k)
-        for ns in namespaces:
-            self.namespace_queue.add(ns)
-        keys += namespaces
-        if not keys:
+            self._resync_pending = {(c.name, k) for c, k in todo}
+        for c, k in todo:
+            c.add(k)
+        if not todo:
             self._resync_finished()
-        return len(keys)
+        return len(todo)
 
-    def _resync_done(self, key: str) -> None:
+    def _resync_done(self, controller: Controller, key: Any) -> None:
         with self._resync_lock:
-            if key not in self._resync_pending:
+            if (controller.name, key) not in self._resync_pending:
                 return
-            self._resync_pending.discard(key)
+            self._resync_pending.discard((controller.name, key))
             if self._resync_pending:
                 return
         self._resync_finished()

@@ -97,6 +97,9 @@ __all__ = [
     "IPPOOL_STATES",
     "Metrics",
     "NAMESPACE_WORKQUEUE_NAME",
+    "NETWORK_WORKQUEUE_NAME",
+    "POD_WORKQUEUE_NAME",
+    "ZONE_WORKQUEUE_NAME",
     "VLAN_ALLOCATION_RESULTS",
     "WORKQUEUE_BUCKETS",
 ]
@@ -115,12 +118,20 @@ VLAN_ALLOCATION_RESULTS: tuple[str, ...] = ("allocated", "conflict", "exhausted"
 
 WORKQUEUE_EVENTS: tuple[str, ...] = ("add", "get", "done", "retry")
 
-DEFAULT_WORKQUEUE_NAME = "proxmox-network-controller"
-"""The name :class:`controller.manager.Manager` gives its queue of network, zone and pod keys."""
+NETWORK_WORKQUEUE_NAME = "proxmox-network-networks"
+"""The network controller's queue (keys ``controller.keys.NetworkKey``)."""
+
+ZONE_WORKQUEUE_NAME = "proxmox-network-zones"
+"""The zone controller's queue (keys ``controller.keys.ZoneKey``)."""
+
+POD_WORKQUEUE_NAME = "proxmox-network-pods"
+"""The egress-gateway pod controller's queue (keys ``controller.keys.PodKey``)."""
+
+DEFAULT_WORKQUEUE_NAME = NETWORK_WORKQUEUE_NAME
 
 NAMESPACE_WORKQUEUE_NAME = "proxmox-network-namespaces"
-"""The name of the namespace annotation's queue (:mod:`controller.namespaces`; keys are
-namespace names); its hook is :meth:`Metrics.workqueue_hook_for` with this name."""
+"""The namespace annotation's queue (:mod:`controller.namespaces`; keys
+``controller.keys.NamespaceKey``)."""
 
 _NO_CREATED_TYPES = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
 

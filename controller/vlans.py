@@ -13,7 +13,6 @@ by the network pass, never shared silently.
 
 from __future__ import annotations
 
-import datetime as _dt
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,9 +21,8 @@ from typing import Any
 import attrs
 import structlog
 
-from controller import allocator, names
+from controller import allocator, names, reasons
 from controller.kube import ApiError, KubeWriter, annotation_patch, finalizer_add_patch
-from controller.prune import track_deleted_subnets
 from informers import ThreadSafeStore
 
 log = structlog.get_logger(__name__)
@@ -145,6 +143,27 @@ def shows_at_least(seen: Mapping[str, Any], assumed: Mapping[str, Any]) -> bool:
     if srv is None or arv is None:
         return sm.get("resourceVersion") == am.get("resourceVersion")
     return srv >= arv
+
+
+def claim_refusal(vlan: Mapping[str, Any], ns: str, nname: str, zname: str, provider: str) -> tuple[str, str] | None:
+    """Why network ``ns/nname`` of zone ``zname`` may not take the Vlan named after its
+    Subnet (reference-behaviour.md §4.3), as ``(reason, message)``; None when it may."""
+    owner = vlan_owner(vlan)
+    vname = vlan["metadata"]["name"]
+    if owner != (ns, nname):
+        return reasons.VLAN_NAME_TAKEN, f'Kube-OVN Vlan "{vname}" exists and belongs to {owner[0]}/{owner[1]}'
+    vprov = allocator.vlan_provider(vlan)
+    if vprov != provider:
+        return reasons.VLAN_PROVIDER_MISMATCH, f'Vlan "{vname}" uses provider "{vprov}", zone "{zname}" uses "{provider}"'
+    return None
+
+
+def needs_adoption(vlan: Mapping[str, Any]) -> bool:
+    """An owned Vlan lacks our finalizer (and is not Terminating) or still carries the
+    prune timers of an earlier same-named network (§7.3): :meth:`VlanManager.adopt` writes."""
+    meta = vlan.get("metadata") or {}
+    need_fin = names.FINALIZER not in (meta.get("finalizers") or []) and not meta.get("deletionTimestamp")
+    return need_fin or names.ANNOTATION_DELETED_SUBNETS in (meta.get("annotations") or {})
 
 
 @attrs.define
@@ -286,31 +305,27 @@ class VlanManager:
         with self._locks_guard:
             return self._locks.setdefault(provider, threading.Lock())
 
-    # -- ensure ------------------------------------------------------------------
-    def ensure(self, network: Mapping[str, Any], zone: Mapping[str, Any]) -> VlanOutcome:
-        """Find, adopt or create the network's Vlan (reference-behaviour.md §4.3).
+    # -- allocate ----------------------------------------------------------------
+    def allocate(self, network: Mapping[str, Any], zone: Mapping[str, Any]) -> VlanOutcome:
+        """Create the network's Vlan with the lowest eligible ID, under the provider's lock
+        (reference-behaviour.md §4.3; product-decisions.md §8).
 
-        :returns: a :class:`VlanOutcome`; refusals use the reasons ``VLANNameTaken``,
-            ``VLANProviderMismatch``, ``ZoneInvalid``, ``StaticVLANReserved``,
-            ``StaticVLANInUse`` and ``ZoneExhausted``.
+        :returns: a :class:`VlanOutcome`: the created Vlan (``allocated``); a Vlan of that
+            name found meanwhile (under the lock, or by the AlreadyExists race), which the
+            caller judges with :func:`claim_refusal`; or a refusal with the reasons
+            ``ZoneInvalid``, ``StaticVLANReserved``, ``StaticVLANInUse``, ``ZoneExhausted``.
         :raises ApiError: on API failures other than the AlreadyExists race (the pass
             fails and is retried with backoff).
         """
         meta = network["metadata"]
         ns, nname = meta["namespace"], meta["name"]
         name = str((network.get("spec") or {}).get("subnet") or "")
-        zspec = zone.get("spec") or {}
         zname = zone["metadata"]["name"]
-        provider = str(zspec.get("providerNetwork") or "")
-
-        existing = self.lookup(name)
-        if existing is not None:
-            return self._claim(existing, ns, nname, zname, provider)
-
+        provider = str((zone.get("spec") or {}).get("providerNetwork") or "")
         with self._provider_lock(provider):
             existing = self.lookup(name)
             if existing is not None:
-                return self._claim(existing, ns, nname, zname, provider)
+                return VlanOutcome(vlan=existing)
             self._verify_stale_assumptions(provider)
             used = self.used_ids(provider)
             pick = allocator.pick_vlan(zone, ns, nname, used, self.zones.list())
@@ -324,34 +339,16 @@ class VlanManager:
             except ApiError as err:
                 if not err.already_exists:
                     raise
-                # Someone (our earlier self, or a person) created it meanwhile: judge it,
-                # and count its ID until the cache shows it.
+                # Someone (our earlier self, or a person) created it meanwhile: the caller
+                # judges it; count its ID until the cache shows it.
                 current = self.writer.get(names.VLANS, name)
                 self._assume(current)
-                return self._claim(current, ns, nname, zname, provider)
+                return VlanOutcome(vlan=current)
             # Still under the provider lock: the next pick sees this ID.
             self._assume(created)
         self.on_allocation(zname, "allocated")
         log.info("allocated VLAN", zone=zname, vlan=pick.vlan, subnet=name, network=f"{ns}/{nname}")
         return VlanOutcome(vlan=created, allocated=True)
-
-    def _claim(
-        self, vlan: dict[str, Any], ns: str, nname: str, zname: str, provider: str
-    ) -> VlanOutcome:
-        owner = vlan_owner(vlan)
-        vname = vlan["metadata"]["name"]
-        if owner != (ns, nname):
-            return VlanOutcome(
-                reason="VLANNameTaken",
-                message=f'Kube-OVN Vlan "{vname}" exists and belongs to {owner[0]}/{owner[1]}',
-            )
-        vprov = allocator.vlan_provider(vlan)
-        if vprov != provider:
-            return VlanOutcome(
-                reason="VLANProviderMismatch",
-                message=f'Vlan "{vname}" uses provider "{vprov}", zone "{zname}" uses "{provider}"',
-            )
-        return VlanOutcome(vlan=self.adopt(vlan))
 
     def adopt(self, vlan: dict[str, Any]) -> dict[str, Any]:
         """Make an owned Vlan ours again (reference-behaviour.md §7.3).
@@ -395,20 +392,6 @@ class VlanManager:
                 continue
             live.append(s)
         return live, gone
-
-    def track_timers(
-        self, vlan: dict[str, Any], gone: list[str], now: _dt.datetime, not_before: _dt.datetime | None
-    ) -> tuple[dict[str, Any], _dt.datetime | None]:
-        """Update the ``deleted-subnets`` prune timers on the Vlan (§7.1); returns the
-        (possibly patched) Vlan and the newest timer start."""
-        stored = ((vlan.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_DELETED_SUBNETS)
-        res = track_deleted_subnets(stored, gone, now, not_before)
-        if res.changed:
-            vlan = self.writer.json_patch(
-                names.VLANS, vlan["metadata"]["name"],
-                annotation_patch(vlan, names.ANNOTATION_DELETED_SUBNETS, res.desired),
-            )
-        return vlan, res.newest
 
     def release(self, vlan: dict[str, Any]) -> None:
         """Remove our finalizer from the Vlan and delete it (NotFound ignored)."""

@@ -41,12 +41,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Protocol
+
+from informers.backoff import exponential
 
 __all__ = [
     "BucketRateLimiter",
@@ -104,11 +105,7 @@ class ItemExponentialFailureRateLimiter:
         with self._lock:
             exp = self._failures.get(key, 0)
             self._failures[key] = exp + 1
-        try:
-            backoff = self._base * math.ldexp(1.0, exp)
-        except OverflowError:
-            return self._max
-        return min(backoff, self._max)
+        return exponential(self._base, exp, self._max)
 
     def forget(self, key: Hashable) -> None:
         with self._lock:

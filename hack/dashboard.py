@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 OUTPUT = REPO / "charts" / "proxmox-network" / "dashboards" / "proxmox-network.json"
 
 DATASOURCE = "${datasource}"
-QUEUE = 'name="proxmox-network-controller"'
+QUEUE = 'name=~"proxmox-network-.+"'  # every controller's queue (networks, zones, pods, namespaces)
 RATE = "$__rate_interval"
 
 
@@ -112,7 +112,7 @@ def build() -> Dashboard:
         "Work queue depth",
         "Keys waiting for a worker, per replica (a standby holds every watched object here), "
         "and the longest-running key being processed now (growing = a stuck worker).",
-        [(f"max by (instance) (workqueue_depth{{{QUEUE}}})", "{{instance}} depth"),
+        [(f"sum by (instance) (workqueue_depth{{{QUEUE}}})", "{{instance}} depth"),
          (f"max by (instance) (workqueue_longest_running_processor_seconds{{{QUEUE}}})",
           "{{instance}} longest running (s)")],
         (0, y, 12, 8)))

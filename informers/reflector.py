@@ -38,6 +38,7 @@ import structlog
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
+from .backoff import Backoff
 from .resource import Resource
 from .transport import Transport, WatchStream, retry_after_seconds, status_code_of
 from .watchstream import WatchDecodeError, iter_events
@@ -98,27 +99,6 @@ class Sink(Protocol):
     def replace(self, objs: list[dict], resource_version: str) -> None: ...
 
     def apply(self, event_type: str, obj: dict) -> None: ...
-
-
-class Backoff:
-    """Jittered exponential backoff: the n-th consecutive failure waits a
-    random time in ``[d/2, d]`` (never below ``first``) where
-    ``d = min(max, first * 2**n)``. Jitter spreads many informers retrying
-    after the same outage."""
-
-    def __init__(self, first: float, maximum: float, rng: random.Random | None = None) -> None:
-        self.first = first
-        self.maximum = maximum
-        self.failures = 0
-        self._rng = rng or random.Random()
-
-    def next_delay(self) -> float:
-        d = min(self.maximum, self.first * (2 ** min(self.failures, 62)))
-        self.failures += 1
-        return max(self.first, self._rng.uniform(d / 2, d))
-
-    def reset(self) -> None:
-        self.failures = 0
 
 
 class _Expired(Exception):

@@ -39,7 +39,6 @@ CHASSIS = planner.CHASSIS_TABLE
 PASS_TIMEOUT = 5.0  # seconds, gatewayPassTimeout (§9.2); also bounds a release (§17)
 LOST_DELAY = 10.0  # seconds after losing the NB before every managed network re-checks
 
-NB_UNAVAILABLE = "NBUnavailable"  # GatewayReady reason of the grace (§9.5)
 
 
 class NBChanged(NBError):

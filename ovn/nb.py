@@ -49,6 +49,7 @@ import ovs.stream
 import ovs.timeval
 import ovs.util
 
+from informers.backoff import Backoff
 from ovn import tls
 
 DATABASE = "OVN_Northbound"
@@ -537,7 +538,7 @@ class NBClient:
 
     def _connect(self) -> _Idl | None:
         """Fetch the schema (addresses in order) and build the IDL; None when stopped."""
-        backoff = BACKOFF_MIN
+        backoff = Backoff(BACKOFF_MIN, BACKOFF_MAX, jitter=False)
         while not self._stop.is_set():
             errors = []
             for i, remote in enumerate(self.addresses):
@@ -565,9 +566,8 @@ class NBClient:
                 return idl
             self.last_error = "connect to OVN NB: " + "; ".join(errors)
             self._fail_pending(NBNotSynced(self.last_error))
-            if self._stop.wait(backoff):
+            if self._stop.wait(backoff.next_delay()):
                 break
-            backoff = min(backoff * 2, BACKOFF_MAX)
         return None
 
     def _run(self) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from controller.conditions import compute_ready, find, set_condition
 from controller.kube import finalizer_add_patch, finalizer_remove_patch
-from controller.network import set_not_ready
+from controller.plan_network import set_not_ready
 from controller.selectors import InvalidSelector, matches
 
 T0 = dt.datetime(2026, 10, 7, 8, 0, 0, 123456, tzinfo=dt.timezone.utc)

@@ -14,6 +14,7 @@ import secrets
 import pytest
 from kubernetes import client as k8s
 
+from controller.keys import NetworkKey
 from controller.gateway import FAILING_SINCE
 from tests.support.controller import running_controller
 from hack.objects import Admin, reason, unique
@@ -270,7 +271,7 @@ def test_nb_outage_grace_survives_a_restart_and_recovers(admin, admin_client, cl
     trunk.join("worker1")
     ns, net, sub = unique_namespace, "out", unique("sub")
     r = Router(server.nbctl, sub)
-    key = f"network:{ns}/{net}"
+    key = NetworkKey(ns, net)
     opts = dict(manage_gateway=True, ovn_nb_address=server.remote, nb_grace_period=grace)
     try:
         with running_controller(cluster, **opts) as mgr:
@@ -279,7 +280,7 @@ def test_nb_outage_grace_survives_a_restart_and_recovers(admin, admin_client, cl
             env.wait(net, "Ready", "Ready")
             server.stop()
             wait_for(lambda: not mgr.gateway.applier.synced(), timeout=15, what="NB lost")
-            mgr.queue.add(key)
+            mgr.network_controller.add(key)
             obj = wait_for(lambda: (o := admin.network(ns, net))["status"].get(FAILING_SINCE) and o,
                            timeout=15, what="failure recorded")
             since = obj["status"][FAILING_SINCE]
@@ -295,7 +296,7 @@ def test_nb_outage_grace_survives_a_restart_and_recovers(admin, admin_client, cl
         # A restart during the grace: the recorded start stays, so does the deadline.
         with running_controller(cluster, **opts) as mgr:
             def after_grace():
-                mgr.queue.add(key)
+                mgr.network_controller.add(key)
                 o = admin.network(ns, net)
                 return reason(o, "Ready")[:2] == ("False", "NBUnavailable") and o
 

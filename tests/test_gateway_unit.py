@@ -17,7 +17,7 @@ from controller.gateway import (
     node_index_provider,
     node_providers,
 )
-from controller.network import requeue_after
+from controller.plan_network import requeue_after
 
 T0 = dt.datetime(2026, 10, 7, 8, 0, 0, tzinfo=dt.timezone.utc)
 LRP = "vpc-x-sub"

@@ -36,7 +36,8 @@ from informers import (
     meta_namespace_key,
     split_meta_namespace_key,
 )
-from informers.reflector import Backoff, ReflectorConfig
+from informers.backoff import Backoff
+from informers.reflector import ReflectorConfig
 from informers.watchstream import LineSplitter, WatchDecodeError, decode_event, iter_events
 from hack.wait import wait_for
 

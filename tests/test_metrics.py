@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.metrics import GO_DEFAULT_BUCKETS, WORKQUEUE_BUCKETS, Metrics
 from controller.workqueue import RateLimitingQueue
 
-WQ = "proxmox-network-controller"
+WQ = "proxmox-network-networks"  # the network controller's queue, registered by Metrics()
 
 # name as in §13 (and ours) -> (type, label names)
 SERIES: dict[str, tuple[str, frozenset[str]]] = {

@@ -29,6 +29,8 @@ from controller.namespaces import (
     keys_for_network,
     open_pending,
 )
+from controller.gateway import GatewayOutcome
+from ovn.planner import CHASSIS_ASSIGNED, GatewayState
 from controller.network import Listers, NetworkReconciler
 from controller.recent import RecentWrites
 from controller.vlans import VlanManager
@@ -413,15 +415,24 @@ class RecordingGateway:
         def forget(self, key: str) -> None:
             pass
 
+    grace = 600.0
+
     def __init__(self) -> None:
         self.applier = self._Applier()
-        self.evaluated: list[tuple[str, int | None]] = []
+        self.evaluated: list[str] = []
 
-    def evaluate(self, net, zone, subnet, status, conds, old_status, gen, now) -> None:
-        self.evaluated.append((net["metadata"]["name"], status.get("vlan")))
+    def trunk(self, provider: str) -> list:
+        return []
 
-    def release(self, net) -> None:
-        return None
+    def siblings(self, vpc: str) -> frozenset:
+        return frozenset()
+
+    def ensure(self, key, vpc, subnet, trunk, siblings) -> GatewayOutcome:
+        self.evaluated.append(key)
+        return GatewayOutcome(state=GatewayState(CHASSIS_ASSIGNED, "assigned", 1))
+
+    def release(self, key) -> str:
+        return ""
 
 
 def test_no_gateway_group_is_written_while_the_status_waits_for_the_annotation():
@@ -445,4 +456,4 @@ def test_no_gateway_group_is_written_while_the_status_waits_for_the_annotation()
     bed.namespace_pass()
     bed.network_pass("n0")
     assert bed.status("n0")["vlan"] == 100
-    assert gw.evaluated == [("n0", 100)]
+    assert gw.evaluated == [f"{NS}/n0"]

@@ -52,8 +52,8 @@ DOCS = REPO / "docs" / "metrics.md"
 DASHBOARD = REPO / "charts" / "proxmox-network" / "dashboards" / "proxmox-network.json"
 JOB = "proxmox-network-controller-metrics"  # the Service's name, as the operator's scrape would name it
 SHORT_FOR = "2s"
-QUEUE = "proxmox-network-controller"
-NAMESPACE_QUEUE = "proxmox-network-namespaces"  # the namespace annotation's queue (issue 14)
+# One queue per controller (issue 14): networks, zones, egress-gateway pods, the namespace annotation.
+QUEUES = {"proxmox-network-networks", "proxmox-network-zones", "proxmox-network-pods", "proxmox-network-namespaces"}
 # Grafana's built-in interval, replaced by hand (Grafana would use at least 4 x the 1 s
 # scrape interval here; a minute covers every sample the test has).
 RATE_INTERVAL = "1m"
@@ -412,7 +412,7 @@ def test_documented_series_exist_in_prometheus_with_their_labels(stack):
                                           "5.0", "10.0", "+Inf"]
     # Leader election on: this one replica holds the Lease.
     assert v("cozy_proxmox_leader") == 1
-    assert {r["metric"]["name"] for r in prom.query('{__name__=~"workqueue_.*"}')} == {QUEUE, NAMESPACE_QUEUE}
+    assert {r["metric"]["name"] for r in prom.query('{__name__=~"workqueue_.*"}')} == QUEUES
     # Informers: one resource per watched kind, named <plural>.<group>/<version>.
     resources = {r["metric"]["resource"] for r in prom.query("cozy_proxmox_informer_relists_total")}
     assert {"proxmoxnetworks.proxmox.cozystack.io/v1alpha1", "proxmoxnetworkzones.proxmox.cozystack.io/v1alpha1",

@@ -28,6 +28,7 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.vlans import ensure
 from controller.kube import ApiError
 from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from informers import ThreadSafeStore
@@ -146,7 +147,7 @@ def test_no_two_vlans_share_an_id_whatever_the_cache_lag(ops, handmade):
 
     for op, arg in ops:
         if op == "alloc":
-            out = mgr.ensure(network(arg), z)
+            out = ensure(mgr, network(arg), z)
             if out.vlan is not None:
                 assert out.vlan["metadata"]["labels"]["proxmox.cozystack.io/network-name"] == f"n{arg}"
             else:
@@ -172,7 +173,7 @@ def test_concurrent_workers_on_a_lagging_cache_get_distinct_ids():
     def worker(w: int) -> None:
         barrier.wait()
         for i in range(w, 160, 8):
-            out = mgr.ensure(network(i), z)
+            out = ensure(mgr, network(i), z)
             results[i] = out.vlan["spec"]["id"]
 
     threads = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
@@ -272,7 +273,7 @@ def test_events_delivered_between_the_allocators_reads_never_free_an_id(ranges, 
         if op == "alloc":
             z = zs[i % len(zs)]
             try:
-                out = mgr.ensure(zone_network(i, z["metadata"]["name"]), z)
+                out = ensure(mgr, zone_network(i, z["metadata"]["name"]), z)
             except ApiError as err:  # adopting a Vlan deleted behind the cache: the pass retries
                 assert err.not_found
                 continue
@@ -308,10 +309,10 @@ def test_a_vlan_moving_from_the_assumed_set_into_the_cache_mid_read_keeps_its_id
     zones.add(z1)
     mgr = VlanManager(store, zones, api)  # type: ignore[arg-type]
     store.manager = mgr
-    a = mgr.ensure(zone_network(0, "z0"), z0)
+    a = ensure(mgr, zone_network(0, "z0"), z0)
     assert a.vlan["spec"]["id"] == 1 and store.get("s0") is None  # created, not yet seen
     armed[0] = True
-    b = mgr.ensure(zone_network(1, "z1"), z1)
+    b = ensure(mgr, zone_network(1, "z1"), z1)
     assert b.vlan["spec"]["id"] == 2
 
 
@@ -325,15 +326,15 @@ def test_a_late_delete_of_an_earlier_vlan_of_the_same_name_does_not_drop_the_new
     (z0,) = shared_zones([["1-10"]])
     zones.add(z0)
     mgr = VlanManager(store, zones, api)  # type: ignore[arg-type]
-    first = mgr.ensure(zone_network(0, "z0"), z0).vlan
+    first = ensure(mgr, zone_network(0, "z0"), z0).vlan
     api.delete_now("s0")
     api.events.clear()  # neither the first ADDED nor its DELETED has been delivered yet
     mgr.observe(first, deleted=True)  # the assumed Vlan itself is gone: the assumption ends
-    second = mgr.ensure(zone_network(0, "z0"), z0).vlan
+    second = ensure(mgr, zone_network(0, "z0"), z0).vlan
     assert second["spec"]["id"] == 1 and second["metadata"]["uid"] != first["metadata"]["uid"]
     mgr.observe(first, deleted=True)  # late, of the earlier object
     mgr.observe(first)  # an older version of the earlier object
-    assert mgr.ensure(zone_network(1, "z0"), z0).vlan["spec"]["id"] == 2
+    assert ensure(mgr, zone_network(1, "z0"), z0).vlan["spec"]["id"] == 2
 
 
 def test_real_threads_with_a_watch_thread_delivering_late_and_out_of_order():
@@ -365,7 +366,7 @@ def test_real_threads_with_a_watch_thread_delivering_late_and_out_of_order():
         barrier.wait()
         for i in range(w, n, workers):
             z = zs[i % len(zs)]
-            results[i] = mgr.ensure(zone_network(i, z["metadata"]["name"]), z).vlan["spec"]["id"]
+            results[i] = ensure(mgr, zone_network(i, z["metadata"]["name"]), z).vlan["spec"]["id"]
 
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)

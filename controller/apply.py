@@ -1,0 +1,279 @@
+"""The executor: applies a plan's actions in order and folds their results into the
+snapshot (see ``controller.actions``).
+
+One executor per reconciler kind writes to the API server (through ``KubeWriter``; writes
+of the reconciler's own kind go through its read-your-writes overlay) and hands NB work to
+the NB writer (``controller.gateway.GatewayStep`` over ``ovn.gateway.GatewayApplier``).
+Allocation runs under the provider's lock inside ``VlanManager.allocate``. The first action
+that raises stops the pass: nothing after it is applied, and the worker retries the key
+with backoff.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
+import attrs
+import structlog
+
+from controller import allocator, names
+from controller.actions import (
+    FAILED,
+    AddFinalizer,
+    AdoptVlan,
+    AllocateVlan,
+    EnsureGateway,
+    Event,
+    ForgetOverlay,
+    Get,
+    ListConsumers,
+    Log,
+    Metric,
+    NetworkGone,
+    Plan,
+    ReleaseGateway,
+    ReleaseVlan,
+    RemoveFinalizer,
+    RequestTriple,
+    SetPruneTimers,
+    SplitListed,
+    WriteStatus,
+)
+from controller.consumers import Consumers, count_consumers
+from controller.events import EventRecorder
+from controller.kube import ApiError, KubeWriter, annotation_patch
+from controller.metrics import Metrics
+from controller.recent import RecentWrites
+from controller.result import Result
+from controller.vlans import VlanManager
+from informers import Resource, meta_namespace_key
+
+log = structlog.get_logger(__name__)
+
+# A pass that has not settled after this many plans is a planner bug, not a slow cluster.
+MAX_PLANS = 64
+
+_ITEM = re.compile(r"^(\w+)\[(.*)\]$")
+
+
+class PlanDidNotSettle(RuntimeError):
+    """The planner asked for results more than :data:`MAX_PLANS` times in one pass."""
+
+
+def fill(snapshot: Any, into: str | None, value: Any) -> Any:
+    """``snapshot`` with field ``into`` (or key ``k`` of mapping field ``f``, as ``f[k]``)
+    set to ``value``; unchanged when ``into`` is None."""
+    if into is None:
+        return snapshot
+    m = _ITEM.match(into)
+    if m is None:
+        return attrs.evolve(snapshot, **{into: value})
+    field, key = m.groups()
+    mapping = dict(getattr(snapshot, field))
+    mapping[key] = value
+    return attrs.evolve(snapshot, **{field: mapping})
+
+
+def run(planner: Callable[[Any], Plan], snapshot: Any, apply: Callable[[Any, Any], Any]) -> Result:
+    """Plan, apply, and plan again while the plan asks for its results.
+
+    An action equal to one applied earlier in this pass is not applied again (a later plan
+    repeats the prefix it already asked for).
+
+    :raises PlanDidNotSettle: after :data:`MAX_PLANS` plans.
+    :raises ApiError: from the first action that fails.
+    """
+    applied: list[Any] = []
+    for _ in range(MAX_PLANS):
+        plan = planner(snapshot)
+        for action in plan.actions:
+            if action in applied:
+                continue
+            snapshot = apply(action, snapshot)
+            applied.append(action)
+        if not plan.replan:
+            return Result(plan.requeue_after)
+    raise PlanDidNotSettle(f"no settled plan after {MAX_PLANS} plans")
+
+
+class Executor:
+    """Applies actions for one reconciler (see the module docstring).
+
+    :param own: the reconciler's own kind and its read-your-writes overlay.
+    :param consumer_resources: served versions of pools, machines, addresses and claims
+        (``pools``, ``machines``, ``addresses``, ``claims``), for the fresh consumer count;
+        the manager adds kinds that appear later, so it is kept by reference.
+    :param namespaces: the namespace annotation's reconciler (``RequestTriple``, ``NetworkGone``).
+    :param gateway: the NB side (``controller.gateway.GatewayStep``), or None.
+    """
+
+    def __init__(
+        self,
+        writer: KubeWriter,
+        vlans: VlanManager,
+        own: tuple[Resource, RecentWrites] | None = None,
+        events: EventRecorder | None = None,
+        metrics: Metrics | None = None,
+        consumer_resources: MutableMapping[str, Resource] | None = None,
+        namespaces: Any = None,
+        gateway: Any = None,
+    ) -> None:
+        self.writer = writer
+        self.vlans = vlans
+        self.own = own
+        self.events = events
+        self.metrics = metrics or Metrics()
+        self.consumer_resources = consumer_resources if consumer_resources is not None else {}
+        self.namespaces = namespaces
+        self.gateway = gateway
+
+    def __call__(self, action: Any, s: Any) -> Any:
+        method = getattr(self, "_" + type(action).__name__)
+        return method(action, s)
+
+    # -- writes of the own kind go through the overlay ------------------------------------
+    def _guarded(self, resource: Resource, obj: Mapping[str, Any], fn: Callable[[], Any]) -> Any:
+        """``fn()``; for the own kind, record the written object in the overlay, and drop
+        the overlay's copy when the API server refused the write as stale or invalid."""
+        own = self.own is not None and resource == self.own[0]
+        try:
+            out = fn()
+        except ApiError as err:
+            if own and (err.conflict or err.invalid):
+                self.own[1].forget(meta_namespace_key(dict(obj)))  # type: ignore[index]
+            raise
+        if own and out is not None:
+            self.own[1].wrote(out)  # type: ignore[index]
+        return out
+
+    # -- reads ------------------------------------------------------------------------------
+    def _Get(self, a: Get, s: Any) -> Any:
+        try:
+            obj = self.writer.get(a.resource, a.name, a.namespace)
+        except ApiError as err:
+            if err.not_found:
+                obj = None
+            elif a.tolerate:
+                obj = FAILED
+            else:
+                raise
+        return fill(s, a.into, obj)
+
+    def _ListConsumers(self, a: ListConsumers, s: Any) -> Any:
+        return fill(s, a.into, self.fresh_consumers(a.namespace, a.pool))
+
+    def fresh_consumers(self, ns: str, pname: str) -> Consumers:
+        """:func:`count_consumers` over objects read from the API server, not the cache."""
+        def items(key: str) -> list[dict[str, Any]]:
+            res = self.consumer_resources.get(key)
+            if res is None:
+                return []
+            try:
+                return self.writer.request("GET", res.path(ns)).get("items") or []
+            except ApiError as err:
+                if err.not_found:
+                    return []
+                raise
+
+        pool = None
+        res = self.consumer_resources.get("pools")
+        if res is not None:
+            try:
+                pool = self.writer.get(res, pname, ns)
+            except ApiError as err:
+                if not err.not_found:
+                    raise
+        return count_consumers(pool, pname, items("machines"), items("addresses"), items("claims"))
+
+    def _SplitListed(self, a: SplitListed, s: Any) -> Any:
+        live, gone = self.vlans.split_listed_subnets(a.vlan)
+        return fill(s, a.into, (tuple(live), tuple(gone)))
+
+    # -- API writes -------------------------------------------------------------------------
+    def _AddFinalizer(self, a: AddFinalizer, s: Any) -> Any:
+        obj = self._guarded(a.resource, a.obj, lambda: self.writer.add_finalizer(a.resource, a.obj, names.FINALIZER))
+        return fill(s, a.into, obj)
+
+    def _RemoveFinalizer(self, a: RemoveFinalizer, s: Any) -> Any:
+        try:
+            obj = self._guarded(a.resource, a.obj,
+                                lambda: self.writer.remove_finalizer(a.resource, a.obj, names.FINALIZER))
+        except ApiError as err:
+            if not err.not_found:
+                raise
+            obj = None
+        return fill(s, a.into, obj)
+
+    def _AllocateVlan(self, a: AllocateVlan, s: Any) -> Any:
+        out = self.vlans.allocate(a.network, a.zone)
+        if out.vlan is None:
+            return attrs.evolve(s, refusal=(out.reason, out.message))
+        return attrs.evolve(s, vlan=out.vlan, allocated_now=out.allocated, holders=self._holders(out.vlan, a.zone))
+
+    def _AdoptVlan(self, a: AdoptVlan, s: Any) -> Any:
+        vlan = self.vlans.adopt(copy.deepcopy(dict(a.vlan)))
+        return attrs.evolve(s, vlan=vlan, holders=self._holders(vlan, s.zone))
+
+    def _holders(self, vlan: Mapping[str, Any], zone: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], ...]:
+        vid = allocator.vlan_id(vlan)
+        provider = str(((zone or {}).get("spec") or {}).get("providerNetwork") or "")
+        return tuple(self.vlans.holders(provider, vid)) if vid is not None else ()
+
+    def _SetPruneTimers(self, a: SetPruneTimers, s: Any) -> Any:
+        vlan = self.writer.json_patch(names.VLANS, a.vlan["metadata"]["name"],
+                                      annotation_patch(a.vlan, names.ANNOTATION_DELETED_SUBNETS, a.value))
+        return fill(s, a.into, vlan)
+
+    def _ReleaseVlan(self, a: ReleaseVlan, s: Any) -> Any:
+        self.vlans.release(copy.deepcopy(dict(a.vlan)))
+        if a.log:
+            log.info(a.log, **dict(a.fields))
+        return fill(s, a.into, True)
+
+    def _WriteStatus(self, a: WriteStatus, s: Any) -> Any:
+        body = copy.deepcopy(dict(a.obj))
+        body["status"] = copy.deepcopy(dict(a.status))
+        written = self._guarded(a.resource, a.obj, lambda: self.writer.update_status(a.resource, body))
+        if a.event is not None and self.events is not None:
+            self.events.event(written, a.event.type, a.event.reason, a.event.message)
+        return fill(s, a.into, written)
+
+    def _Event(self, a: Event, s: Any) -> Any:
+        if self.events is not None:
+            self.events.event(a.obj, a.type, a.reason, a.message)
+        return s
+
+    def _RequestTriple(self, a: RequestTriple, s: Any) -> Any:
+        self.namespaces.want(a.namespace, a.key, a.triple)
+        return attrs.evolve(s, annotation=self.namespaces.value(a.namespace), requested=True)
+
+    def _NetworkGone(self, a: NetworkGone, s: Any) -> Any:
+        if self.gateway is not None:
+            self.gateway.applier.forget(a.key)
+        if self.namespaces is not None:
+            self.namespaces.network_gone(a.key.partition("/")[0], a.key)
+        return s
+
+    def _ForgetOverlay(self, a: ForgetOverlay, s: Any) -> Any:
+        if self.own is not None:
+            self.own[1].forget(a.key)
+        return s
+
+    # -- NB -------------------------------------------------------------------------------
+    def _EnsureGateway(self, a: EnsureGateway, s: Any) -> Any:
+        return attrs.evolve(s, gateway=self.gateway.ensure(a.key, a.vpc, a.subnet, a.trunk, a.siblings))
+
+    def _ReleaseGateway(self, a: ReleaseGateway, s: Any) -> Any:
+        return attrs.evolve(s, gateway_release=self.gateway.release(a.key) if self.gateway is not None else "")
+
+    # -- observability ------------------------------------------------------------------------
+    def _Metric(self, a: Metric, s: Any) -> Any:
+        getattr(self.metrics, a.method)(*a.args)
+        return s
+
+    def _Log(self, a: Log, s: Any) -> Any:
+        getattr(log, a.level)(a.event, **dict(a.fields))
+        return s

@@ -1,0 +1,170 @@
+"""Queue keys and the mapping from watch events to them.
+
+Each controller has its own queue of its own key type: :class:`NetworkKey`,
+:class:`ZoneKey`, :class:`PodKey`, :class:`NamespaceKey`. The functions below are the
+event handlers' whole logic: given the object of an event (and read-only lookups in the
+listers), which keys of which kind must be reconciled. They decide nothing else; every
+decision is taken in a reconcile pass from the caches, so any event, or a full resync,
+leads to the same result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from controller import names
+from controller.consumers import machine_pool_refs
+from controller.vlans import vlan_index_provider_id, vlan_owner
+from informers import meta_namespace_key
+
+
+@attrs.frozen(order=True)
+class NetworkKey:
+    """A ProxmoxNetwork, by namespace and name."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def parse(cls, key: str) -> NetworkKey:
+        """From the cache key ``<namespace>/<name>``."""
+        ns, _, name = key.partition("/")
+        return cls(ns, name)
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> NetworkKey:
+        meta = obj.get("metadata") or {}
+        return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@attrs.frozen(order=True)
+class ZoneKey:
+    """A ProxmoxNetworkZone (cluster-scoped), by name."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@attrs.frozen(order=True)
+class PodKey:
+    """An egress-gateway Pod, by namespace and name."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> PodKey:
+        meta = obj.get("metadata") or {}
+        return cls(str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@attrs.frozen(order=True)
+class NamespaceKey:
+    """A Namespace whose annotation lists its networks' VLANs (§5.9)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _networks(listers: Any, index: str, value: str) -> list[NetworkKey]:
+    return [NetworkKey.parse(meta_namespace_key(n)) for n in listers.networks.by_index(index, value)]
+
+
+def _zones_on(listers: Any, provider: Any) -> list[ZoneKey]:
+    return [ZoneKey(_name(z)) for z in listers.zones.by_index("provider", provider)] if provider else []
+
+
+# -- one function per watched kind: (network keys, zone keys) ----------------------------------
+
+
+def for_network(net: Mapping[str, Any]) -> tuple[list[NetworkKey], list[ZoneKey]]:
+    """A network changed: itself, and its zone's counts."""
+    z = (net.get("spec") or {}).get("zone")
+    return [NetworkKey.of(net)], [ZoneKey(z)] if isinstance(z, str) and z else []
+
+
+def for_zone(zone: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], list[ZoneKey]]:
+    """A zone changed: itself, its networks, and the other zones on its provider (pins of
+    one zone change what the others may allocate)."""
+    zname = _name(zone)
+    p = (zone.get("spec") or {}).get("providerNetwork")
+    return _networks(listers, "zone", zname), [ZoneKey(zname), *_zones_on(listers, p)]
+
+
+def for_vlan(vlan: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], list[ZoneKey]]:
+    """A Vlan changed: its owner, and the zones whose free counts (and duplicates) it touches."""
+    ns, name = vlan_owner(vlan)
+    nets = [NetworkKey(ns, name)] if ns and name else []
+    zones = _zones_on(listers, (vlan.get("spec") or {}).get("provider"))
+    zl = ((vlan.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ZONE)
+    if zl:
+        zones.append(ZoneKey(zl))
+    return nets, zones
+
+
+def for_vlan_come_or_gone(vlan: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], list[ZoneKey]]:
+    """A Vlan appeared or went: as :func:`for_vlan`, plus the networks naming it (a network
+    refused with VLANNameTaken/VLANProviderMismatch waits for the name) and whatever its
+    same-ID twins map to (their VLANConflict must be checked again)."""
+    nets, zones = for_vlan(vlan, listers)
+    nets += _networks(listers, "subnet", _name(vlan))
+    for key in vlan_index_provider_id(vlan):
+        for other in listers.vlans.by_index("provider_id", key):
+            if _name(other) != _name(vlan):
+                n, z = for_vlan(other, listers)
+                nets += n
+                zones += z
+    return nets, zones
+
+
+def for_namespace_labels(old: Mapping[str, Any] | None, new: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
+    """A Namespace came or its labels changed: its networks (zone namespaceSelectors)."""
+    if old is not None and (old.get("metadata") or {}).get("labels") == (new.get("metadata") or {}).get("labels"):
+        return []
+    return _networks(listers, "namespace", _name(new))
+
+
+def for_provider_network(pn: Mapping[str, Any], listers: Any) -> list[ZoneKey]:
+    """A ProviderNetwork changed: the zones on it (their Ready)."""
+    return _zones_on(listers, _name(pn))
+
+
+def for_subnet(subnet: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], list[ZoneKey]]:
+    """A Subnet changed: the networks naming it, and the zone of the Vlan it binds (a Subnet
+    bound to an orphaned Vlan holds it)."""
+    v = (subnet.get("spec") or {}).get("vlan")
+    vlan = listers.vlans.get(v) if isinstance(v, str) and v else None
+    zl = (((vlan or {}).get("metadata") or {}).get("labels") or {}).get(names.LABEL_ZONE)
+    return _networks(listers, "subnet", _name(subnet)), [ZoneKey(zl)] if zl else []
+
+
+def for_pool_user(kind: str, obj: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
+    """A pool (``pools``), an address or claim (``addresses``, ``claims``: by ``spec.poolRef``)
+    or a machine (``machines``: by its pool references) changed: the networks of those pools."""
+    ns = str((obj.get("metadata") or {}).get("namespace") or "")
+    if kind == "pools":
+        pools: Iterable[str] = [_name(obj)]
+    elif kind == "machines":
+        pools = [str(r["name"]) for r in machine_pool_refs(obj) if r.get("name")]
+    else:
+        spec = obj.get("spec")
+        ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
+        pools = [str(ref["name"])] if isinstance(ref, Mapping) and ref.get("name") else []
+    return [k for p in pools for k in _networks(listers, "ippool", f"{ns}/{p}")]

@@ -1,0 +1,718 @@
+"""The ProxmoxNetwork planner: a pure function from what a pass observed to what it does
+(reference-behaviour.md §5 and §6; product-decisions.md §6).
+
+:func:`plan_network` reads a :class:`NetworkSnapshot` (the listers' objects, the namespace
+annotation, the clock reading of the pass, and the fresh reads and write results of the
+pass so far) and returns a :class:`controller.actions.Plan`. It has no client, no clock of
+its own and no I/O. A live network's plan adds our finalizer, allocates or adopts its
+Vlan, derives the whole status again and writes it only when it differs from the stored
+one (so a converged network costs no write). A deleting network walks the release order of
+§6 as a state machine whose next step depends only on fresh reads: it asks for each read
+it needs (``Get``, ``ListConsumers``, ``SplitListed``) and never lets the VLAN go while a
+consumer, the Subnet, the NB or a Kube-OVN reference may still use it.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from controller import allocator, kubeovn, names, reasons, release
+from controller.actions import (
+    UNREAD,
+    AddFinalizer,
+    AdoptVlan,
+    AllocateVlan,
+    EnsureGateway,
+    Event,
+    EventSpec,
+    ForgetOverlay,
+    Get,
+    ListConsumers,
+    Log,
+    Metric,
+    NetworkGone,
+    Plan,
+    ReleaseGateway,
+    ReleaseVlan,
+    RemoveFinalizer,
+    RequestTriple,
+    SetPruneTimers,
+    SplitListed,
+    WriteStatus,
+    unread,
+)
+from controller.addresses import check_pool_split, prefix_bits
+from controller.conditions import (
+    FALSE,
+    TRUE,
+    UNKNOWN,
+    Clock,
+    compute_ready,
+    find,
+    remove_condition,
+    set_condition,
+    transition,
+)
+from controller.consumers import Consumers
+from controller.events import NORMAL, WARNING
+from controller.gateway import FAILING_SINCE, GatewayOutcome, gateway_status
+from controller.namespaces import namespace_triple, split_value
+from controller.prune import go_list
+from controller.rfc3339 import format_utc, parse
+from controller.selectors import InvalidSelector, matches
+from controller.vlans import claim_refusal, gives_back_duplicate, needs_adoption, vlan_owner
+from ovn import planner as nb_planner
+
+GATEWAY_DISABLED_MESSAGE = (
+    "the controller does not manage the router port's HA chassis group (--manage-gateway-chassis=false)"
+)
+WAITING_FOR_VLAN = "waits for a VLAN to be allocated"
+RESYNC_PERIOD = 600.0  # §5.10 with management off
+GATEWAY_RETRY = 30.0  # gatewayRetryPeriod (§5.10)
+GATEWAY_RESYNC = 300.0  # gatewayResyncPeriod (§5.10)
+IN_USE_RETRY = 30.0
+SUBNET_EXISTS_RETRY = 30.0
+SUBNET_DELETING_RETRY = 10.0
+GATEWAY_RELEASE_RETRY = 30.0
+VLAN_REFERENCED_RETRY = 10.0
+SWITCH_DELETING_RETRY = 10.0
+
+# Ready reasons an operator only needs to know about, not act on: their Events are Normal.
+NORMAL_REASONS = frozenset(
+    {reasons.READY, reasons.PENDING, reasons.IN_USE, reasons.SUBNET_STILL_EXISTS, reasons.SUBNET_DELETING,
+     reasons.VLAN_STILL_REFERENCED, reasons.SWITCH_DELETING,
+     reasons.SUBNET_NOT_READY}
+)
+
+
+@attrs.frozen
+class NetworkSnapshot:
+    """What one pass over a network has observed so far.
+
+    Filled by the observer (``controller.network``) from the listers; the fields marked
+    "pass" are filled by the executor as the plan's actions run (:data:`UNREAD` until then).
+
+    :ivar network: the network (cache with our own writes overlaid), None when NotFound.
+    :ivar now: the clock reading of the pass (aware UTC).
+    :ivar zone, namespace: the network's zone and Namespace from the caches (None: absent).
+    :ivar vlan: the Vlan named after ``spec.subnet`` (cache, else assumed set), or None.
+    :ivar holders: the Vlans on the zone's provider with ``vlan``'s ID (assumed and cached).
+    :ivar subnet: the Subnet named by ``spec.subnet`` (cache), or None.
+    :ivar subnet_bound: some cached Subnet names ``vlan`` in ``spec.vlan``.
+    :ivar pool: the network's InClusterIPPool (cache), or None.
+    :ivar consumers: the pool's consumers counted from the caches.
+    :ivar annotation: the namespace annotation's value (None: no Namespace).
+    :ivar trunk, siblings: the gateway step's inputs (trunk nodes, the VPC's subnet names).
+    """
+
+    key: str
+    network: Mapping[str, Any] | None
+    now: _dt.datetime
+    manage_gateway: bool = False
+    gateway_enabled: bool = False
+    prune_timeout: float = 600.0
+    grace: float = 600.0
+    zone: Mapping[str, Any] | None = None
+    namespace: Mapping[str, Any] | None = None
+    vlan: Mapping[str, Any] | None = None
+    holders: tuple[Mapping[str, Any], ...] = ()
+    subnet: Mapping[str, Any] | None = None
+    subnet_bound: bool = False
+    pool: Mapping[str, Any] | None = None
+    consumers: Consumers = attrs.field(factory=Consumers)
+    annotation: str | None = None
+    trunk: tuple[Any, ...] = ()
+    siblings: frozenset[str] = frozenset()
+    # pass: allocation and adoption
+    refusal: tuple[str, str] | None = None
+    allocated_now: bool = False
+    requested: bool = False
+    gateway: GatewayOutcome | None = None
+    # pass: fresh reads of a release (§6) and of a duplicate's give-back (B15)
+    fresh_consumers: Any = UNREAD
+    fresh_subnet: Any = UNREAD
+    fresh_vlan: Any = UNREAD
+    fresh_network: Any = UNREAD
+    fresh_named_subnet: Any = UNREAD
+    listed: Any = UNREAD
+    gateway_release: Any = UNREAD
+    released: bool = False
+    subnet_released: bool = False
+    finalized: Any = UNREAD
+
+
+def requeue_after(manage_gateway: bool, status: Mapping[str, Any]) -> float:
+    """§5.10: 10 min with management off; 30 s while an NB failure is recorded or
+    GatewayReady waits for the NB or the router port; 5 min otherwise."""
+    if not manage_gateway:
+        return RESYNC_PERIOD
+    if status.get(FAILING_SINCE):
+        return GATEWAY_RETRY
+    gw = find(status.get("conditions"), names.GATEWAY_READY)
+    if gw is not None and gw.get("reason") in (reasons.NB_UNAVAILABLE, reasons.ROUTER_PORT_MISSING):
+        return GATEWAY_RETRY
+    return GATEWAY_RESYNC
+
+
+def set_not_ready(
+    conds: list[dict[str, Any]], ctype: str, reason: str, message: str, gen: int, manage_gateway: bool,
+    clock: Clock,
+) -> None:
+    """``setNotReady`` of §5.4: the condition False, and when it is VLANAllocated the
+    conditions that depend on a VLAN become Unknown/``WaitingForVLAN``."""
+    set_condition(conds, ctype, FALSE, reason, message, gen, clock)
+    if ctype == names.VLAN_ALLOCATED:
+        deps = [names.SUBNET_READY, names.IPPOOL_READY]
+        gw = find(conds, names.GATEWAY_READY)
+        if manage_gateway and (gw is None or gw.get("reason") != reasons.DISABLED):
+            deps.append(names.GATEWAY_READY)
+        for dep in deps:
+            set_condition(conds, dep, UNKNOWN, reasons.WAITING_FOR_VLAN, WAITING_FOR_VLAN, gen, clock)
+    compute_ready(conds, gen, clock)
+
+
+def duplicate_holders(vlan: Mapping[str, Any], on_provider: Any) -> list[str]:
+    """Names of the other Vlans on the same provider holding the same ID (sorted)."""
+    vid = allocator.vlan_id(vlan)
+    me = vlan["metadata"]["name"]
+    return sorted(
+        v["metadata"]["name"]
+        for v in on_provider
+        if v["metadata"]["name"] != me and allocator.vlan_id(v) == vid
+    )
+
+
+def subnet_conditions(subnet: Mapping[str, Any]) -> tuple[str, str, str]:
+    """SubnetReady (status, reason, message) from Kube-OVN's conditions (§5.5)."""
+    conds = (subnet.get("status") or {}).get("conditions") or []
+    ready = find(conds, "Ready")  # Kube-OVN's condition type
+    if ready is not None and ready.get("status") == TRUE:
+        return TRUE, reasons.READY, "Kube-OVN reports the subnet Ready"
+    reason = reasons.SUBNET_NOT_READY
+    message = (ready or {}).get("message") or "Kube-OVN has not reported the subnet Ready yet"
+    validated = find(conds, "Validated")
+    if validated is not None and validated.get("status") == FALSE:
+        reason, message = reasons.SUBNET_INVALID, validated.get("message") or ""
+    return FALSE, reason, message
+
+
+def namespace_allowed(namespace: Mapping[str, Any] | None, selector: Any) -> bool:
+    """§5.3: no selector admits every namespace; an absent Namespace or an invalid
+    selector admits none."""
+    if selector is None:
+        return True
+    if namespace is None:
+        return False
+    labels = (namespace.get("metadata") or {}).get("labels") or {}
+    try:
+        return matches(selector, labels)
+    except InvalidSelector:
+        return False
+
+
+def listed(annotation: str | None, triple: str) -> bool:
+    """Whether ``triple`` may show in a status of the namespace: it is in the annotation,
+    or the Namespace is not there at all (§5.9 step 8)."""
+    return annotation is None or triple in split_value(annotation)
+
+
+def status_waits(s: NetworkSnapshot, status: Mapping[str, Any]) -> bool:
+    """``status`` shows a triple the namespace annotation does not list yet, and the stored
+    status does not show it either (§5.9 step 8): it is not written now."""
+    net = s.network or {}
+    triple = namespace_triple({"spec": net.get("spec"), "status": status})
+    return bool(triple) and namespace_triple(net) != triple and not listed(s.annotation, triple)
+
+
+def ready_event(old: Mapping[str, Any], status: Mapping[str, Any]) -> EventSpec | None:
+    """The Event of a Ready transition (product-decisions.md §4.1): Normal for the reasons
+    an operator need not act on, else Warning."""
+    after = transition(old.get("conditions"), status.get("conditions"), names.READY)
+    if after is None:
+        return None
+    etype = NORMAL if after.get("reason") in NORMAL_REASONS else WARNING
+    return EventSpec(etype, after.get("reason", ""), after.get("message", ""))
+
+
+def network_series(net: Mapping[str, Any], status: Mapping[str, Any]) -> list[Metric]:
+    """The network series of reference-behaviour.md §13 from the status just computed."""
+    meta, spec = net["metadata"], net.get("spec") or {}
+    ns, name = meta["namespace"], meta["name"]
+    ready = find(status.get("conditions"), names.READY)
+    out = [Metric("set_network", (
+        ns, name, str(spec.get("zone") or ""), status.get("vlan") or 0,
+        ready is not None and ready.get("status") == TRUE, status.get("ipPool"), False,
+    ))]
+    gw = find(status.get("conditions"), names.GATEWAY_READY)
+    if gw is None or gw.get("reason") == reasons.DISABLED:
+        out.append(Metric("forget_gateway", (ns, name)))
+    else:
+        out.append(Metric("set_gateway_ready", (ns, name, gw.get("status") == TRUE)))
+    return out
+
+
+def plan_network(s: NetworkSnapshot) -> Plan:
+    """The next plan of a pass over ``s.key`` (see the module docstring)."""
+    net = s.network
+    if net is None:
+        ns, _, name = s.key.partition("/")
+        return Plan((Metric("forget_network", (ns, name)), NetworkGone(s.key)))
+    meta = net["metadata"]
+    if meta.get("deletionTimestamp"):
+        return plan_deletion(s)
+    if names.FINALIZER not in (meta.get("finalizers") or []):
+        return Plan((AddFinalizer(names.PROXMOX_NETWORKS, net, "network"),), replan=True)
+    return _Live(s).plan()
+
+
+class _Live:
+    """One plan of a live network (§5.2-§5.9). Builds the status in a copy of the stored
+    one and the actions in order; a method returns the plan as soon as it needs a result."""
+
+    def __init__(self, s: NetworkSnapshot) -> None:
+        self.s = s
+        self.net: Mapping[str, Any] = s.network  # type: ignore[assignment]
+        meta = self.net["metadata"]
+        self.ns, self.name = meta["namespace"], meta["name"]
+        self.spec = self.net.get("spec") or {}
+        self.gen = int(meta.get("generation") or 0)
+        self.old: Mapping[str, Any] = self.net.get("status") or {}
+        self.status: dict[str, Any] = copy.deepcopy(dict(self.old))
+        self.status["observedGeneration"] = self.gen
+        self.conds: list[dict[str, Any]] = self.status.setdefault("conditions", [])
+        self.actions: list[Any] = []
+        self.clock = lambda: s.now  # noqa: E731
+
+    def not_ready(self, reason: str, message: str) -> None:
+        set_not_ready(self.conds, names.VLAN_ALLOCATED, reason, message, self.gen, self.s.manage_gateway, self.clock)
+
+    def plan(self) -> Plan:
+        pending = self.fill()
+        if pending is not None:
+            return pending
+        return self.finish(waits=False)
+
+    def fill(self) -> Plan | None:
+        """The status of a live pass into ``self.status``; a Plan when a result is needed
+        first, or when the status waits for the namespace annotation (the gateway step was
+        then skipped: the group follows the status)."""
+        s, spec, conds, gen = self.s, self.spec, self.conds, self.gen
+        # §5.2 gateway pre-step.
+        gw = find(conds, names.GATEWAY_READY)
+        if not s.manage_gateway:
+            set_condition(conds, names.GATEWAY_READY, UNKNOWN, reasons.DISABLED, GATEWAY_DISABLED_MESSAGE, gen, self.clock)
+        elif gw is not None and gw.get("reason") == reasons.DISABLED:
+            remove_condition(conds, names.GATEWAY_READY)
+
+        # §5.3 zone and namespace.
+        zname = str(spec.get("zone") or "")
+        zone = s.zone
+        if zone is None:
+            self.not_ready(reasons.ZONE_NOT_FOUND, f'ProxmoxNetworkZone "{zname}" does not exist')
+            return None
+        zspec = zone.get("spec") or {}
+        if not namespace_allowed(s.namespace, zspec.get("namespaceSelector")):
+            self.not_ready(reasons.NAMESPACE_NOT_ALLOWED,
+                           f'namespace "{self.ns}" does not match the namespaceSelector of zone "{zname}"')
+            return None
+
+        # §5.4 VLAN.
+        provider = str(zspec.get("providerNetwork") or "")
+        if s.refusal is not None:
+            self.not_ready(*s.refusal)
+            return None
+        vlan = s.vlan
+        if vlan is None:
+            return Plan(tuple(self.actions) + (AllocateVlan(self.net, zone),), replan=True)
+        refusal = claim_refusal(vlan, self.ns, self.name, zname, provider)
+        if refusal is not None:
+            self.not_ready(*refusal)
+            return None
+        if needs_adoption(vlan):
+            return Plan(tuple(self.actions) + (AdoptVlan(vlan),), replan=True)
+        vid = allocator.vlan_id(vlan)
+        vname = vlan["metadata"]["name"]
+        bridge = str(zspec.get("bridge") or "")
+        if s.allocated_now:
+            self.actions.append(Event(self.net, NORMAL, reasons.EVENT_VLAN_ALLOCATED,
+                                      f'allocated VLAN {vid} on provider "{provider}" (Vlan "{vname}")'))
+        status = self.status
+        status["vlan"] = vid if vid is not None else 0
+        status["vlanName"] = vname
+        status["bridge"] = bridge
+        mtu = zspec.get("mtu")
+        if isinstance(mtu, int) and not isinstance(mtu, bool):
+            status["mtu"] = mtu
+        else:
+            status.pop("mtu", None)
+        if (vlan.get("status") or {}).get("conflict") is True:
+            self.not_ready(reasons.VLAN_CONFLICT,
+                           f'Kube-OVN reports VLAN {vid} on provider "{provider}" as conflicting with another Vlan')
+            return None
+        others = duplicate_holders(vlan, s.holders)
+        if others:
+            return self.duplicate(vlan, vid, provider, others)
+        msg = f"VLAN {vid} on bridge {bridge}"
+        static = allocator.static_assignment_for(zone, self.ns, self.name)
+        if static is not None and static != vid:
+            msg += f"; the static assignment asks for VLAN {static}, which applies only when the network is recreated"
+        set_condition(conds, names.VLAN_ALLOCATED, TRUE, reasons.ALLOCATED, msg, gen, self.clock)
+
+        subnet = self.subnet_step(vname)
+        self.pool_step(subnet)
+        if s.manage_gateway:
+            if subnet is None:
+                set_condition(conds, names.GATEWAY_READY, UNKNOWN, reasons.SUBNET_UNAVAILABLE,
+                              "the router port is looked up once the subnet is bound", gen, self.clock)
+            elif s.gateway_enabled:
+                if status_waits(s, status):
+                    # The group follows the status: while the status waits for the namespace
+                    # annotation no group is written, so a network whose status never showed
+                    # a VLAN never wrote one (§6 step 3 releases only with status.vlan set).
+                    return self.finish(waits=True)
+                pending = self.gateway_step(subnet)
+                if pending is not None:
+                    return pending
+            else:
+                c = find(conds, names.GATEWAY_READY)
+                if c is not None and c.get("reason") in (reasons.SUBNET_UNAVAILABLE, reasons.WAITING_FOR_VLAN):
+                    remove_condition(conds, names.GATEWAY_READY)
+        compute_ready(conds, gen, self.clock)
+        return None
+
+    def duplicate(self, vlan: Mapping[str, Any], vid: int | None, provider: str, others: list[str]) -> Plan | None:
+        """product-decisions.md §7: a duplicate ID is VLANConflict; the Vlan of a
+        self-made duplicate nothing has bound yet is given back, decided on fresh reads."""
+        s = self.s
+        vname = vlan["metadata"]["name"]
+        held = ", ".join(f'"{o}"' for o in others)
+        msg = f'VLAN {vid} on provider "{provider}" is also held by Vlan {held}'
+        twins = [v for v in s.holders if v["metadata"]["name"] != vname]
+        if gives_back_duplicate(vlan, twins) and not s.subnet_bound:
+            pending = self.give_back(vlan)
+            if pending is not None:
+                return pending
+            if s.released:
+                self.actions.append(Event(
+                    self.net, WARNING, reasons.VLAN_DUPLICATE_REPAIRED,
+                    f'{msg}; gave back Vlan "{vname}" (made by this controller, not bound yet) and allocating again'))
+                msg += "; this network's Vlan was given back and is allocated again"
+        self.not_ready(reasons.VLAN_CONFLICT, msg)
+        return None
+
+    def give_back(self, vlan: Mapping[str, Any]) -> Plan | None:
+        """The give-back of field report B15: the Vlan is still the same object, not
+        Terminating, with the same ID and no subnet listed; no Subnet is named after it;
+        no consumer holds the network's pool. A Plan while a fresh read is missing."""
+        s = self.s
+        name = vlan["metadata"]["name"]
+        if s.released:
+            return None
+        if unread(s.fresh_vlan):
+            return self.need(Get(names.VLANS, name, None, "fresh_vlan"))
+        fresh = s.fresh_vlan
+        if fresh is None:
+            return None
+        fm = fresh.get("metadata") or {}
+        if (fm.get("uid") != vlan["metadata"].get("uid") or fm.get("deletionTimestamp")
+                or allocator.vlan_id(fresh) != allocator.vlan_id(vlan)
+                or (fresh.get("status") or {}).get("subnets")):
+            return None
+        if unread(s.fresh_named_subnet):
+            return self.need(Get(names.SUBNETS, name, None, "fresh_named_subnet"))
+        if s.fresh_named_subnet is not None:
+            return None
+        if unread(s.fresh_consumers):
+            return self.need(ListConsumers(self.ns, str(self.spec.get("ipPool") or ""), "fresh_consumers"))
+        if s.fresh_consumers.busy:
+            return None
+        return self.need(
+            Log("warning", "giving back a duplicate VLAN this controller made",
+                {"vlan": name, "id": allocator.vlan_id(fresh), "network": s.key}),
+            ReleaseVlan(fresh, "", {}),
+        )
+
+    def need(self, *actions: Any) -> Plan:
+        return Plan(tuple(self.actions) + actions, replan=True)
+
+    def subnet_step(self, vlan_name: str) -> Mapping[str, Any] | None:
+        """§5.5; the Subnet when it is bound to our Vlan, else None."""
+        s, conds, gen, status = self.s, self.conds, self.gen, self.status
+        sname = str(self.spec.get("subnet") or "")
+        sub = s.subnet
+        if sub is None:
+            set_condition(conds, names.SUBNET_READY, FALSE, reasons.SUBNET_NOT_FOUND,
+                          f'Kube-OVN Subnet "{sname}" does not exist', gen, self.clock)
+            return None
+        sspec = sub.get("spec") or {}
+        actual = sspec.get("vlan") or ""
+        if actual != vlan_name:
+            set_condition(conds, names.SUBNET_READY, FALSE, reasons.SUBNET_NOT_BOUND,
+                          f'Subnet "{sname}" has spec.vlan "{actual}", expected "{vlan_name}"', gen, self.clock)
+            return None
+        smeta = sub.get("metadata") or {}
+        if not smeta.get("deletionTimestamp") and names.FINALIZER not in (smeta.get("finalizers") or []):
+            self.actions.append(AddFinalizer(names.SUBNETS, sub, "subnet"))
+        cidr = str(sspec.get("cidrBlock") or "")
+        status["cidr"] = cidr
+        gateway = sspec.get("gateway")
+        if gateway:
+            status["gateway"] = gateway
+        else:
+            status.pop("gateway", None)
+        bits = prefix_bits(cidr)
+        if bits is not None:
+            status["prefix"] = bits
+        st, reason, message = subnet_conditions(sub)
+        set_condition(conds, names.SUBNET_READY, st, reason, message, gen, self.clock)
+        return sub
+
+    def pool_step(self, subnet: Mapping[str, Any] | None) -> None:
+        """§5.6."""
+        conds, gen, status, clock = self.conds, self.gen, self.status, self.clock
+        pname = str(self.spec.get("ipPool") or "")
+        pool = self.s.pool
+        if pool is None:
+            status.pop("ipPool", None)
+            set_condition(conds, names.IPPOOL_READY, FALSE, reasons.POOL_NOT_FOUND,
+                          f'InClusterIPPool "{pname}" does not exist in this namespace', gen, clock)
+            return
+        ip = (pool.get("status") or {}).get("ipAddresses")
+        if isinstance(ip, Mapping):
+            status["ipPool"] = {k: ip.get(k) if isinstance(ip.get(k), int) else 0 for k in ("total", "used", "free")}
+        if subnet is None:
+            set_condition(conds, names.IPPOOL_READY, UNKNOWN, reasons.SUBNET_UNAVAILABLE,
+                          "the pool is checked against the subnet once the subnet is bound", gen, clock)
+            return
+        sspec = subnet.get("spec") or {}
+        excludes = sspec.get("excludeIps") or []
+        failure = check_pool_split(
+            str(sspec.get("cidrBlock") or ""),
+            str(sspec.get("gateway") or ""),
+            [str(e) for e in excludes] if isinstance(excludes, list) else [],
+            pool.get("spec") or {},
+        )
+        if failure is not None:
+            set_condition(conds, names.IPPOOL_READY, FALSE, failure[0], failure[1], gen, clock)
+            return
+        usage = status.get("ipPool")
+        if usage and usage.get("total", 0) > 0 and usage.get("free", 0) == 0:
+            set_condition(conds, names.IPPOOL_READY, TRUE, reasons.POOL_EXHAUSTED,
+                          f"all {usage['total']} addresses of the pool are allocated; new machines will wait", gen, clock)
+            return
+        set_condition(conds, names.IPPOOL_READY, TRUE, reasons.READY, "pool lies inside the subnet's excludeIps", gen, clock)
+
+    def gateway_step(self, subnet: Mapping[str, Any]) -> Plan | None:
+        """§9.2: the router port's group; a Plan while the NB outcome is missing."""
+        s = self.s
+        sname = str((subnet.get("metadata") or {}).get("name") or "")
+        vpc = str((subnet.get("spec") or {}).get("vpc") or "")
+        if not vpc:
+            self.status.pop(FAILING_SINCE, None)
+            set_condition(self.conds, names.GATEWAY_READY, FALSE, reasons.ROUTER_PORT_MISSING,
+                          f'Subnet "{sname}" has no spec.vpc yet, so its router port is unknown', self.gen, self.clock)
+            self.actions.append(Metric("set_gateway_chassis", (self.ns, self.name, 0)))
+            return None
+        if s.gateway is None:
+            return self.need(EnsureGateway(s.key, vpc, sname, s.trunk, s.siblings))
+        self.actions += gateway_status(s.gateway, self.net, nb_planner.router_port_name(vpc, sname), self.status,
+                                       self.conds, self.old, self.gen, s.now, s.grace)
+        return None
+
+    def finish(self, waits: bool) -> Plan:
+        """§5.9 step 8 and the write: the triple is in the annotation before any status
+        shows it; the status is written only when it differs."""
+        s, status = self.s, self.status
+        triple = namespace_triple({"spec": self.spec, "status": status})
+        if triple and not listed(s.annotation, triple) and not s.requested:
+            return self.need(RequestTriple(self.ns, s.key, triple))
+        ready = find(status["conditions"], names.READY)
+        if ready is not None and ready.get("status") != TRUE:
+            self.actions.append(Metric("reconcile_error", (ready.get("reason", ""),)))
+        requeue = requeue_after(s.manage_gateway, status)
+        if waits or status_waits(s, status):
+            return Plan(tuple(self.actions), requeue_after=requeue)
+        if status != self.old:
+            self.actions.append(WriteStatus(names.PROXMOX_NETWORKS, self.net, status, "network",
+                                            ready_event(self.old, status)))
+        self.actions += network_series(self.net, status)
+        return Plan(tuple(self.actions), requeue_after=requeue)
+
+
+# -- deletion (§6) ---------------------------------------------------------------------------
+
+
+def plan_deletion(s: NetworkSnapshot) -> Plan:
+    """The next step of a deleting network (§6), from fresh reads only.
+
+    1. no consumer (the caches, then fresh LISTs: B15); 2. the Subnet gone (fresh GET; our
+    Subnet finalizer goes once Kube-OVN deletes it); 3. the network's groups gone from the
+    NB; 4. the Vlan released once Kube-OVN lists no subnet on it, or the newest prune timer
+    ran out (:func:`controller.release.release_step`); 5. our finalizer removed.
+    """
+    net: Mapping[str, Any] = s.network  # type: ignore[assignment]
+    meta, spec = net["metadata"], net.get("spec") or {}
+    if names.FINALIZER not in (meta.get("finalizers") or []):
+        return Plan()
+    ns, name = meta["namespace"], meta["name"]
+    gen = int(meta.get("generation") or 0)
+    old = net.get("status") or {}
+    status = copy.deepcopy(dict(old))
+    conds: list[dict[str, Any]] = status.setdefault("conditions", [])
+    prev_switch = find(old.get("conditions"), names.SWITCH_DELETED)
+    # (It comes back only while deleted subnets are listed, at its old place: an unchanged
+    # wait must compare equal to the stored status and write nothing.)
+    switch_at = next((i for i, c in enumerate(conds) if c.get("type") == names.SWITCH_DELETED), None)
+    remove_condition(conds, names.SWITCH_DELETED)
+    vid = int(status.get("vlan") or 0)
+    pname = str(spec.get("ipPool") or "")
+    sname = str(spec.get("subnet") or "")
+    clock = lambda: s.now  # noqa: E731
+    actions: list[Any] = []
+
+    def need(*more: Any) -> Plan:
+        return Plan(tuple(actions) + more, replan=True)
+
+    def wait(reason: str, message: str, after: float) -> Plan:
+        set_condition(conds, names.READY, FALSE, reason, message, gen, clock)
+        if status != old:
+            actions.append(WriteStatus(names.PROXMOX_NETWORKS, net, status, "network", ready_event(old, status)))
+        actions.append(Metric("set_deleting", (ns, name, True)))
+        return Plan(tuple(actions), requeue_after=after)
+
+    # 1. Consumers.
+    consumers = s.consumers
+    if not consumers.busy:
+        # The cache says free: confirm with a fresh read before anything is released (B15).
+        if unread(s.fresh_consumers):
+            return need(ListConsumers(ns, pname, "fresh_consumers"))
+        consumers = s.fresh_consumers
+    if consumers.busy:
+        return wait(reasons.IN_USE, consumers.message(pname, vid, sname), IN_USE_RETRY)
+
+    # 2. The Subnet (read from the API: a release is never decided on a lagging cache).
+    if unread(s.fresh_subnet):
+        return need(Get(names.SUBNETS, sname, None, "fresh_subnet"))
+    sub = s.fresh_subnet
+    if sub is not None:
+        # The Subnet is back (or still here): a timer an earlier deletion of the same name
+        # started must not shorten the wait of its next deletion (§7.1: a name no longer
+        # gone is dropped).
+        pending = _drop_live_timers(s, ns, name, sname, actions)
+        if pending is not None:
+            return pending
+        if not (sub.get("metadata") or {}).get("deletionTimestamp"):
+            return wait(reasons.SUBNET_STILL_EXISTS,
+                        f'Subnet "{sname}" still exists; VLAN {vid} is released after it is deleted', SUBNET_EXISTS_RETRY)
+        message = f'waiting for Kube-OVN to delete Subnet "{sname}" before VLAN {vid} is released'
+        held = kubeovn.held_only_by_us(sub)
+        if held:
+            # Kube-OVN put no finalizer of its own on it (ours came first): ours keeps the
+            # Subnet while Kube-OVN still counts IPs in it (docs/testing.md, "What the real
+            # peers taught us").
+            message += (f"; Kube-OVN counts {held} IP(s) in use in it and has no finalizer of its own on it, "
+                        f"so the controller keeps its finalizer until they are released")
+        elif names.FINALIZER in ((sub.get("metadata") or {}).get("finalizers") or []):
+            actions.append(RemoveFinalizer(names.SUBNETS, sub))
+        return wait(reasons.SUBNET_DELETING, message, SUBNET_DELETING_RETRY)
+
+    # 3. Gateway release (holds the VLAN while the NB still points at it).
+    if s.manage_gateway and vid:
+        if unread(s.gateway_release):
+            return need(ReleaseGateway(s.key))
+        if s.gateway_release:
+            return wait(reasons.GATEWAY_RELEASE_PENDING,
+                        f"could not delete the network's HA chassis group from OVN NB: {s.gateway_release}",
+                        GATEWAY_RELEASE_RETRY)
+
+    # 4. The Vlan.
+    if unread(s.fresh_vlan):
+        return need(Get(names.VLANS, sname, None, "fresh_vlan"))
+    vlan = s.fresh_vlan
+    if vlan is not None and vlan_owner(vlan) == (ns, name) and not s.released:
+        # The release cannot be undone: act only for the very object the API server still
+        # has, deleting and holding our finalizer (not a stale cache entry).
+        if unread(s.fresh_network):
+            return need(Get(names.PROXMOX_NETWORKS, name, ns, "fresh_network"))
+        if not still_ours(net, s.fresh_network):
+            return Plan(tuple(actions) + (ForgetOverlay(s.key),))
+        if unread(s.listed):
+            return need(SplitListed(vlan, "listed"))
+        live, gone = s.listed
+        step = release.release_step(vlan, live, gone, s.now, parse(meta.get("deletionTimestamp")), s.prune_timeout)
+        if step.stores_timers:
+            return need(SetPruneTimers(vlan, step.timers, "fresh_vlan"))
+        if gone:
+            ltt = (prev_switch.get("lastTransitionTime") if prev_switch and prev_switch.get("status") == FALSE
+                   else format_utc(s.now))
+            conds.insert(len(conds) if switch_at is None else switch_at, {
+                "type": names.SWITCH_DELETED, "status": FALSE, "reason": reasons.LISTED_ON_VLAN,
+                "message": f"Kube-OVN still lists deleted subnets {go_list(gone)} on the Vlan",
+                "observedGeneration": gen, "lastTransitionTime": ltt,
+            })
+        vname = vlan["metadata"]["name"]
+        released_id = allocator.vlan_id(vlan)
+        if step.kind == release.WAIT_LIVE:
+            return wait(reasons.VLAN_STILL_REFERENCED,
+                        f'Kube-OVN still lists subnets {go_list(live)} on Vlan "{vname}"', VLAN_REFERENCED_RETRY)
+        if step.kind == release.WAIT_PRUNE:
+            assert step.deadline is not None
+            return wait(
+                reasons.SWITCH_DELETING,
+                f'Kube-OVN still lists deleted subnets {go_list(gone)} on Vlan "{vname}" until it has deleted '
+                f"their logical switches; VLAN {released_id} is released then, or at "
+                f"{format_utc(step.deadline)} at the latest",
+                min((step.deadline - s.now).total_seconds(), SWITCH_DELETING_RETRY),
+            )
+        zone = (vlan["metadata"].get("labels") or {}).get(names.LABEL_ZONE, "")
+        if step.timed_out:
+            actions.append(Log("info", "Kube-OVN did not prune deleted subnets from the Vlan in time; releasing the VLAN anyway",
+                               {"vlan": released_id, "subnets": list(gone), "timeout": s.prune_timeout}))
+            done = Event(net, WARNING, reasons.VLAN_RELEASED_AFTER_PRUNE_TIMEOUT,
+                         f"released VLAN {released_id}: Kube-OVN still listed deleted subnets "
+                         f"{go_list(gone)} after the prune timeout of {int(s.prune_timeout)}s")
+        else:
+            done = Event(net, NORMAL, reasons.VLAN_RELEASED, f'released VLAN {released_id} (Vlan "{vname}")')
+        return need(ReleaseVlan(vlan, "released VLAN",
+                                {"zone": zone, "vlan": released_id, "subnet": sname, "network": s.key}), done)
+
+    # 5. Our finalizer.
+    if unread(s.finalized):
+        return Plan(tuple(actions) + (RemoveFinalizer(names.PROXMOX_NETWORKS, net, "finalized"),
+                                      Metric("forget_network", (ns, name))))
+    return Plan(tuple(actions))
+
+
+def _drop_live_timers(s: NetworkSnapshot, ns: str, name: str, sname: str, actions: list[Any]) -> Plan | None:
+    """While the Subnet exists, drop the prune timers our Vlan keeps for it (§7.1)."""
+    if unread(s.fresh_vlan):
+        return Plan(tuple(actions) + (Get(names.VLANS, sname, None, "fresh_vlan"),), replan=True)
+    vlan = s.fresh_vlan
+    if vlan is None or vlan_owner(vlan) != (ns, name):
+        return None
+    if names.ANNOTATION_DELETED_SUBNETS not in ((vlan.get("metadata") or {}).get("annotations") or {}):
+        return None
+    if unread(s.listed):
+        return Plan(tuple(actions) + (SplitListed(vlan, "listed"),), replan=True)
+    _, gone = s.listed
+    step = release.release_step(vlan, (), gone, s.now, None, s.prune_timeout)
+    if step.stores_timers:
+        return Plan(tuple(actions) + (SetPruneTimers(vlan, step.timers, "fresh_vlan"),), replan=True)
+    return None
+
+
+def still_ours(net: Mapping[str, Any], cur: Mapping[str, Any] | None) -> bool:
+    """The API server's copy of ``net`` has the same UID, is deleting and carries our finalizer."""
+    if cur is None:
+        return False
+    meta, cm = net["metadata"], cur.get("metadata") or {}
+    return (
+        cm.get("uid") == meta.get("uid")
+        and bool(cm.get("deletionTimestamp"))
+        and names.FINALIZER in (cm.get("finalizers") or [])
+    )

@@ -1,0 +1,78 @@
+"""Every condition and Event reason the controller writes, by name (reference-behaviour.md
+§5, §6, §8, §9; product-decisions.md §7). Operators' runbooks (docs/operations.md) are
+keyed by these strings; they are API: never rename one.
+
+The NB planner's reasons (``ChassisAssigned``, ``RouterPortMissing``, ``NoTrunkNodes``,
+``ForeignGroup``) are defined with it in ``ovn.planner`` and re-exported here.
+"""
+
+from __future__ import annotations
+
+from ovn.planner import CHASSIS_ASSIGNED, FOREIGN_GROUP, NO_TRUNK_NODES, ROUTER_PORT_MISSING
+
+# -- shared -------------------------------------------------------------------------------------
+READY = "Ready"
+PENDING = "Pending"  # a required condition has not been evaluated (§5.8)
+
+# -- VLANAllocated (§5.3, §5.4) -----------------------------------------------------------------
+ALLOCATED = "Allocated"
+ZONE_NOT_FOUND = "ZoneNotFound"
+NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+ZONE_INVALID = "ZoneInvalid"
+ZONE_EXHAUSTED = "ZoneExhausted"
+STATIC_VLAN_RESERVED = "StaticVLANReserved"
+STATIC_VLAN_IN_USE = "StaticVLANInUse"
+VLAN_NAME_TAKEN = "VLANNameTaken"
+VLAN_PROVIDER_MISMATCH = "VLANProviderMismatch"
+VLAN_CONFLICT = "VLANConflict"
+WAITING_FOR_VLAN = "WaitingForVLAN"  # the dependents of a VLANAllocated that is not True
+
+# -- SubnetReady (§5.5) ----------------------------------------------------------------------------
+SUBNET_NOT_FOUND = "SubnetNotFound"
+SUBNET_NOT_BOUND = "SubnetNotBound"
+SUBNET_NOT_READY = "SubnetNotReady"
+SUBNET_INVALID = "SubnetInvalid"
+
+# -- IPPoolReady (§5.6) ----------------------------------------------------------------------------
+POOL_NOT_FOUND = "PoolNotFound"
+POOL_EXHAUSTED = "PoolExhausted"
+SUBNET_UNAVAILABLE = "SubnetUnavailable"  # IPPoolReady and GatewayReady before the subnet is bound
+SUBNET_CIDR_INVALID = "SubnetCIDRInvalid"
+POOL_PREFIX_MISMATCH = "PoolPrefixMismatch"
+POOL_GATEWAY_MISMATCH = "PoolGatewayMismatch"
+SUBNET_EXCLUDE_IPS_INVALID = "SubnetExcludeIPsInvalid"
+POOL_ADDRESS_INVALID = "PoolAddressInvalid"
+POOL_OUTSIDE_SUBNET = "PoolOutsideSubnet"
+POOL_OVERLAPS_SUBNET = "PoolOverlapsSubnet"
+
+# -- GatewayReady (§9) -----------------------------------------------------------------------------
+DISABLED = "Disabled"
+NB_UNAVAILABLE = "NBUnavailable"
+
+# -- Ready of a deleting network (§6) --------------------------------------------------------------
+IN_USE = "InUse"
+SUBNET_STILL_EXISTS = "SubnetStillExists"
+SUBNET_DELETING = "SubnetDeleting"
+GATEWAY_RELEASE_PENDING = "GatewayReleasePending"
+VLAN_STILL_REFERENCED = "VLANStillReferenced"
+SWITCH_DELETING = "SwitchDeleting"
+LISTED_ON_VLAN = "ListedOnVlan"  # SwitchDeleted=False
+
+# -- zone Ready (§8) -------------------------------------------------------------------------------
+PROVIDER_NETWORK_NOT_FOUND = "ProviderNetworkNotFound"
+PROVIDER_NETWORK_NOT_READY = "ProviderNetworkNotReady"
+
+# -- Events only -----------------------------------------------------------------------------------
+EVENT_VLAN_ALLOCATED = "VLANAllocated"
+VLAN_RELEASED = "VLANReleased"
+VLAN_RELEASED_AFTER_PRUNE_TIMEOUT = "VLANReleasedAfterPruneTimeout"
+VLAN_DUPLICATE_REPAIRED = "VLANDuplicateRepaired"
+ORPHANED_VLAN_COLLECTED = "OrphanedVLANCollected"
+NB_RECOVERED = "NBRecovered"
+GATEWAY_GROUP_CREATED = "GatewayGroupCreated"
+GATEWAY_GROUP_ADOPTED = "GatewayGroupAdopted"
+GATEWAY_GROUP_UPDATED = "GatewayGroupUpdated"
+
+__all__ = [n for n in dir() if n.isupper()] + [
+    "CHASSIS_ASSIGNED", "FOREIGN_GROUP", "NO_TRUNK_NODES", "ROUTER_PORT_MISSING",
+]

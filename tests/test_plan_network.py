@@ -1,0 +1,1210 @@
+"""The ProxmoxNetwork planner, pure (no server): ``plan_network(NetworkSnapshot) -> Plan``.
+
+Expected reasons and messages are the spec's (reference-behaviour.md §5, §6, §9.2, §9.5;
+product-decisions.md §4, §6-§8), not read off the code. A pass is driven by :func:`drive`,
+a tiny stand-in for ``controller.apply.run``: each requested read is filled from a dict of
+canned fresh values (keyed by the action's ``into``) and folded with
+``controller.apply.fill``; an action already applied in the pass is not applied again.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller import names
+from controller.actions import (
+    AddFinalizer,
+    AdoptVlan,
+    AllocateVlan,
+    EnsureGateway,
+    Event,
+    EventSpec,
+    ForgetOverlay,
+    Get,
+    ListConsumers,
+    Log,
+    Metric,
+    NetworkGone,
+    Plan,
+    ReleaseGateway,
+    ReleaseVlan,
+    RemoveFinalizer,
+    RequestTriple,
+    SetPruneTimers,
+    SplitListed,
+    WriteStatus,
+)
+from controller.apply import fill
+from controller.consumers import Consumers, count_consumers
+from controller.gateway import GatewayOutcome
+from controller.plan_network import NetworkSnapshot, plan_network
+from ovn.planner import GatewayState
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 10, 7, 8, 0, 0, tzinfo=UTC)
+FIN = names.FINALIZER
+NS, NAME, KEY = "tenant-a", "net-a", "tenant-a/net-a"
+ZONE, PROVIDER, BRIDGE = "zone-a", "physnet1", "vmbr70"
+SUBNET, POOL, VPC, VID = "sub-a", "pool-a", "vpc-x", 101
+LRP = f"{VPC}-{SUBNET}"
+TRIPLE = f"{BRIDGE}/{VID}/{POOL}"
+DELETED_AT = "2026-10-07T07:30:00Z"
+ASSIGNED = (f'router port "{LRP}" has HA chassis group "px-{LRP}" with 2 chassis (ch1=100, ch2=90); '
+            "the highest priority is active")
+
+
+def ts(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- objects -------------------------------------------------------------------------------
+
+
+def network(status=None, *, finalizers=(FIN,), deleting=None, uid="uid-net", generation=3):
+    meta: dict[str, Any] = {"name": NAME, "namespace": NS, "uid": uid, "generation": generation,
+                            "resourceVersion": "7", "finalizers": list(finalizers)}
+    if deleting:
+        meta["deletionTimestamp"] = deleting
+    net: dict[str, Any] = {"metadata": meta, "spec": {"zone": ZONE, "subnet": SUBNET, "ipPool": POOL}}
+    if status is not None:
+        net["status"] = status
+    return net
+
+
+def zone(**spec):
+    base = {"bridge": BRIDGE, "providerNetwork": PROVIDER, "vlanRanges": ["101-110"]}
+    base.update(spec)
+    return {"metadata": {"name": ZONE, "generation": 1}, "spec": base}
+
+
+def namespace(labels=None):
+    return {"metadata": {"name": NS, "labels": dict(labels or {})}}
+
+
+def vlan(name=SUBNET, vid=VID, *, owner=(NS, NAME), provider=PROVIDER, finalizers=(FIN,), subnets=(),
+         conflict=None, annotations=None, uid="uid-vlan", created="2026-10-07T07:00:00Z", deleting=None):
+    meta: dict[str, Any] = {
+        "name": name, "uid": uid, "creationTimestamp": created, "resourceVersion": "11",
+        "labels": {names.LABEL_ZONE: ZONE, names.LABEL_NETWORK_NAMESPACE: owner[0],
+                   names.LABEL_NETWORK_NAME: owner[1]},
+        "finalizers": list(finalizers),
+    }
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if deleting:
+        meta["deletionTimestamp"] = deleting
+    status: dict[str, Any] = {"subnets": list(subnets)}
+    if conflict is not None:
+        status["conflict"] = conflict
+    return {"metadata": meta, "spec": {"id": vid, "provider": provider}, "status": status}
+
+
+def subnet(*, bound_to=SUBNET, vpc=VPC, cidr="10.0.0.0/24", gateway="10.0.0.1",
+           exclude=("10.0.0.1..10.0.0.99",), ready=True, ready_message="", validated=None,
+           finalizers=(FIN,), deleting=None, status_extra=None):
+    meta: dict[str, Any] = {"name": SUBNET, "uid": "uid-sub", "finalizers": list(finalizers)}
+    if deleting:
+        meta["deletionTimestamp"] = deleting
+    conds = [{"type": "Ready", "status": "True" if ready else "False", "message": ready_message}]
+    if validated is not None:
+        conds.append({"type": "Validated", "status": "False", "message": validated})
+    spec: dict[str, Any] = {"cidrBlock": cidr, "gateway": gateway, "excludeIps": list(exclude), "vpc": vpc}
+    if bound_to is not None:
+        spec["vlan"] = bound_to
+    return {"metadata": meta, "spec": spec, "status": {"conditions": conds, **(status_extra or {})}}
+
+
+def pool(*, addresses=("10.0.0.10-10.0.0.50",), prefix=24, gateway="10.0.0.1", ip=(41, 3, 38)):
+    return {"metadata": {"name": POOL, "namespace": NS},
+            "spec": {"addresses": list(addresses), "prefix": prefix, "gateway": gateway},
+            "status": {"ipAddresses": dict(zip(("total", "used", "free"), ip))}}
+
+
+def live(**kw) -> NetworkSnapshot:
+    base: dict[str, Any] = dict(
+        key=KEY, network=network(), now=T0, manage_gateway=False, zone=zone(), namespace=namespace(),
+        vlan=vlan(), holders=(vlan(),), subnet=subnet(), subnet_bound=True, pool=pool(), annotation=TRIPLE,
+    )
+    base.update(kw)
+    return NetworkSnapshot(**base)
+
+
+def gw_live(**kw) -> NetworkSnapshot:
+    """Gateway management on, with an NB side."""
+    return live(manage_gateway=True, gateway_enabled=True, **kw)
+
+
+# -- the in-test runner ----------------------------------------------------------------------
+
+
+def with_annotation(obj, key, value):
+    out = copy.deepcopy(dict(obj))
+    ann = dict(out["metadata"].get("annotations") or {})
+    if value is None:
+        ann.pop(key, None)
+    else:
+        ann[key] = value
+    out["metadata"]["annotations"] = ann
+    return out
+
+
+def with_finalizer(obj, present: bool):
+    out = copy.deepcopy(dict(obj))
+    fins = [f for f in out["metadata"].get("finalizers") or [] if f != FIN]
+    out["metadata"]["finalizers"] = fins + [FIN] if present else fins
+    return out
+
+
+def fold(s, a, canned):
+    """What the executor would fill for action ``a`` (reads from ``canned``)."""
+    if isinstance(a, (Get, ListConsumers, SplitListed)):
+        return fill(s, a.into, canned[a.into])
+    if isinstance(a, SetPruneTimers):
+        return fill(s, a.into, with_annotation(a.vlan, names.ANNOTATION_DELETED_SUBNETS, a.value))
+    if isinstance(a, ReleaseVlan):
+        return fill(s, a.into, True)
+    if isinstance(a, ReleaseGateway):
+        return attrs.evolve(s, gateway_release=canned["gateway_release"])
+    if isinstance(a, EnsureGateway):
+        return attrs.evolve(s, gateway=canned["gateway"])
+    if isinstance(a, AllocateVlan):
+        return attrs.evolve(s, **canned["allocate"])
+    if isinstance(a, AdoptVlan):
+        v = with_annotation(with_finalizer(a.vlan, True), names.ANNOTATION_DELETED_SUBNETS, None)
+        return attrs.evolve(s, vlan=v, holders=(v,))
+    if isinstance(a, RequestTriple):
+        return attrs.evolve(s, requested=True, annotation=canned.get("annotation", s.annotation))
+    if isinstance(a, WriteStatus):
+        return fill(s, a.into, {**copy.deepcopy(dict(a.obj)), "status": copy.deepcopy(dict(a.status))})
+    if isinstance(a, AddFinalizer):
+        return fill(s, a.into, with_finalizer(a.obj, True))
+    if isinstance(a, RemoveFinalizer):
+        return fill(s, a.into, with_finalizer(a.obj, False))
+    return s
+
+
+@attrs.frozen
+class Pass:
+    snapshot: NetworkSnapshot
+    plans: tuple[Plan, ...]
+    applied: tuple[Any, ...]
+
+    @property
+    def last(self) -> Plan:
+        return self.plans[-1]
+
+    def of(self, kind):
+        return [a for a in self.applied if isinstance(a, kind)]
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """The status the pass wrote (the last WriteStatus)."""
+        writes = self.of(WriteStatus)
+        assert writes, "the pass wrote no status"
+        return writes[-1].status
+
+    def cond(self, ctype):
+        return next((c for c in self.status.get("conditions") or [] if c["type"] == ctype), None)
+
+    def crm(self, ctype):
+        c = self.cond(ctype)
+        assert c is not None, f"no {ctype} condition"
+        return c["status"], c["reason"], c["message"]
+
+    def index(self, pred) -> int:
+        return next(i for i, a in enumerate(self.applied) if pred(a))
+
+
+def drive(s: NetworkSnapshot, canned: dict[str, Any] | None = None, limit: int = 40) -> Pass:
+    canned = canned or {}
+    applied: list[Any] = []
+    plans: list[Plan] = []
+    for _ in range(limit):
+        plan = plan_network(s)
+        plans.append(plan)
+        for a in plan.actions:
+            if a in applied:
+                continue
+            applied.append(a)
+            s = fold(s, a, canned)
+        if not plan.replan:
+            return Pass(s, tuple(plans), tuple(applied))
+    raise AssertionError(f"no settled plan after {limit} plans")
+
+
+def converged(s: NetworkSnapshot, canned=None) -> NetworkSnapshot:
+    """``s`` with its network carrying the status a pass over ``s`` writes."""
+    p = drive(s, canned)
+    return attrs.evolve(s, network=network(copy.deepcopy(p.status)))
+
+
+# =============================================================================================
+# Entry (§5.1)
+# =============================================================================================
+
+
+def test_notfound_network_forgets_its_series_and_its_triple():
+    plan = plan_network(NetworkSnapshot(key=KEY, network=None, now=T0))
+    assert plan.actions == (Metric("forget_network", (NS, NAME)), NetworkGone(KEY))
+    assert not plan.replan and plan.requeue_after is None
+
+
+def test_missing_finalizer_is_added_first_and_alone():
+    net = network(finalizers=("other.io/keep",))
+    plan = plan_network(live(network=net))
+    assert plan.actions == (AddFinalizer(names.PROXMOX_NETWORKS, net, "network"),)
+    assert plan.replan
+
+
+def test_finalizer_added_then_the_pass_goes_on():
+    p = drive(live(network=network(finalizers=())))
+    assert isinstance(p.applied[0], AddFinalizer)
+    assert p.crm("Ready")[0] == "True"
+
+
+# =============================================================================================
+# §5.3 zone and namespace
+# =============================================================================================
+
+
+def test_zone_not_found():
+    p = drive(live(zone=None))
+    want = ("False", "ZoneNotFound", f'ProxmoxNetworkZone "{ZONE}" does not exist')
+    assert p.crm("VLANAllocated") == want
+    assert p.crm("Ready") == want
+    assert not p.of(AllocateVlan)
+
+
+def test_early_stop_keeps_the_stale_vlan_fields():
+    old = {"vlan": VID, "vlanName": SUBNET, "bridge": BRIDGE, "cidr": "10.0.0.0/24"}
+    p = drive(live(zone=None, network=network(old)))
+    assert {k: p.status[k] for k in old} == old
+
+
+@pytest.mark.parametrize("selector, ns_obj", [
+    ({"matchLabels": {"tenant": "yes"}}, namespace({"tenant": "no"})),
+    ({"matchExpressions": [{"key": "tenant", "operator": "Equals", "values": ["yes"]}]}, namespace({"tenant": "yes"})),
+    ({"matchLabels": {"tenant": "yes"}}, None),
+    ({}, None),
+], ids=["no-match", "invalid-selector", "absent-namespace", "empty-selector-absent-namespace"])
+def test_namespace_not_allowed(selector, ns_obj):
+    p = drive(live(zone=zone(namespaceSelector=selector), namespace=ns_obj, vlan=None, holders=()))
+    want = ("False", "NamespaceNotAllowed",
+            f'namespace "{NS}" does not match the namespaceSelector of zone "{ZONE}"')
+    assert p.crm("VLANAllocated") == want
+    assert p.crm("Ready") == want
+    assert not p.of(AllocateVlan)  # no Vlan is created for a refused namespace
+
+
+def test_no_selector_admits_even_an_absent_namespace():
+    p = drive(live(namespace=None, annotation=None))
+    assert p.crm("VLANAllocated")[1] == "Allocated"
+    assert not p.of(RequestTriple)  # no Namespace, no annotation to wait for (§5.9: NotFound -> nothing)
+
+
+def test_matching_selector_admits():
+    p = drive(live(zone=zone(namespaceSelector={"matchLabels": {"tenant": "yes"}}),
+                   namespace=namespace({"tenant": "yes"})))
+    assert p.crm("VLANAllocated")[1] == "Allocated"
+
+
+# =============================================================================================
+# §5.4 VLAN
+# =============================================================================================
+
+
+def test_no_vlan_plans_an_allocation_then_reports_it():
+    made = vlan()
+    s = live(vlan=None, holders=())
+    p = drive(s, {"allocate": {"vlan": made, "holders": (made,), "allocated_now": True}})
+    assert p.applied[0] == AllocateVlan(s.network, s.zone)
+    assert p.crm("VLANAllocated") == ("True", "Allocated", f"VLAN {VID} on bridge {BRIDGE}")
+    ev = [a for a in p.of(Event) if a.reason == "VLANAllocated"]
+    assert len(ev) == 1 and ev[0].type == "Normal" and str(VID) in ev[0].message
+
+
+@pytest.mark.parametrize("reason, message", [
+    ("ZoneExhausted", f'zone "{ZONE}" has no free VLAN in 101-110'),
+    ("ZoneInvalid", 'vlan range "110-101" ends before it starts'),
+    ("StaticVLANReserved", f'static VLAN 105 is reserved in zone "{ZONE}"'),
+    ("StaticVLANInUse", f'static VLAN 105 is already used on provider "{PROVIDER}"'),
+])
+def test_allocation_refusal_is_passed_through(reason, message):
+    p = drive(live(vlan=None, holders=()), {"allocate": {"refusal": (reason, message)}})
+    assert p.crm("VLANAllocated") == ("False", reason, message)
+    assert p.crm("Ready") == ("False", reason, message)
+    assert "vlan" not in p.status
+
+
+def test_zone_exhausted_is_a_warning_event_on_the_ready_transition():
+    msg = f'zone "{ZONE}" has no free VLAN in 101-110'
+    p = drive(live(vlan=None, holders=()), {"allocate": {"refusal": ("ZoneExhausted", msg)}})
+    assert p.of(WriteStatus)[-1].event == EventSpec("Warning", "ZoneExhausted", msg)
+
+
+def test_refusal_already_in_the_snapshot_plans_no_allocation():
+    p = drive(live(vlan=None, holders=(), refusal=("ZoneExhausted", f'zone "{ZONE}" has no free VLAN in 101-110')))
+    assert not p.of(AllocateVlan)
+    assert p.crm("VLANAllocated")[1] == "ZoneExhausted"
+
+
+@pytest.mark.parametrize("manage, waiting", [
+    (True, ["SubnetReady", "IPPoolReady", "GatewayReady"]),
+    (False, ["SubnetReady", "IPPoolReady"]),
+])
+def test_dependents_wait_for_the_vlan(manage, waiting):
+    p = drive(live(manage_gateway=manage, gateway_enabled=manage, refusal=("ZoneExhausted", "full"), vlan=None))
+    for ctype in waiting:
+        assert p.crm(ctype) == ("Unknown", "WaitingForVLAN", "waits for a VLAN to be allocated")
+    if not manage:
+        assert p.crm("GatewayReady")[1] == "Disabled"
+
+
+@pytest.mark.parametrize("owner, shown", [(("other", "net-b"), "other/net-b"), (("", ""), "/")])
+def test_vlan_name_taken(owner, shown):
+    p = drive(live(vlan=vlan(owner=owner)))
+    assert p.crm("VLANAllocated") == ("False", "VLANNameTaken",
+                                      f'Kube-OVN Vlan "{SUBNET}" exists and belongs to {shown}')
+    assert not p.of(AdoptVlan) and not p.of(AllocateVlan)
+
+
+def test_vlan_provider_mismatch():
+    p = drive(live(vlan=vlan(provider="physnet9")))
+    assert p.crm("VLANAllocated") == (
+        "False", "VLANProviderMismatch",
+        f'Vlan "{SUBNET}" uses provider "physnet9", zone "{ZONE}" uses "{PROVIDER}"')
+
+
+def test_owned_vlan_without_finalizer_is_adopted():
+    v = vlan(finalizers=())
+    p = drive(live(vlan=v, holders=(v,)))
+    assert p.of(AdoptVlan) == [AdoptVlan(v)]
+    assert p.crm("VLANAllocated")[1] == "Allocated"
+
+
+def test_kube_ovn_conflict():
+    v = vlan(conflict=True)
+    p = drive(live(vlan=v, holders=(v,)))
+    want = ("False", "VLANConflict",
+            f'Kube-OVN reports VLAN {VID} on provider "{PROVIDER}" as conflicting with another Vlan')
+    assert p.crm("VLANAllocated") == want
+    assert p.crm("Ready") == want
+    assert (p.status["vlan"], p.status["vlanName"], p.status["bridge"]) == (VID, SUBNET, BRIDGE)  # stay set
+
+
+def test_allocated_message():
+    p = drive(live())
+    assert p.crm("VLANAllocated") == ("True", "Allocated", f"VLAN {VID} on bridge {BRIDGE}")
+    assert (p.status["vlan"], p.status["vlanName"], p.status["bridge"]) == (VID, SUBNET, BRIDGE)
+
+
+def test_allocated_notes_a_different_static_assignment():
+    z = zone(staticAssignments=[{"namespace": NS, "name": NAME, "vlan": 120}])
+    p = drive(live(zone=z))
+    assert p.crm("VLANAllocated")[2] == (
+        f"VLAN {VID} on bridge {BRIDGE}; the static assignment asks for VLAN 120, "
+        "which applies only when the network is recreated")
+
+
+def test_allocated_static_assignment_equal_to_the_vlan_adds_nothing():
+    z = zone(staticAssignments=[{"namespace": NS, "name": NAME, "vlan": VID}])
+    assert drive(live(zone=z)).crm("VLANAllocated")[2] == f"VLAN {VID} on bridge {BRIDGE}"
+
+
+def test_mtu_is_copied_from_the_zone():
+    assert drive(live(zone=zone(mtu=1400))).status["mtu"] == 1400
+    assert "mtu" not in drive(live(network=network({"mtu": 9000}))).status
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "product-decisions.md §8: a Vlan whose spec.id differs from status.vlan was changed by someone else: "
+    "VLANChangedExternally, never written back, never followed silently. plan_network._Live.fill sets "
+    "status.vlan = the Vlan's spec.id and reports Allocated"))
+def test_vlan_id_changed_under_the_network_is_not_followed():
+    v = vlan(vid=107)
+    p = drive(live(vlan=v, holders=(v,), network=network({"vlan": VID, "vlanName": SUBNET, "bridge": BRIDGE}),
+                   annotation=f"{TRIPLE},{BRIDGE}/107/{POOL}"))
+    assert p.crm("VLANAllocated")[:2] == ("False", "VLANChangedExternally")
+    assert p.status["vlan"] == VID
+
+
+# -- duplicates (product-decisions.md §7, §8) --------------------------------------------------
+
+OURS = vlan(created="2026-10-07T07:59:00Z")  # the newer of the two
+TWIN = vlan("sub-b", owner=(NS, "net-b"), uid="uid-twin", created="2026-10-07T07:00:00Z")
+
+
+def dup(**kw):
+    base = dict(vlan=OURS, holders=(OURS, TWIN), subnet=None, subnet_bound=False)
+    base.update(kw)
+    return live(**base)
+
+
+GIVE_BACK_CLEAR = {"fresh_vlan": OURS, "fresh_named_subnet": None, "fresh_consumers": Consumers()}
+FRESH_READS = [Get(names.VLANS, SUBNET, None, "fresh_vlan"),
+               Get(names.SUBNETS, SUBNET, None, "fresh_named_subnet"),
+               ListConsumers(NS, POOL, "fresh_consumers")]
+
+
+def test_duplicate_holder_is_a_conflict_naming_the_other_vlan():
+    hand = vlan("hand-made", owner=("", ""), finalizers=(), uid="uid-hand")
+    p = drive(live(holders=(vlan(), hand)))
+    st_, reason, msg = p.crm("VLANAllocated")
+    assert (st_, reason) == ("False", "VLANConflict")
+    assert '"hand-made"' in msg and str(VID) in msg and PROVIDER in msg
+    assert not p.of(ReleaseVlan)
+    assert not p.of(Get) and not p.of(ListConsumers)  # a hand-made twin is only reported
+
+
+def test_self_made_unbound_duplicate_is_given_back_after_fresh_reads():
+    p = drive(dup(), GIVE_BACK_CLEAR)
+    release = p.index(lambda a: isinstance(a, ReleaseVlan))
+    assert [p.applied.index(r) for r in FRESH_READS] == sorted(p.applied.index(r) for r in FRESH_READS)
+    assert all(p.applied.index(r) < release for r in FRESH_READS)
+    assert p.applied[release].vlan == OURS
+    st_, reason, msg = p.crm("VLANAllocated")
+    assert (st_, reason) == ("False", "VLANConflict") and '"sub-b"' in msg
+    ev = [a for a in p.of(Event) if a.reason == "VLANDuplicateRepaired"]
+    assert len(ev) == 1 and ev[0].type == "Warning"
+
+
+@pytest.mark.parametrize("fresh", [
+    {"fresh_vlan": None},
+    {"fresh_vlan": vlan(created=OURS["metadata"]["creationTimestamp"], subnets=["sub-a"])},
+    {"fresh_vlan": vlan(created=OURS["metadata"]["creationTimestamp"], uid="uid-recreated")},
+    {"fresh_vlan": vlan(created=OURS["metadata"]["creationTimestamp"], deleting="2026-10-07T07:59:30Z")},
+    {"fresh_vlan": vlan(vid=102, created=OURS["metadata"]["creationTimestamp"])},
+    {"fresh_named_subnet": subnet()},
+    {"fresh_consumers": Consumers(addresses=1)},
+    {"fresh_consumers": Consumers(machines=1)},
+], ids=["vlan-gone", "vlan-lists-a-subnet", "vlan-recreated", "vlan-deleting", "vlan-id-changed",
+        "subnet-named-after-it", "address-in-pool", "machine-on-pool"])
+def test_duplicate_not_given_back_when_a_fresh_read_shows_use(fresh):
+    p = drive(dup(), {**GIVE_BACK_CLEAR, **fresh})
+    assert not p.of(ReleaseVlan)
+    assert p.crm("VLANAllocated")[1] == "VLANConflict"
+    assert p.applied[0] == FRESH_READS[0]  # decided on fresh reads, the Vlan first
+
+
+@pytest.mark.parametrize("kw", [
+    {"subnet_bound": True},  # the cache shows a Subnet bound to it
+    {"vlan": vlan(created="2026-10-07T06:00:00Z"), "holders": (vlan(created="2026-10-07T06:00:00Z"), TWIN)},  # older
+    {"holders": (OURS, vlan("sub-b", owner=("", ""), uid="uid-twin"))},  # twin not made by us
+], ids=["bound", "ours-is-older", "twin-hand-made"])
+def test_duplicate_that_is_not_ours_to_give_back_is_only_reported(kw):
+    p = drive(dup(**kw))
+    assert not p.of(ReleaseVlan) and not p.of(ListConsumers)
+    assert p.crm("VLANAllocated")[1] == "VLANConflict"
+
+
+# =============================================================================================
+# §5.2 / §5.8 gateway pre-step, Ready
+# =============================================================================================
+
+
+def test_management_off_gateway_disabled_and_ready():
+    p = drive(live())
+    assert p.crm("GatewayReady") == (
+        "Unknown", "Disabled",
+        "the controller does not manage the router port's HA chassis group (--manage-gateway-chassis=false)")
+    assert p.crm("Ready") == ("True", "Ready", "the subnet is usable from Proxmox")
+    assert p.last.requeue_after == 600
+    assert not p.of(EnsureGateway)
+
+
+def test_management_switched_on_drops_a_stale_disabled():
+    old = converged(live())
+    p = drive(attrs.evolve(old, manage_gateway=True, gateway_enabled=True),
+              {"gateway": GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2))})
+    assert p.crm("GatewayReady")[1] == "ChassisAssigned"
+
+
+def test_pending_when_gateway_managed_but_never_evaluated():
+    p = drive(live(manage_gateway=True, gateway_enabled=False))
+    assert p.crm("Ready") == ("False", "Pending", "GatewayReady has not been evaluated")
+
+
+# =============================================================================================
+# §5.5 Subnet
+# =============================================================================================
+
+
+def test_subnet_not_found():
+    p = drive(live(subnet=None, manage_gateway=True, gateway_enabled=True))
+    want = ("False", "SubnetNotFound", f'Kube-OVN Subnet "{SUBNET}" does not exist')
+    assert p.crm("SubnetReady") == want and p.crm("Ready") == want
+    assert p.crm("IPPoolReady") == ("Unknown", "SubnetUnavailable",
+                                    "the pool is checked against the subnet once the subnet is bound")
+    assert p.crm("GatewayReady") == ("Unknown", "SubnetUnavailable",
+                                     "the router port is looked up once the subnet is bound")
+    assert not p.of(EnsureGateway)
+
+
+def test_missing_subnet_keeps_the_stale_address_fields():
+    old = {"cidr": "10.9.0.0/24", "gateway": "10.9.0.1", "prefix": 24}
+    p = drive(live(subnet=None, network=network(dict(old))))
+    assert {k: p.status[k] for k in old} == old
+
+
+@pytest.mark.parametrize("bound_to, shown", [("other", "other"), (None, "")])
+def test_subnet_not_bound(bound_to, shown):
+    p = drive(live(subnet=subnet(bound_to=bound_to, finalizers=())))
+    assert p.crm("SubnetReady") == ("False", "SubnetNotBound",
+                                    f'Subnet "{SUBNET}" has spec.vlan "{shown}", expected "{SUBNET}"')
+    assert not p.of(AddFinalizer)  # no finalizer on a subnet that is not bound
+    assert p.crm("IPPoolReady")[1] == "SubnetUnavailable"
+
+
+@pytest.mark.parametrize("message, shown", [
+    ("", "Kube-OVN has not reported the subnet Ready yet"),
+    ("logical switch not created", "logical switch not created"),
+])
+def test_subnet_not_ready(message, shown):
+    p = drive(live(subnet=subnet(ready=False, ready_message=message)))
+    assert p.crm("SubnetReady") == ("False", "SubnetNotReady", shown)
+
+
+@pytest.mark.parametrize("message", ["cidr 10.0.0.0/24 conflicts with subnet ovn-default", ""])
+def test_subnet_invalid(message):
+    p = drive(live(subnet=subnet(ready=False, ready_message="x", validated=message)))
+    assert p.crm("SubnetReady") == ("False", "SubnetInvalid", message)
+
+
+def test_subnet_ready_fills_the_address_fields():
+    p = drive(live())
+    assert p.crm("SubnetReady") == ("True", "Ready", "Kube-OVN reports the subnet Ready")
+    assert (p.status["cidr"], p.status["gateway"], p.status["prefix"]) == ("10.0.0.0/24", "10.0.0.1", 24)
+
+
+def test_bound_subnet_gets_our_finalizer_unless_terminating():
+    sub = subnet(finalizers=())
+    assert drive(live(subnet=sub)).of(AddFinalizer) == [AddFinalizer(names.SUBNETS, sub, "subnet")]
+    assert not drive(live(subnet=subnet(finalizers=(), deleting=DELETED_AT))).of(AddFinalizer)
+
+
+# =============================================================================================
+# §5.6 IP pool
+# =============================================================================================
+
+
+def test_pool_not_found():
+    p = drive(live(pool=None, network=network({"ipPool": {"total": 1, "used": 0, "free": 1}})))
+    assert p.crm("IPPoolReady") == ("False", "PoolNotFound", f'InClusterIPPool "{POOL}" does not exist in this namespace')
+    assert "ipPool" not in p.status
+
+
+SPLIT_FAILURES = [
+    ({"cidr": "10.0.0.0/33"}, {}, "SubnetCIDRInvalid",
+     'subnet cidrBlock "10.0.0.0/33": netip.ParsePrefix("10.0.0.0/33"): prefix length out of range'),
+    ({}, {"prefix": 25}, "PoolPrefixMismatch", "pool prefix /25 differs from subnet 10.0.0.0/24"),
+    ({"cidr": "10.0.0.7/24"}, {"prefix": 16}, "PoolPrefixMismatch", "pool prefix /16 differs from subnet 10.0.0.0/24"),
+    ({}, {"gateway": "10.0.0.254"}, "PoolGatewayMismatch",
+     'pool gateway "10.0.0.254" differs from subnet gateway "10.0.0.1"'),
+    ({"exclude": ("10.0.0.1..10.0.0.99", "nonsense")}, {}, "SubnetExcludeIPsInvalid",
+     '"nonsense" is not an address, range or CIDR'),
+    ({}, {"addresses": ("10.0.0.60-10.0.0.x",)}, "PoolAddressInvalid", '"10.0.0.60-10.0.0.x": bad end address'),
+    ({}, {"addresses": ("10.0.1.10-10.0.1.20",)}, "PoolOutsideSubnet",
+     'pool address "10.0.1.10-10.0.1.20" is outside 10.0.0.0/24'),
+    ({}, {"addresses": ("10.0.0.90-10.0.0.120",)}, "PoolOverlapsSubnet",
+     'pool address "10.0.0.90-10.0.0.120" is not in the subnet\'s excludeIps, so Kube-OVN may hand it to a pod'),
+]
+
+
+@pytest.mark.parametrize("sub_kw, pool_kw, reason, message", SPLIT_FAILURES,
+                         ids=[f"{r}-{i}" for i, (_, _, r, _) in enumerate(SPLIT_FAILURES)])
+def test_pool_split_failure(sub_kw, pool_kw, reason, message):
+    p = drive(live(subnet=subnet(**sub_kw), pool=pool(**pool_kw)))
+    assert p.crm("IPPoolReady") == ("False", reason, message)
+    assert p.crm("Ready") == ("False", reason, message)
+
+
+def test_empty_subnet_gateway_skips_the_gateway_check():
+    p = drive(live(subnet=subnet(gateway=""), pool=pool(gateway="10.0.0.254")))
+    assert p.crm("IPPoolReady")[1] == "Ready"
+
+
+def test_pool_exhausted_stays_ready():
+    p = drive(live(pool=pool(ip=(41, 41, 0))))
+    assert p.crm("IPPoolReady") == ("True", "PoolExhausted",
+                                    "all 41 addresses of the pool are allocated; new machines will wait")
+    assert p.crm("Ready")[0] == "True"
+    assert p.status["ipPool"] == {"total": 41, "used": 41, "free": 0}
+
+
+def test_pool_without_address_counts_keeps_the_previous_usage():
+    no_counts = pool()
+    del no_counts["status"]
+    p = drive(live(pool=no_counts, network=network({"ipPool": {"total": 41, "used": 1, "free": 40}})))
+    assert p.status["ipPool"] == {"total": 41, "used": 1, "free": 40}
+
+
+def test_pool_ready():
+    p = drive(live())
+    assert p.crm("IPPoolReady") == ("True", "Ready", "pool lies inside the subnet's excludeIps")
+    assert p.status["ipPool"] == {"total": 41, "used": 3, "free": 38}
+
+
+# =============================================================================================
+# §5.7 / §9.2 / §9.5 gateway step
+# =============================================================================================
+
+
+def test_router_port_missing_without_vpc():
+    p = drive(gw_live(subnet=subnet(vpc="")))
+    want = ("False", "RouterPortMissing", f'Subnet "{SUBNET}" has no spec.vpc yet, so its router port is unknown')
+    assert p.crm("GatewayReady") == want and p.crm("Ready") == want
+    assert not p.of(EnsureGateway)
+    assert Metric("set_gateway_chassis", (NS, NAME, 0)) in p.applied
+    assert p.last.requeue_after == 30
+
+
+def test_chassis_assigned_from_the_nb_outcome():
+    s = gw_live(trunk=("t1",), siblings=frozenset({SUBNET}))
+    p = drive(s, {"gateway": GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2))})
+    assert p.of(EnsureGateway) == [EnsureGateway(KEY, VPC, SUBNET, ("t1",), frozenset({SUBNET}))]
+    assert p.crm("GatewayReady") == ("True", "ChassisAssigned", ASSIGNED)
+    assert p.crm("Ready") == ("True", "Ready", "the subnet is usable from Proxmox")
+    assert Metric("set_gateway_chassis", (NS, NAME, 2)) in p.applied
+    assert p.last.requeue_after == 300
+
+
+def up_network(failing_since: dt.datetime | None = None) -> NetworkSnapshot:
+    """A managed network whose written status is Ready with ChassisAssigned (at T0 - 1 h)."""
+    s = gw_live(now=T0 - dt.timedelta(hours=1))
+    s = converged(s, {"gateway": GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2))})
+    status = copy.deepcopy(s.network["status"])
+    if failing_since is not None:
+        status["gatewayFailingSince"] = ts(failing_since)
+    return attrs.evolve(s, now=T0, network=network(status))
+
+
+NB_DOWN = {"gateway": GatewayOutcome(error="connection refused")}
+
+
+def test_first_nb_failure_keeps_chassis_assigned_and_records_the_start():
+    s = up_network()
+    p = drive(s, NB_DOWN)
+    prev = next(c for c in s.network["status"]["conditions"] if c["type"] == "GatewayReady")
+    assert p.cond("GatewayReady") == prev  # kept exactly
+    assert p.crm("Ready")[0] == "True"
+    assert p.status["gatewayFailingSince"] == ts(T0)  # kept in the object (product-decisions.md §4.6)
+    assert p.last.requeue_after == 30
+
+
+def test_nb_failure_at_9m59s_still_keeps_chassis_assigned_and_writes_nothing():
+    s = up_network(T0 - dt.timedelta(minutes=9, seconds=59))
+    p = drive(s, NB_DOWN)
+    assert [a for plan in p.plans for a in plan.writes] == [EnsureGateway(KEY, VPC, SUBNET, (), frozenset())]
+    assert p.last.requeue_after == 30
+    assert [m.args[4] for m in p.of(Metric) if m.method == "set_network"] == [True]  # still Ready
+
+
+def test_nb_failure_after_the_grace_is_false():
+    since = T0 - dt.timedelta(minutes=10)
+    p = drive(up_network(since), NB_DOWN)
+    want = ("False", "NBUnavailable",
+            f'could not bring the HA chassis group of router port "{LRP}" up to date in OVN NB since '
+            f"{ts(since)}: connection refused")
+    assert p.crm("GatewayReady") == want
+    assert p.crm("Ready") == want
+
+
+def test_first_nb_failure_posts_a_warning_once():
+    p = drive(up_network(), NB_DOWN)
+    assert [a.type for a in p.of(Event) if a.reason == "NBUnavailable"] == ["Warning"]
+    assert not [a for a in drive(up_network(T0 - dt.timedelta(minutes=1)), NB_DOWN).of(Event)
+                if a.reason == "NBUnavailable"]
+
+
+def test_never_up_network_fails_at_once_on_the_nb():
+    p = drive(gw_live(), NB_DOWN)
+    assert p.crm("GatewayReady")[:2] == ("False", "NBUnavailable")
+
+
+# =============================================================================================
+# §5.9 step 8 namespace annotation
+# =============================================================================================
+
+
+def test_status_waits_for_the_namespace_annotation():
+    p = drive(gw_live(annotation=""), {"annotation": ""})
+    assert p.of(RequestTriple) == [RequestTriple(NS, KEY, TRIPLE)]
+    assert not p.of(WriteStatus)
+    assert not p.of(EnsureGateway)  # the group follows the status
+
+
+def test_status_waits_with_management_off_too():
+    p = drive(live(annotation="vmbr70/102/other"), {"annotation": "vmbr70/102/other"})
+    assert p.of(RequestTriple) == [RequestTriple(NS, KEY, TRIPLE)]
+    assert not p.of(WriteStatus)
+
+
+def test_status_written_once_the_annotation_lists_the_triple():
+    p = drive(gw_live(annotation=""), {"annotation": f"a/1/b,{TRIPLE}",
+                                       "gateway": GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2))})
+    assert p.index(lambda a: isinstance(a, RequestTriple)) < p.index(lambda a: isinstance(a, EnsureGateway))
+    assert p.status["vlan"] == VID
+
+
+def test_status_that_already_shows_the_triple_is_not_held_back():
+    s = converged(live())
+    p = drive(attrs.evolve(s, annotation="", zone=None), {"annotation": ""})
+    assert p.of(RequestTriple) == [RequestTriple(NS, KEY, TRIPLE)]  # asked again (§5.9 step 8)
+    assert p.crm("Ready")[1] == "ZoneNotFound"  # and written: the stored status already shows the triple
+
+
+# =============================================================================================
+# A pass that changes nothing writes nothing (product-decisions.md §6)
+# =============================================================================================
+
+
+def test_converged_network_plans_no_write():
+    s = converged(live())
+    plan = plan_network(s)
+    assert not plan.replan
+    assert plan.writes == ()
+
+
+def test_converged_managed_network_writes_only_the_nb_ensure():
+    outcome = GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2))
+    s = converged(gw_live(), {"gateway": outcome})
+    assert plan_network(s).writes == (EnsureGateway(KEY, VPC, SUBNET, (), frozenset()),)
+    assert plan_network(attrs.evolve(s, gateway=outcome)).writes == ()
+    assert s.network["status"]["conditions"] and s.network["status"]["vlan"] == VID
+
+
+# =============================================================================================
+# §6 deletion
+# =============================================================================================
+
+OLD = {"vlan": VID, "vlanName": SUBNET, "bridge": BRIDGE}
+
+
+def deleting(status=None, **kw) -> NetworkSnapshot:
+    base: dict[str, Any] = dict(key=KEY, network=network(dict(OLD) if status is None else status, deleting=DELETED_AT),
+                                now=T0)
+    base.update(kw)
+    return NetworkSnapshot(**base)
+
+
+def clear(**over) -> dict[str, Any]:
+    """Fresh reads that let the VLAN go."""
+    out = {"fresh_consumers": Consumers(), "fresh_subnet": None, "gateway_release": "", "fresh_vlan": vlan(),
+           "fresh_network": network(dict(OLD), deleting=DELETED_AT), "listed": ((), ())}
+    out.update(over)
+    return out
+
+
+def waits(p: Pass, reason: str, message: str, after: float) -> None:
+    assert p.crm("Ready") == ("False", reason, message)
+    assert p.last.requeue_after == after
+    assert Metric("set_deleting", (NS, NAME, True)) in p.applied
+    assert not p.of(ReleaseVlan)
+    assert not [a for a in p.applied if isinstance(a, RemoveFinalizer) and a.resource == names.PROXMOX_NETWORKS]
+
+
+def net_finalizer_removed(p: Pass) -> bool:
+    return any(isinstance(a, RemoveFinalizer) and a.resource == names.PROXMOX_NETWORKS for a in p.applied)
+
+
+def test_deleting_network_without_our_finalizer_plans_nothing():
+    s = deleting(network=network(OLD, deleting=DELETED_AT, finalizers=("other.io/x",)))
+    assert plan_network(s) == Plan()
+
+
+def test_in_use_from_the_cache_needs_no_fresh_read():
+    p = drive(deleting(consumers=Consumers(used=2, machines=1)))
+    waits(p, "InUse",
+          f'2 address(es) of pool "{POOL}" are allocated and 1 ProxmoxMachine(s) reference it; '
+          f'VLAN {VID} and subnet "{SUBNET}" are kept until they are gone', 30)
+    assert not p.of(ListConsumers) and not p.of(Get)
+
+
+def test_in_use_from_the_fresh_consumer_list():
+    p = drive(deleting(), clear(fresh_consumers=Consumers(used=0, machines=2)))
+    assert p.applied[0] == ListConsumers(NS, POOL, "fresh_consumers")
+    waits(p, "InUse",
+          f'0 address(es) of pool "{POOL}" are allocated and 2 ProxmoxMachine(s) reference it; '
+          f'VLAN {VID} and subnet "{SUBNET}" are kept until they are gone', 30)
+    assert not p.of(Get)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "product-decisions.md §8: holders are named in InUse (first five, then a count). "
+    "controller.consumers.Consumers carries counts only, so the InUse message names no holder"))
+def test_in_use_names_the_holders():
+    machines = [{"metadata": {"name": f"pm-{i}", "namespace": NS},
+                 "spec": {"network": {"default": {"ipv4PoolRef": {"kind": "InClusterIPPool", "name": POOL}}}}}
+                for i in range(7)]
+    p = drive(deleting(consumers=count_consumers(None, POOL, machines, [], [])))
+    msg = p.crm("Ready")[2]
+    assert all(f"pm-{i}" in msg for i in range(5)) and "pm-5" not in msg
+
+
+def test_deletion_wait_leaves_observed_generation_and_other_conditions_alone():
+    was = converged(live()).network["status"]
+    p = drive(deleting(copy.deepcopy(was), network=network(copy.deepcopy(was), deleting=DELETED_AT, generation=9),
+                       consumers=Consumers(used=1)))
+    assert p.status["observedGeneration"] == 3
+    for c in was["conditions"]:
+        if c["type"] != "Ready":
+            assert p.cond(c["type"]) == c
+
+
+def test_the_subnet_is_read_fresh_after_the_consumers():
+    p = drive(deleting(), clear(fresh_subnet=subnet(), fresh_vlan=None))
+    assert p.applied[:2] == (ListConsumers(NS, POOL, "fresh_consumers"),
+                             Get(names.SUBNETS, SUBNET, None, "fresh_subnet"))
+
+
+def test_subnet_still_exists():
+    p = drive(deleting(), clear(fresh_subnet=subnet(bound_to="elsewhere")))
+    waits(p, "SubnetStillExists", f'Subnet "{SUBNET}" still exists; VLAN {VID} is released after it is deleted', 30)
+
+
+def test_subnet_deleting_gets_our_finalizer_removed():
+    sub = subnet(deleting="2026-10-07T07:40:00Z", finalizers=(FIN, "kubeovn.io/kube-ovn-controller"))
+    p = drive(deleting(), clear(fresh_subnet=sub))
+    assert RemoveFinalizer(names.SUBNETS, sub) in p.applied
+    waits(p, "SubnetDeleting",
+          f'waiting for Kube-OVN to delete Subnet "{SUBNET}" before VLAN {VID} is released', 10)
+
+
+def test_subnet_deleting_held_only_by_us_keeps_our_finalizer():
+    sub = subnet(deleting="2026-10-07T07:40:00Z", finalizers=(FIN,), status_extra={"v4usingIPs": 3})
+    p = drive(deleting(), clear(fresh_subnet=sub))
+    assert not [a for a in p.of(RemoveFinalizer) if a.resource == names.SUBNETS]
+    st_, reason, msg = p.crm("Ready")
+    assert (st_, reason) == ("False", "SubnetDeleting")
+    assert msg.startswith(f'waiting for Kube-OVN to delete Subnet "{SUBNET}" before VLAN {VID} is released')
+    assert "3 IP(s)" in msg
+    assert p.last.requeue_after == 10
+
+
+def test_gateway_release_pending():
+    p = drive(deleting(manage_gateway=True, gateway_enabled=True), clear(gateway_release="NB timed out"))
+    assert ReleaseGateway(KEY) in p.applied
+    waits(p, "GatewayReleasePending",
+          "could not delete the network's HA chassis group from OVN NB: NB timed out", 30)
+
+
+@pytest.mark.parametrize("manage, vid", [(False, VID), (True, 0)], ids=["management-off", "no-vlan-yet"])
+def test_gateway_release_only_with_management_and_a_vlan(manage, vid):
+    p = drive(deleting({"vlan": vid} if vid else {}, manage_gateway=manage), clear(fresh_vlan=None))
+    assert not p.of(ReleaseGateway)
+    assert net_finalizer_removed(p)
+
+
+def test_release_order():
+    s = deleting(manage_gateway=True, gateway_enabled=True)
+    p = drive(s, clear())
+    kinds = [type(a).__name__ for a in p.applied if not isinstance(a, (Metric, Log))]
+    assert kinds == ["ListConsumers", "Get", "ReleaseGateway", "Get", "Get", "SplitListed", "ReleaseVlan", "Event",
+                     "RemoveFinalizer"]
+    gets = p.of(Get)
+    assert gets == [Get(names.SUBNETS, SUBNET, None, "fresh_subnet"), Get(names.VLANS, SUBNET, None, "fresh_vlan"),
+                    Get(names.PROXMOX_NETWORKS, NAME, NS, "fresh_network")]
+    assert p.applied[-2:] == (RemoveFinalizer(names.PROXMOX_NETWORKS, s.network, "finalized"),
+                              Metric("forget_network", (NS, NAME)))
+    assert p.last.requeue_after is None and not p.of(WriteStatus)
+
+
+def test_normal_release_posts_vlan_released():
+    p = drive(deleting(), clear())
+    assert p.of(ReleaseVlan)[0].vlan == vlan()
+    ev = p.of(Event)
+    assert [(e.type, e.reason) for e in ev] == [("Normal", "VLANReleased")]
+    assert str(VID) in ev[0].message
+
+
+def test_vlan_gone_skips_to_the_network_finalizer():
+    p = drive(deleting(), clear(fresh_vlan=None))
+    assert not p.of(ReleaseVlan) and not p.of(SplitListed)
+    assert net_finalizer_removed(p)
+
+
+@pytest.mark.parametrize("owner", [("other", "net-b"), ("", ""), (NS, "net-b")])
+def test_vlan_owned_by_someone_else_is_never_released(owner):
+    p = drive(deleting(), clear(fresh_vlan=vlan(owner=owner)))
+    assert not p.of(ReleaseVlan) and not p.of(SetPruneTimers)
+    assert net_finalizer_removed(p)
+
+
+@pytest.mark.parametrize("fresh_net", [
+    network(OLD, deleting=DELETED_AT, uid="uid-recreated"),
+    network(OLD),
+    network(OLD, deleting=DELETED_AT, finalizers=()),
+    None,
+], ids=["other-uid", "not-deleting", "no-finalizer", "gone"])
+def test_not_still_ours_forgets_the_overlay_and_releases_nothing(fresh_net):
+    p = drive(deleting(), clear(fresh_network=fresh_net))
+    assert p.applied[-1] == ForgetOverlay(KEY)
+    assert not p.of(ReleaseVlan) and not p.of(SplitListed) and not net_finalizer_removed(p)
+
+
+def test_vlan_still_referenced():
+    p = drive(deleting(), clear(listed=(("sub-x", "sub-y"), ())))
+    waits(p, "VLANStillReferenced", f'Kube-OVN still lists subnets [sub-x sub-y] on Vlan "{SUBNET}"', 10)
+    assert p.cond("SwitchDeleted") is None
+
+
+def timers(**starts: str) -> dict[str, str]:
+    return {names.ANNOTATION_DELETED_SUBNETS: json.dumps(starts, separators=(",", ":"), sort_keys=True)}
+
+
+def test_switch_deleting_until_newest_timer_plus_timeout():
+    v = vlan(subnets=["g1", "g2"], annotations=timers(g1="2026-10-07T07:50:00Z", g2="2026-10-07T07:55:00Z"))
+    p = drive(deleting(), clear(fresh_vlan=v, listed=((), ("g1", "g2"))))
+    waits(p, "SwitchDeleting",
+          f'Kube-OVN still lists deleted subnets [g1 g2] on Vlan "{SUBNET}" until it has deleted their logical '
+          f"switches; VLAN {VID} is released then, or at 2026-10-07T08:05:00Z at the latest", 10)
+    assert not p.of(SetPruneTimers)
+    assert p.cond("SwitchDeleted") == {
+        "type": "SwitchDeleted", "status": "False", "reason": "ListedOnVlan",
+        "message": "Kube-OVN still lists deleted subnets [g1 g2] on the Vlan",
+        "observedGeneration": 3, "lastTransitionTime": ts(T0)}
+
+
+def test_switch_deleting_requeues_at_the_deadline_when_sooner():
+    v = vlan(subnets=["g1"], annotations=timers(g1="2026-10-07T07:50:00Z"))
+    p = drive(deleting(now=dt.datetime(2026, 10, 7, 7, 59, 57, tzinfo=UTC)),
+              clear(fresh_vlan=v, listed=((), ("g1",))))
+    assert p.crm("Ready")[1] == "SwitchDeleting" and p.last.requeue_after == 3
+
+
+def test_switch_deleted_keeps_the_start_of_the_wait():
+    prev = {"type": "SwitchDeleted", "status": "False", "reason": "ListedOnVlan", "message": "x",
+            "observedGeneration": 3, "lastTransitionTime": "2026-10-07T07:50:00Z"}
+    v = vlan(subnets=["g1"], annotations=timers(g1="2026-10-07T07:55:00Z"))
+    p = drive(deleting({**OLD, "conditions": [prev]}), clear(fresh_vlan=v, listed=((), ("g1",))))
+    assert p.cond("SwitchDeleted")["lastTransitionTime"] == "2026-10-07T07:50:00Z"
+
+
+def test_switch_deleted_is_dropped_once_nothing_gone_is_listed():
+    prev = {"type": "SwitchDeleted", "status": "False", "reason": "ListedOnVlan", "message": "x",
+            "observedGeneration": 3, "lastTransitionTime": "2026-10-07T07:50:00Z"}
+    p = drive(deleting({**OLD, "conditions": [prev]}, consumers=Consumers(used=1)))
+    assert p.cond("SwitchDeleted") is None
+
+
+def test_prune_timers_are_stored_before_deciding():
+    v = vlan(subnets=["g1"])
+    p = drive(deleting(), clear(fresh_vlan=v, listed=((), ("g1",))))
+    stored = p.of(SetPruneTimers)
+    assert stored == [SetPruneTimers(v, '{"g1":"2026-10-07T08:00:00Z"}', "fresh_vlan")]
+    assert p.index(lambda a: isinstance(a, SetPruneTimers)) < p.index(lambda a: isinstance(a, WriteStatus))
+    assert p.crm("Ready")[2].endswith("or at 2026-10-07T08:10:00Z at the latest")
+
+
+def test_timer_older_than_the_deletion_restarts():
+    v = vlan(subnets=["g1"], annotations=timers(g1="2026-10-07T07:00:00Z"))  # before DELETED_AT
+    p = drive(deleting(), clear(fresh_vlan=v, listed=((), ("g1",))))
+    assert p.of(SetPruneTimers)[0].value == '{"g1":"2026-10-07T08:00:00Z"}'
+    assert not p.of(ReleaseVlan)
+
+
+def test_release_after_the_prune_timeout_warns():
+    v = vlan(subnets=["g1"], annotations=timers(g1="2026-10-07T07:45:00Z"))
+    p = drive(deleting(), clear(fresh_vlan=v, listed=((), ("g1",))))
+    assert p.of(ReleaseVlan)[0].vlan == v
+    ev = p.of(Event)
+    assert [(e.type, e.reason) for e in ev] == [("Warning", "VLANReleasedAfterPruneTimeout")]
+    assert str(VID) in ev[0].message and "g1" in ev[0].message
+    assert any(isinstance(a, Log) and a.event ==
+               "Kube-OVN did not prune deleted subnets from the Vlan in time; releasing the VLAN anyway"
+               for a in p.applied)
+    assert p.index(lambda a: isinstance(a, ReleaseVlan)) < p.index(
+        lambda a: isinstance(a, RemoveFinalizer) and a.resource == names.PROXMOX_NETWORKS)
+
+
+def test_live_subnet_holds_even_past_the_prune_timeout():
+    v = vlan(subnets=["g1", "l1"], annotations=timers(g1="2026-10-07T07:31:00Z"))
+    p = drive(deleting(), clear(fresh_vlan=v, listed=(("l1",), ("g1",))))
+    assert p.crm("Ready")[1] == "VLANStillReferenced"
+    assert p.cond("SwitchDeleted")["reason"] == "ListedOnVlan"
+
+
+def second_switch_deleting_pass(old_status) -> Pass:
+    v = vlan(subnets=["g1"], annotations=timers(g1="2026-10-07T07:55:00Z"))
+    canned = clear(fresh_vlan=v, listed=((), ("g1",)))
+    first = drive(deleting(old_status), canned)
+    assert first.crm("Ready")[1] == "SwitchDeleting"
+    return drive(deleting(copy.deepcopy(first.status), now=T0 + dt.timedelta(seconds=10)), canned)
+
+
+def test_unchanged_deletion_wait_writes_nothing_the_second_time():
+    was_live = converged(live()).network["status"]  # a network that was Ready before its deletion
+    again = second_switch_deleting_pass(was_live)
+    assert [a for p in again.plans for a in p.writes] == []
+    assert again.last.requeue_after == 10
+
+
+def test_unchanged_deletion_wait_writes_nothing_even_when_ready_was_new():
+    again = second_switch_deleting_pass(dict(OLD))  # the stored status had no conditions yet
+    assert [a for p in again.plans for a in p.writes] == []
+
+
+# =============================================================================================
+# Properties
+# =============================================================================================
+
+NAMES_LIVE = ["l1", "l2"]
+NAMES_GONE = [SUBNET, "g2"]
+
+
+def often(value, *others):
+    """A strategy that draws ``value`` about half the time (the release path must be reached)."""
+    return st.sampled_from([value] * max(1, len(others)) + list(others))
+
+
+@st.composite
+def deletion_cases(draw):
+    now = T0 + dt.timedelta(seconds=draw(st.integers(0, 2 * 3600)))
+    timeout = float(draw(st.sampled_from([60, 600, 1800])))
+    deleted_ago = draw(st.sampled_from([0, 30, int(3 * timeout), 4 * 3600])) + draw(st.integers(0, 5))
+    deleted = now.replace(microsecond=0) - dt.timedelta(seconds=deleted_ago)
+    vid = draw(st.sampled_from([0, VID]))
+    live_names = tuple(draw(often([], ["l1"], ["l1", "l2"])))
+    gone_names = tuple(draw(st.lists(st.sampled_from(NAMES_GONE), unique=True)))
+    stored: dict[str, str] = {}
+    for n in NAMES_GONE:
+        kind = draw(st.sampled_from(["past", "past", "past", "none", "any", "garbage"]))
+        if kind == "past":  # before now: ran out (by up to one more timeout), or not yet
+            ran_out = draw(st.booleans())
+            ago = draw(st.integers(int(timeout), int(2 * timeout))) if ran_out else draw(st.integers(0, int(timeout) - 1))
+            stored[n] = ts(now - dt.timedelta(seconds=ago))
+        elif kind == "any":
+            stored[n] = ts(T0 + dt.timedelta(seconds=draw(st.integers(-2 * 3600, 3 * 3600))))
+        elif kind == "garbage":
+            stored[n] = "yesterday"
+    return dict(
+        now=now, deleted=deleted, timeout=timeout, vid=vid, live=live_names, gone=gone_names, stored=stored,
+        owner=draw(often("ours", "other", "absent")),
+        sub=draw(often("absent", "present", "deleting", "deleting-held")),
+        fresh_net=draw(often("ours", "other-uid", "not-deleting", "no-finalizer", "gone")),
+        manage=draw(st.booleans()), cache_busy=draw(often(False, True)), fresh_busy=draw(often(False, True)),
+        gw_error=draw(often("", "NB down")),
+    )
+
+
+def build(case):
+    deleted = ts(case["deleted"])
+    net = network({"vlan": case["vid"]} if case["vid"] else {}, deleting=deleted)
+    ann = timers(**case["stored"]) if case["stored"] else None
+    v = vlan(subnets=list(case["live"] + case["gone"]), annotations=ann,
+             owner=(NS, NAME) if case["owner"] == "ours" else ("other", "net-b"))
+    subs = {"absent": None, "present": subnet(),
+            "deleting": subnet(deleting=deleted, finalizers=(FIN, "kubeovn.io/kube-ovn-controller")),
+            "deleting-held": subnet(deleting=deleted, status_extra={"v4usingIPs": 2})}
+    nets = {"ours": network({}, deleting=deleted), "other-uid": network({}, deleting=deleted, uid="uid-2"),
+            "not-deleting": network({}), "no-finalizer": network({}, deleting=deleted, finalizers=()), "gone": None}
+    s = NetworkSnapshot(key=KEY, network=net, now=case["now"], manage_gateway=case["manage"],
+                        gateway_enabled=case["manage"], prune_timeout=case["timeout"],
+                        consumers=Consumers(used=1) if case["cache_busy"] else Consumers())
+    canned = {"fresh_consumers": Consumers(claims=1) if case["fresh_busy"] else Consumers(),
+              "fresh_subnet": subs[case["sub"]], "gateway_release": case["gw_error"],
+              "fresh_vlan": None if case["owner"] == "absent" else v,
+              "fresh_network": nets[case["fresh_net"]], "listed": (case["live"], case["gone"])}
+    return s, canned
+
+
+def prune_deadline_passed(case) -> bool:
+    """§7.1 from the spec: a gone name keeps a valid stored start no later than now and not
+    before the deletion second, else restarts now; release once now >= newest + timeout."""
+    now_s = case["now"].replace(microsecond=0)
+    starts = []
+    for n in case["gone"]:
+        raw = case["stored"].get(n)
+        start = dt.datetime.strptime(raw, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) if raw and raw != "yesterday" else None
+        if start is None or start > now_s or start < case["deleted"]:
+            start = now_s
+        starts.append(start)
+    return not starts or case["now"] >= max(starts) + dt.timedelta(seconds=case["timeout"])
+
+
+def release_allowed(case) -> bool:
+    return (not case["cache_busy"] and not case["fresh_busy"] and case["sub"] == "absent"
+            and not (case["manage"] and case["vid"] and case["gw_error"])
+            and case["owner"] == "ours" and case["fresh_net"] == "ours"
+            and not case["live"] and prune_deadline_passed(case))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(deletion_cases())
+def test_property_no_release_unless_every_fresh_read_allows_it(case):
+    s, canned = build(case)
+    p = drive(s, canned)
+    released = bool(p.of(ReleaseVlan))
+    assert released == release_allowed(case)
+    if released:
+        at = p.index(lambda a: isinstance(a, ReleaseVlan))
+        for read in ("fresh_subnet", "fresh_vlan", "fresh_network"):
+            assert p.index(lambda a, r=read: isinstance(a, Get) and a.into == r) < at
+        assert p.index(lambda a: isinstance(a, SplitListed)) < at
+        assert p.index(lambda a: isinstance(a, ListConsumers)) < at
+        assert net_finalizer_removed(p)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(deletion_cases())
+def test_property_network_finalizer_never_before_a_required_release(case):
+    s, canned = build(case)
+    p = drive(s, canned)
+    if not net_finalizer_removed(p):
+        return
+    fin = p.index(lambda a: isinstance(a, RemoveFinalizer) and a.resource == names.PROXMOX_NETWORKS)
+    assert not case["cache_busy"] and not case["fresh_busy"] and case["sub"] == "absent"
+    assert not (case["manage"] and case["vid"] and case["gw_error"])
+    if case["owner"] == "ours":  # a Vlan of ours exists: it must have gone first
+        assert p.index(lambda a: isinstance(a, ReleaseVlan)) < fin
+
+
+@st.composite
+def any_snapshot(draw):
+    if draw(st.booleans()):
+        s, canned = build(draw(deletion_cases()))
+        return s, canned
+    manage = draw(st.booleans())
+    v = draw(st.sampled_from([None, vlan(), vlan(finalizers=()), vlan(conflict=True), vlan(owner=("o", "n")),
+                              vlan(provider="p9"), vlan(annotations=timers(g="2026-10-07T07:00:00Z"))]))
+    s = live(
+        manage_gateway=manage, gateway_enabled=manage and draw(st.booleans()),
+        network=network(draw(st.sampled_from([None, dict(OLD), {"vlan": 105, "bridge": BRIDGE}])),
+                        finalizers=draw(st.sampled_from([(FIN,), ()]))),
+        zone=draw(st.sampled_from([None, zone(), zone(namespaceSelector={"matchLabels": {"a": "b"}}),
+                                   zone(staticAssignments=[{"namespace": NS, "name": NAME, "vlan": 120}])])),
+        vlan=v, holders=(() if v is None else draw(st.sampled_from([(v,), (v, TWIN)]))),
+        subnet=draw(st.sampled_from([None, subnet(), subnet(bound_to="x"), subnet(vpc=""), subnet(ready=False),
+                                     subnet(finalizers=())])),
+        subnet_bound=draw(st.booleans()),
+        pool=draw(st.sampled_from([None, pool(), pool(prefix=25), pool(ip=(4, 4, 0))])),
+        annotation=draw(st.sampled_from([None, "", TRIPLE])),
+        refusal=draw(st.sampled_from([None, ("ZoneExhausted", "full")])),
+    )
+    made = vlan()
+    canned = {"allocate": {"vlan": made, "holders": (made,), "allocated_now": True},
+              "gateway": draw(st.sampled_from([GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2)),
+                                               GatewayOutcome(error="refused")])),
+              "annotation": draw(st.sampled_from(["", TRIPLE])),
+              "fresh_vlan": draw(st.sampled_from([None, v or made])), "fresh_named_subnet": None,
+              "fresh_consumers": Consumers()}
+    return s, canned
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(any_snapshot())
+def test_property_plan_is_deterministic_and_leaves_the_snapshot_alone(sc):
+    s, canned = sc
+    before = copy.deepcopy(s)
+    assert plan_network(s) == plan_network(s)
+    assert s == before
+    drive(s, canned)  # a whole pass, every later plan included, leaves the first snapshot as it was
+    assert s == before
