@@ -31,8 +31,9 @@ _pass_ids = itertools.count(1)  # one sequence for every controller's passes (ne
 class Controller:
     """Queue, workers and reconcile of one kind.
 
-    :param name: the queue's name (metrics, thread names ``<kind>-worker-<i>``, logs).
-    :param kind: the short kind name used in thread names and the ``key`` log field.
+    :param name: the queue's name (the ``name`` label of the ``workqueue_*`` series).
+    :param kind: the short kind name: thread names ``<kind>-worker-<i>``, the ``key`` log
+        field ``<kind>:<key>``.
     :param reconcile: ``reconcile(key) -> Result | None``; raises to ask for a retry.
     :param workers: the number of worker threads.
     :param on_done: called with ``(controller, key)`` after every pass (the resync's tally).

@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = Metrics()
     try:
         manager = Manager(api, options, metrics)
-    except Exception as err:  # e.g. the API server is unreachable during discovery
+    except Exception as err:  # a bug in wiring; the constructor talks to no server
         log.error("unable to start manager", error=repr(err))
         return 1
 
@@ -229,8 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              leader_elect=args.leader_elect)
     try:
         manager.start_informers()
-    except RuntimeError as err:
-        log.error("unable to start manager", error=str(err))
+    except Exception as err:  # caches not synced in time, or discovery failed (API server unreachable)
+        log.error("unable to start manager", error=str(err) or repr(err))
         manager.stop()
         return 1
     elector_thread = None

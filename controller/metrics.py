@@ -38,10 +38,9 @@ Ours on top of them:
   ``workqueue_work_duration_seconds`` (buckets 1e-8 .. 1e3 s, x10),
   ``workqueue_unfinished_work_seconds`` and
   ``workqueue_longest_running_processor_seconds``, all labelled ``name``: one
-  ``name`` per queue, ``proxmox-network-controller`` (network, zone and pod keys;
-  fed by :meth:`Metrics.workqueue_hook`) and ``proxmox-network-namespaces`` (the
-  namespace annotation's keys; :meth:`Metrics.workqueue_hook_for`), each hook the
-  ``metrics_hook`` of its :class:`controller.workqueue.RateLimitingQueue`;
+  ``name`` per controller's queue (``proxmox-network-networks``, ``-zones``, ``-pods``,
+  ``-namespaces``; :meth:`Metrics.workqueue_hook_for`), each hook the ``metrics_hook``
+  of its :class:`controller.workqueue.RateLimitingQueue`;
 * the informers' (B11/B12), read from the informers at scrape time:
   ``cozy_proxmox_informer_last_event_age_seconds{resource}`` (gauge,
   ``informer.last_sync_age()``, ``+Inf`` before the first LIST),

@@ -33,7 +33,7 @@ ASSUME_VERIFY_AFTER = 60.0
 
 @attrs.frozen
 class VlanOutcome:
-    """Result of :meth:`VlanManager.ensure`: ``vlan`` (the Vlan object) or a refusal
+    """Result of :meth:`VlanManager.allocate`: ``vlan`` (the Vlan object) or a refusal
     ``reason``/``message`` for ``VLANAllocated=False``. ``allocated`` is True when this
     call created the Vlan; ``result`` is the allocation-counter label of a refusal."""
 
