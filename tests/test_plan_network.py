@@ -2,9 +2,9 @@
 
 Expected reasons and messages are the spec's (reference-behaviour.md §5, §6, §9.2, §9.5;
 product-decisions.md §4, §6-§8), not read off the code. A pass is driven by :func:`drive`,
-a tiny stand-in for ``controller.apply.run``: each requested read is filled from a dict of
-canned fresh values (keyed by the action's ``into``) and folded with
-``controller.apply.fill``; an action already applied in the pass is not applied again.
+``tests.support.plans.drive`` (a tiny stand-in for ``controller.apply.run``): each requested
+read is filled from a dict of canned fresh values (keyed by the action's ``into``) and folded
+with ``controller.apply.fill``; an action already applied in the pass is not applied again.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ from controller.consumers import Consumers, count_consumers
 from controller.gateway import GatewayOutcome
 from controller.plan_network import NetworkSnapshot, plan_network
 from ovn.planner import GatewayState
+from tests.support import plans
+from tests.support.plans import with_annotation
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 10, 7, 8, 0, 0, tzinfo=UTC)
@@ -142,18 +144,7 @@ def gw_live(**kw) -> NetworkSnapshot:
     return live(manage_gateway=True, gateway_enabled=True, **kw)
 
 
-# -- the in-test runner ----------------------------------------------------------------------
-
-
-def with_annotation(obj, key, value):
-    out = copy.deepcopy(dict(obj))
-    ann = dict(out["metadata"].get("annotations") or {})
-    if value is None:
-        ann.pop(key, None)
-    else:
-        ann[key] = value
-    out["metadata"]["annotations"] = ann
-    return out
+# -- the in-test runner (tests.support.plans) ------------------------------------------------
 
 
 def with_finalizer(obj, present: bool):
@@ -164,13 +155,10 @@ def with_finalizer(obj, present: bool):
 
 
 def fold(s, a, canned):
-    """What the executor would fill for action ``a`` (reads from ``canned``)."""
-    if isinstance(a, (Get, ListConsumers, SplitListed)):
+    """What the executor would fill for a network pass's action ``a`` (reads from ``canned``);
+    the actions a zone pass plans too are :func:`tests.support.plans.fold`'s."""
+    if isinstance(a, ListConsumers):
         return fill(s, a.into, canned[a.into])
-    if isinstance(a, SetPruneTimers):
-        return fill(s, a.into, with_annotation(a.vlan, names.ANNOTATION_DELETED_SUBNETS, a.value))
-    if isinstance(a, ReleaseVlan):
-        return fill(s, a.into, True)
     if isinstance(a, ReleaseGateway):
         return attrs.evolve(s, gateway_release=canned["gateway_release"])
     if isinstance(a, EnsureGateway):
@@ -182,62 +170,19 @@ def fold(s, a, canned):
         return attrs.evolve(s, vlan=v, holders=(v,))
     if isinstance(a, RequestTriple):
         return attrs.evolve(s, requested=True, annotation=canned.get("annotation", s.annotation))
-    if isinstance(a, WriteStatus):
-        return fill(s, a.into, {**copy.deepcopy(dict(a.obj)), "status": copy.deepcopy(dict(a.status))})
     if isinstance(a, AddFinalizer):
         return fill(s, a.into, with_finalizer(a.obj, True))
     if isinstance(a, RemoveFinalizer):
         return fill(s, a.into, with_finalizer(a.obj, False))
-    return s
+    return plans.fold(s, a, canned)
 
 
-@attrs.frozen
-class Pass:
-    snapshot: NetworkSnapshot
-    plans: tuple[Plan, ...]
-    applied: tuple[Any, ...]
-
-    @property
-    def last(self) -> Plan:
-        return self.plans[-1]
-
-    def of(self, kind):
-        return [a for a in self.applied if isinstance(a, kind)]
-
-    @property
-    def status(self) -> dict[str, Any]:
-        """The status the pass wrote (the last WriteStatus)."""
-        writes = self.of(WriteStatus)
-        assert writes, "the pass wrote no status"
-        return writes[-1].status
-
-    def cond(self, ctype):
-        return next((c for c in self.status.get("conditions") or [] if c["type"] == ctype), None)
-
-    def crm(self, ctype):
-        c = self.cond(ctype)
-        assert c is not None, f"no {ctype} condition"
-        return c["status"], c["reason"], c["message"]
-
-    def index(self, pred) -> int:
-        return next(i for i, a in enumerate(self.applied) if pred(a))
+Pass = plans.Pass[NetworkSnapshot]
 
 
 def drive(s: NetworkSnapshot, canned: dict[str, Any] | None = None, limit: int = 40) -> Pass:
-    canned = canned or {}
-    applied: list[Any] = []
-    plans: list[Plan] = []
-    for _ in range(limit):
-        plan = plan_network(s)
-        plans.append(plan)
-        for a in plan.actions:
-            if a in applied:
-                continue
-            applied.append(a)
-            s = fold(s, a, canned)
-        if not plan.replan:
-            return Pass(s, tuple(plans), tuple(applied))
-    raise AssertionError(f"no settled plan after {limit} plans")
+    """A network pass over ``s``, as ``controller.apply.run(plan_network, s, executor)`` runs it."""
+    return plans.drive(plan_network, s, canned, fold=fold, limit=limit)
 
 
 def converged(s: NetworkSnapshot, canned=None) -> NetworkSnapshot:

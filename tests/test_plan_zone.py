@@ -1,10 +1,10 @@
 """The ProxmoxNetworkZone planner, pure (no server): ``plan_zone(ZoneSnapshot) -> Plan``.
 
 Expected reasons and messages are the spec's (reference-behaviour.md §8, §8.1, §7;
-product-decisions.md §4.4, §7), not read off the code. A pass is driven by :func:`drive`:
-each requested read is filled from a dict of canned fresh values keyed by the action's
-``into`` (``owners[<vlan>]``, ``fresh[<vlan>]``, ``listed[<vlan>]``) with
-``controller.apply.fill``.
+product-decisions.md §4.4, §7), not read off the code. A pass is driven by :func:`drive`
+(``tests.support.plans.drive``, a stand-in for ``controller.apply.run``): each requested read
+is filled from a dict of canned fresh values keyed by the action's ``into`` (``owners[<vlan>]``,
+``fresh[<vlan>]``, ``listed[<vlan>]``) with ``controller.apply.fill``.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from controller.actions import (
     SplitListed,
     WriteStatus,
 )
-from controller.apply import fill
 from controller.plan_zone import ZoneSnapshot, plan_zone
+from tests.support import plans
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 10, 7, 8, 0, 0, tzinfo=UTC)
@@ -99,76 +99,23 @@ def snap(labelled=(), others=(), z=None, cached=None, **kw) -> ZoneSnapshot:
     return ZoneSnapshot(**base)
 
 
-def with_annotation(obj, value):
-    out = copy.deepcopy(dict(obj))
-    ann = dict(out["metadata"].get("annotations") or {})
-    if value is None:
-        ann.pop(names.ANNOTATION_DELETED_SUBNETS, None)
-    else:
-        ann[names.ANNOTATION_DELETED_SUBNETS] = value
-    out["metadata"]["annotations"] = ann
-    return out
-
-
-def fold(s, a, canned):
-    if isinstance(a, (Get, SplitListed)):
-        return fill(s, a.into, canned[a.into])
-    if isinstance(a, SetPruneTimers):
-        return fill(s, a.into, with_annotation(a.vlan, a.value))
-    if isinstance(a, ReleaseVlan):
-        return fill(s, a.into, True)
-    if isinstance(a, WriteStatus):
-        return fill(s, a.into, {**copy.deepcopy(dict(a.obj)), "status": copy.deepcopy(dict(a.status))})
-    return s
-
-
 @attrs.frozen
-class Pass:
-    snapshot: ZoneSnapshot
-    plans: tuple[Plan, ...]
-    applied: tuple[Any, ...]
-
-    @property
-    def last(self) -> Plan:
-        return self.plans[-1]
-
-    def of(self, kind):
-        return [a for a in self.applied if isinstance(a, kind)]
-
-    @property
-    def status(self) -> dict[str, Any]:
-        writes = self.of(WriteStatus)
-        assert writes, "the pass wrote no status"
-        return writes[-1].status
+class Pass(plans.Pass[ZoneSnapshot]):
+    """A zone pass, with the zone's Ready condition and VLAN counts at hand."""
 
     @property
     def ready(self):
-        c = next(c for c in self.status["conditions"] if c["type"] == "Ready")
-        return c["status"], c["reason"], c["message"]
+        return self.crm("Ready")
 
     @property
     def counts(self):
         return tuple(self.status[k] for k in ("totalVLANs", "allocatedVLANs", "freeVLANs", "networks"))
 
-    def index(self, pred) -> int:
-        return next(i for i, a in enumerate(self.applied) if pred(a))
-
 
 def drive(s: ZoneSnapshot, canned: dict[str, Any] | None = None, limit: int = 40) -> Pass:
-    canned = canned or {}
-    applied: list[Any] = []
-    plans: list[Plan] = []
-    for _ in range(limit):
-        plan = plan_zone(s)
-        plans.append(plan)
-        for a in plan.actions:
-            if a in applied:
-                continue
-            applied.append(a)
-            s = fold(s, a, canned)
-        if not plan.replan:
-            return Pass(s, tuple(plans), tuple(applied))
-    raise AssertionError(f"no settled plan after {limit} plans")
+    """A zone pass over ``s``, as ``controller.apply.run(plan_zone, s, executor)`` runs it; a zone
+    pass plans only actions :func:`tests.support.plans.fold` knows."""
+    return plans.drive(plan_zone, s, canned, result=Pass, limit=limit)
 
 
 def timers(**starts: str) -> dict[str, str]:
