@@ -121,10 +121,12 @@ class AllocateVlan:
     """Pick the lowest eligible ID and create the network's Vlan, under the provider's lock
     (reference-behaviour.md §4.3, product-decisions.md §8). Fills ``vlan`` (the created or
     concurrently found Vlan), ``refusal`` (``(reason, message)`` when no ID can be given)
-    and ``allocated_now``."""
+    and ``allocated_now``. ``annotations`` (``(key, value)`` pairs) go on the Vlan as it is
+    created, so a value known at allocation costs no second write."""
 
     network: Mapping[str, Any]
     zone: Mapping[str, Any]
+    annotations: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.frozen
@@ -142,6 +144,27 @@ class SetPruneTimers:
     vlan: Mapping[str, Any]
     value: str | None
     into: str
+
+
+@attrs.frozen
+class SetPoolCidrs:
+    """Write the ``pool-cidrs`` annotation on the network's own Vlan (the pool's addresses
+    as CIDRs, for admission; ``value`` None removes it): one JSON patch guarded by
+    resourceVersion. Fills ``vlan`` with the patched Vlan."""
+
+    vlan: Mapping[str, Any]
+    value: str | None
+    into: str = "vlan"
+
+
+@attrs.frozen
+class PruneReleasedVlans:
+    """Write the zone's ``released-vlans`` annotation without its expired entries
+    (controller.reuse; ``value`` None removes it). Fills the patched zone."""
+
+    zone: Mapping[str, Any]
+    value: str | None
+    into: str = "zone"
 
 
 @attrs.frozen
@@ -256,7 +279,7 @@ class Log:
 
 Action = (
     Get | ListConsumers | SplitListed | AddFinalizer | RemoveFinalizer | AllocateVlan | AdoptVlan
-    | SetPruneTimers | ReleaseVlan | WriteStatus | Event | RequestTriple | NetworkGone | ForgetOverlay
+    | SetPruneTimers | SetPoolCidrs | ReleaseVlan | WriteStatus | Event | RequestTriple | NetworkGone | ForgetOverlay
     | EnsureGateway | ReleaseGateway | Metric | Log
 )
 

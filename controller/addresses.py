@@ -27,11 +27,15 @@ Quoted values in messages follow Go's ``%q`` (:func:`go_quote`).
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Union
 
+import attrs
+
 from controller import reasons
+from controller.listing import first_shown
 
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 AddressRange = tuple[IPAddress, IPAddress]
@@ -479,3 +483,383 @@ def _text(value: Any) -> str:
     if value is None:
         return ""
     return value if isinstance(value, str) else str(value)
+
+
+# -- pool address sets, pool overlaps and address conflicts (issue 15, item 3) ---------
+#
+# product-decisions.md §8: ``PoolOverlapsPool`` when another InClusterIPPool or
+# GlobalInClusterIPPool overlaps the network's pool; ``AddressConflict`` when a Kube-OVN IP
+# holds an address of the VM pool. The IPAM provider checks addresses only within one pool
+# (cluster-api-ipam-provider-in-cluster #272, capmox #763), and Kube-OVN admits a pod with a
+# fixed ``ovn.kubernetes.io/ip_address`` inside excludeIps (kube-ovn #2653).
+
+Span = tuple[int, int, int]
+"""``(family, first, last)``: family 4 or 6, first and last address as integers, inclusive.
+Zones are not part of a span: two ranges holding the same address number overlap."""
+
+IN_CLUSTER_IP_POOL = "InClusterIPPool"
+GLOBAL_IN_CLUSTER_IP_POOL = "GlobalInClusterIPPool"
+_KIND_ORDER = {IN_CLUSTER_IP_POOL: 0, GLOBAL_IN_CLUSTER_IP_POOL: 1}
+
+
+def _merge(spans: Iterable[Span]) -> list[Span]:
+    """Sorted, with overlapping and adjacent spans of one family joined."""
+    out: list[Span] = []
+    for fam, lo, hi in sorted(spans):
+        if out and out[-1][0] == fam and lo <= out[-1][2] + 1:
+            if hi > out[-1][2]:
+                out[-1] = (fam, out[-1][1], hi)
+        else:
+            out.append((fam, lo, hi))
+    return out
+
+
+def _subtract(spans: list[Span], holes: list[Span]) -> list[Span]:
+    """``spans`` minus ``holes`` (both merged and sorted); the result is merged and sorted."""
+    out: list[Span] = []
+    j = 0
+    for fam, lo, hi in spans:
+        while j < len(holes) and (holes[j][0], holes[j][2]) < (fam, lo):
+            j += 1  # holes wholly before this span
+        k = j
+        cur = lo
+        while k < len(holes) and holes[k][0] == fam and holes[k][1] <= hi:
+            _, hlo, hhi = holes[k]
+            if hlo > cur:
+                out.append((fam, cur, hlo - 1))
+            cur = max(cur, hhi + 1)
+            k += 1
+        if cur <= hi:
+            out.append((fam, cur, hi))
+    return out
+
+
+def _spans_of(entries: Any) -> list[Span]:
+    """Spans of a list of address entries; entries that do not parse are skipped."""
+    out: list[Span] = []
+    for entry in entries if isinstance(entries, list) else []:
+        try:
+            lo, hi = parse_address_range(_text(entry))
+        except AddressError:
+            continue
+        out.append((lo.version, int(lo), int(hi)))
+    return out
+
+
+def pool_spans(pool_spec: Any) -> tuple[Span, ...]:
+    """The addresses the IPAM provider may hand out from a pool: ``spec.addresses`` minus
+    ``spec.excludedAddresses`` minus ``spec.gateway`` (capmox-and-ipam.md, "In-cluster IPAM
+    provider"), merged and sorted.
+
+    Bad input never raises: an entry that does not parse (:func:`parse_address_range`) is
+    skipped, in both lists, and a gateway that is not one address removes nothing. When in
+    doubt an address counts as the pool's, so an overlap is reported rather than missed. The
+    network's own pool has been checked by :func:`check_pool_split` first, so its garbage is
+    ``PoolAddressInvalid`` before any overlap is looked at. The network and broadcast
+    addresses are not taken out (they are shared, if at all, by pools of one prefix, which
+    overlap elsewhere too).
+
+    :param pool_spec: an InClusterIPPool or GlobalInClusterIPPool ``spec`` (anything else
+        gives no spans).
+    :returns: :data:`Span` tuples, sorted, disjoint and not adjacent.
+    """
+    if not isinstance(pool_spec, Mapping):
+        return ()
+    spans = _merge(_spans_of(pool_spec.get("addresses")))
+    holes = _spans_of(pool_spec.get("excludedAddresses"))
+    gateway = _text(pool_spec.get("gateway")).strip()
+    if gateway:
+        try:
+            gw = _parse_addr(gateway)
+        except _NetipError:
+            pass
+        else:
+            holes.append((gw.version, int(gw), int(gw)))
+    return tuple(_subtract(spans, _merge(holes)))
+
+
+def shared_spans(a: Sequence[Span], b: Sequence[Span]) -> list[Span]:
+    """The addresses in both ``a`` and ``b`` (each as :func:`pool_spans` returns), sorted:
+    one walk over both lists, O(len(a) + len(b))."""
+    out: list[Span] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        fa, la, ha = a[i]
+        fb, lb, hb = b[j]
+        if fa != fb:
+            if fa < fb:
+                i += 1
+            else:
+                j += 1
+            continue
+        lo, hi = max(la, lb), min(ha, hb)
+        if lo <= hi:
+            out.append((fa, lo, hi))
+        if ha < hb:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def span_text(span: Span) -> str:
+    """``10.0.0.5`` for one address, ``10.0.0.40-10.0.0.50`` for a range (IPv6 as Go prints
+    it, RFC 5952)."""
+    fam, lo, hi = span
+    make = ipaddress.IPv4Address if fam == 4 else ipaddress.IPv6Address
+    first = _go_addr_string(make(lo))
+    return first if lo == hi else f"{first}-{_go_addr_string(make(hi))}"
+
+
+def _contains(spans: Sequence[Span], fam: int, value: int) -> bool:
+    i = bisect.bisect_right(spans, (fam, value, _MAX_INT)) - 1
+    return i >= 0 and spans[i][0] == fam and spans[i][1] <= value <= spans[i][2]
+
+
+_MAX_INT = (1 << 128) + 1
+
+
+# -- the bucket index -------------------------------------------------------------------
+
+BUCKET_BITS = 8
+"""A bucket is 256 consecutive addresses: an IPv4 /24, an IPv6 /120."""
+MAX_BUCKETS = 16
+"""A pool whose addresses touch more buckets than this (4,096 addresses in one range) is
+indexed under :data:`WIDE` only."""
+WIDE = "wide"
+
+
+def pool_buckets(spans: Sequence[Span]) -> list[str]:
+    """Index values of a pool for the overlap index (``network.pool_index_buckets``).
+
+    Overlap is looked up, not computed pairwise: every pool (InClusterIPPool in any
+    namespace, and GlobalInClusterIPPool) is indexed in its informer's store under the
+    buckets its addresses touch, ``"<family>/<address >> 8 in hex>"`` (``"4/a0a01"`` is
+    10.10.1.0/24). Two pools can share an address only if they share a bucket, so a pass
+    reads the pools of its own pool's buckets (at most :data:`MAX_BUCKETS` lookups) plus the
+    pools indexed :data:`WIDE`, and checks those exactly (:func:`shared_spans`). Cost per
+    pass: O(buckets + pools in them + wide pools), not O(pools); at N=2000 networks of one
+    VPC with one /24-sized pool each, a pass reads one bucket holding its own pool. A pool
+    over more than :data:`MAX_BUCKETS` buckets (a /20 or wider range, rare for VM pools) is
+    indexed only under :data:`WIDE`, so an index entry never grows with a pool's size; a
+    pass over a network whose *own* pool is wide reads every pool (O(pools)), which only
+    such networks pay.
+
+    :param spans: as :func:`pool_spans` returns.
+    :returns: the bucket values, or ``[WIDE]``; ``[]`` for a pool without addresses.
+    """
+    out: list[str] = []
+    for fam, lo, hi in spans:
+        first, last = lo >> BUCKET_BITS, hi >> BUCKET_BITS
+        if last - first + 1 + len(out) > MAX_BUCKETS:
+            return [WIDE]
+        out.extend(f"{fam}/{b:x}" for b in range(first, last + 1))
+    return sorted(set(out))
+
+
+# -- PoolOverlapsPool -------------------------------------------------------------------
+
+
+@attrs.frozen
+class PoolOverlap:
+    """Another pool sharing addresses with the network's: ``kind`` (``InClusterIPPool``,
+    ``GlobalInClusterIPPool``), ``name`` (``<namespace>/<name>``, or ``<name>`` for a global
+    pool) and the addresses both hold (``shared``, sorted spans)."""
+
+    kind: str
+    name: str
+    shared: tuple[Span, ...]
+
+    def __str__(self) -> str:
+        more = f" and {len(self.shared) - 1} more range(s)" if len(self.shared) > 1 else ""
+        return f"{self.kind} {self.name} ({span_text(self.shared[0])}{more})"
+
+
+def pool_name(kind: str, pool: Mapping[str, Any]) -> str:
+    """``<namespace>/<name>`` of an InClusterIPPool, ``<name>`` of a GlobalInClusterIPPool."""
+    meta = pool.get("metadata") or {}
+    name = _text(meta.get("name"))
+    ns = _text(meta.get("namespace"))
+    return f"{ns}/{name}" if ns and kind != GLOBAL_IN_CLUSTER_IP_POOL else name
+
+
+def find_pool_overlaps(
+    own: tuple[str, str], spans: Sequence[Span], others: Iterable[tuple[str, Mapping[str, Any]]]
+) -> list[PoolOverlap]:
+    """The pools of ``others`` that share an address with ``spans`` (issue 15, item 3).
+
+    :param own: ``(kind, name as pool_name gives it)`` of the network's pool; it is never
+        its own overlap.
+    :param spans: the network's pool, as :func:`pool_spans` returns.
+    :param others: ``(kind, pool object)`` pairs, any order, duplicates allowed (the
+        observer passes the index's candidates; this is the exact check).
+    :returns: the overlaps, InClusterIPPools first, then by name.
+    """
+    found: dict[tuple[str, str], PoolOverlap] = {}
+    for kind, obj in others:
+        if not isinstance(obj, Mapping):
+            continue
+        name = pool_name(kind, obj)
+        if (kind, name) == own or (kind, name) in found:
+            continue
+        shared = shared_spans(spans, pool_spans(obj.get("spec")))
+        if shared:
+            found[(kind, name)] = PoolOverlap(kind, name, tuple(shared))
+    return sorted(found.values(), key=lambda o: (_KIND_ORDER.get(o.kind, 9), o.kind, o.name))
+
+
+def pool_overlaps_message(pool: str, overlaps: Sequence[PoolOverlap]) -> str:
+    """The ``PoolOverlapsPool`` message: the overlapping pools, first five then a count,
+    each with the first range both hold, and what to fix."""
+    return (
+        f'addresses of InClusterIPPool "{pool}" are also in {first_shown(overlaps)}; the IPAM provider '
+        "checks addresses only within one pool, so two machines can be given the same address: "
+        "take the shared addresses out of one of the pools (spec.addresses or spec.excludedAddresses)"
+    )
+
+
+# -- AddressConflict ------------------------------------------------------------------------
+
+
+@attrs.frozen(order=True)
+class AddressConflict:
+    """An address of the network's pool that a Kube-OVN IP holds: the address (``family``,
+    ``value``, ``text``), the IP's name, its pod (``<namespace>/<name>``, ``""`` when the IP
+    names none) and the IPAddresses of the pool that hold the same address (sorted
+    ``<namespace>/<name>``)."""
+
+    family: int
+    value: int
+    ip: str
+    text: str = attrs.field(order=False)
+    pod: str = attrs.field(order=False)
+    addresses: tuple[str, ...] = attrs.field(order=False, default=())
+
+    def __str__(self) -> str:
+        parts = ([f"pod {self.pod}"] if self.pod else []) + [f"Kube-OVN IP {self.ip}"]
+        parts += [f"IPAddress {a}" for a in self.addresses]
+        return f"{self.text} ({', '.join(parts)})"
+
+
+def kube_ovn_ip_addresses(ip: Mapping[str, Any]) -> list[IPAddress]:
+    """The addresses a Kube-OVN IP (``kubeovn.io/v1`` IP) holds: ``spec.v4IpAddress``,
+    ``spec.v6IpAddress`` and ``spec.ipAddress`` (``"v4,v6"`` when dual-stack), each once;
+    values that do not parse are skipped."""
+    spec = ip.get("spec") if isinstance(ip, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return []
+    seen: dict[tuple[int, int], IPAddress] = {}
+    for field in ("v4IpAddress", "v6IpAddress", "ipAddress"):
+        for text in _text(spec.get(field)).split(","):
+            text = text.strip()
+            if not text:
+                continue
+            try:
+                addr = _parse_addr(text)
+            except _NetipError:
+                continue
+            seen.setdefault((addr.version, int(addr)), addr)
+    return list(seen.values())
+
+
+def find_address_conflicts(
+    spans: Sequence[Span], ips: Iterable[Mapping[str, Any]], addresses: Iterable[Mapping[str, Any]] = ()
+) -> list[AddressConflict]:
+    """The addresses of ``spans`` that Kube-OVN IPs hold (issue 15, item 3).
+
+    :param spans: the network's pool (:func:`pool_spans`).
+    :param ips: Kube-OVN IPs (the observer passes those of the network's Subnet: another
+        VPC may use the same addresses).
+    :param addresses: CAPI IPAddresses of the pool (``spec.address``), to name the machine
+        side of a conflict.
+    :returns: the conflicts, by address then IP name.
+    """
+    spans = list(spans)
+    holders: dict[tuple[int, int], list[str]] = {}
+    for a in addresses:
+        spec = a.get("spec") if isinstance(a, Mapping) else None
+        if not isinstance(spec, Mapping):
+            continue
+        try:
+            addr = _parse_addr(_text(spec.get("address")).strip())
+        except _NetipError:
+            continue
+        meta = a.get("metadata") or {}
+        holders.setdefault((addr.version, int(addr)), []).append(f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}")
+    out: list[AddressConflict] = []
+    for ip in ips:
+        if not isinstance(ip, Mapping):
+            continue
+        spec = ip.get("spec") if isinstance(ip.get("spec"), Mapping) else {}
+        pod_name, pod_ns = _text(spec.get("podName")), _text(spec.get("namespace"))
+        pod = f"{pod_ns}/{pod_name}" if pod_name else ""
+        ip_name = _text((ip.get("metadata") or {}).get("name"))
+        for addr in kube_ovn_ip_addresses(ip):
+            key = (addr.version, int(addr))
+            if _contains(spans, *key):
+                out.append(AddressConflict(addr.version, int(addr), ip_name, _go_addr_string(addr), pod,
+                                           tuple(sorted(holders.get(key, ())))))
+    return sorted(out)
+
+
+def address_conflicts_message(pool: str, conflicts: Sequence[AddressConflict]) -> str:
+    """The ``AddressConflict`` message: the addresses with their pod, Kube-OVN IP and
+    IPAddress, first five then a count, and what to fix (the controller deletes nothing)."""
+    return (
+        f'Kube-OVN has given addresses of InClusterIPPool "{pool}" to pods: {first_shown(conflicts)}; a machine '
+        "given one of them clashes with the pod: give the pod another address, or take the address out of "
+        "the pool (spec.excludedAddresses)"
+    )
+
+
+# -- the pool as CIDRs, for admission (issue 15, item 6) ------------------------------
+
+# Bound on the CIDRs of one pool's annotation: far above any real pool (one IPv4 range needs
+# at most 62, one IPv6 range at most 254), and it keeps the annotation and the admission
+# policy's per-Vlan work small.
+POOL_CIDRS_MAX = 1024
+_IPV4_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")
+
+
+def pool_cidrs(pool_spec: Mapping[str, Any]) -> str | None:
+    """The addresses of an InClusterIPPool as the smallest list of CIDRs that covers exactly
+    them: the value of the Vlan annotation ``proxmox.cozystack.io/pool-cidrs`` that the
+    admission policy ``proxmox-network-fixed-addresses`` tests with CEL's
+    ``cidr(c).containsIP(a)`` (docs/admission.md; CEL has no ordering of IP addresses, so a
+    range ``a-b`` cannot be tested as a range).
+
+    Each ``spec.addresses`` entry is parsed as the reference does (:func:`parse_address_range`:
+    a CIDR, ``a..b``, ``a-b`` or one address); an entry that does not parse is left out (the
+    network's ``IPPoolReady`` reports it as ``PoolAddressInvalid``). Ranges are merged per
+    family and split into CIDRs; an IPv6 zone is dropped (a prefix carries none) and
+    IPv4-mapped IPv6 addresses (``::ffff:a.b.c.d``, which CEL's ``cidr()`` refuses) are left
+    out. ``excludedAddresses`` are not subtracted: an address the pool skips is still one of
+    its own addresses to everyone else.
+
+    :param pool_spec: the pool's ``spec`` (``addresses``: list of str).
+    :returns: comma-separated CIDRs in canonical form, IPv4 first, each family ascending
+        (``"10.0.0.10-10.0.0.13"`` -> ``"10.0.0.10/31,10.0.0.12/31"``); None when no address
+        is left, or when more than :data:`POOL_CIDRS_MAX` CIDRs would be needed.
+    """
+    v4: list[ipaddress.IPv4Network] = []
+    v6: list[ipaddress.IPv6Network] = []
+    entries = pool_spec.get("addresses")
+    for fam, lo, hi in _spans_of(entries):
+        if fam == 4:
+            v4 += ipaddress.summarize_address_range(ipaddress.IPv4Address(lo), ipaddress.IPv4Address(hi))
+        else:
+            nets = ipaddress.summarize_address_range(ipaddress.IPv6Address(lo), ipaddress.IPv6Address(hi))
+            v6 += [part for n in nets for part in _without_ipv4_mapped(n)]
+    nets = [*ipaddress.collapse_addresses(v4), *ipaddress.collapse_addresses(v6)]
+    if not nets or len(nets) > POOL_CIDRS_MAX:
+        return None
+    return ",".join(str(n) for n in nets)
+
+
+def _without_ipv4_mapped(net: ipaddress.IPv6Network) -> list[ipaddress.IPv6Network]:
+    """``net`` minus ``::ffff:0:0/96`` (as CIDRs)."""
+    if not net.overlaps(_IPV4_MAPPED):
+        return [net]
+    if net.subnet_of(_IPV4_MAPPED):
+        return []
+    return list(net.address_exclude(_IPV4_MAPPED))

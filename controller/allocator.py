@@ -93,14 +93,20 @@ def vlan_provider(vlan: Mapping[str, Any]) -> str:
     return str((vlan.get("spec") or {}).get("provider") or "")
 
 
-def used_vlans(vlans: Iterable[Mapping[str, Any]], provider: str) -> set[int]:
-    """IDs held by any Vlan on ``provider``, whoever owns it, Terminating included (§4.2)."""
+def used_vlans(vlans: Iterable[Mapping[str, Any]], provider: str | None) -> set[int]:
+    """IDs held by any Vlan on ``provider``, whoever owns it, Terminating included (§4.2).
+
+    ``provider=None``: every Vlan given is on the provider already (an index lookup), so
+    only the IDs are read. Inlined rather than :func:`vlan_id`/:func:`vlan_provider` per
+    Vlan: this runs on every allocation over every Vlan of the provider, under its lock."""
     used: set[int] = set()
     for vlan in vlans:
-        if vlan_provider(vlan) == provider:
-            vid = vlan_id(vlan)
-            if vid is not None:
-                used.add(vid)
+        spec = vlan.get("spec") or {}
+        if provider is not None and str(spec.get("provider") or "") != provider:
+            continue
+        vid = spec.get("id")
+        if isinstance(vid, int) and not isinstance(vid, bool):
+            used.add(vid)
     return used
 
 

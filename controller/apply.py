@@ -6,20 +6,23 @@ of the reconciler's own kind go through its read-your-writes overlay) and hands 
 the NB writer (``controller.gateway.GatewayStep`` over ``ovn.gateway.GatewayApplier``).
 Allocation runs under the provider's lock inside ``VlanManager.allocate``. The first action
 that raises stops the pass: nothing after it is applied, and the worker retries the key
-with backoff.
+with backoff. Once the process is stopping (``stopping`` set) the next action raises
+:class:`Stopping` instead: the pass ends there, as if the leader had been killed at that
+point, so the Lease can be released at once (``controller.main``).
 """
 
 from __future__ import annotations
 
 import copy
 import re
+import threading
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import attrs
 import structlog
 
-from controller import allocator, names
+from controller import names
 from controller.actions import (
     FAILED,
     AddFinalizer,
@@ -34,10 +37,12 @@ from controller.actions import (
     Metric,
     NetworkGone,
     Plan,
+    PruneReleasedVlans,
     ReleaseGateway,
     ReleaseVlan,
     RemoveFinalizer,
     RequestTriple,
+    SetPoolCidrs,
     SetPruneTimers,
     SplitListed,
     WriteStatus,
@@ -47,7 +52,7 @@ from controller.events import EventRecorder
 from controller.kube import ApiError, KubeWriter, annotation_patch
 from controller.metrics import Metrics
 from controller.recent import RecentWrites
-from controller.result import Result
+from controller.result import Result, Stopping
 from controller.vlans import VlanManager
 from informers import Resource, meta_namespace_key
 
@@ -108,6 +113,8 @@ class Executor:
         the manager adds kinds that appear later, so it is kept by reference.
     :param namespaces: the namespace annotation's reconciler (``RequestTriple``, ``NetworkGone``).
     :param gateway: the NB side (``controller.gateway.GatewayStep``), or None.
+    :param stopping: set when the process stops; every action after that raises
+        :class:`Stopping`.
     """
 
     def __init__(
@@ -120,7 +127,9 @@ class Executor:
         consumer_resources: MutableMapping[str, Resource] | None = None,
         namespaces: Any = None,
         gateway: Any = None,
+        stopping: threading.Event | None = None,
     ) -> None:
+        self.stopping = stopping
         self.writer = writer
         self.vlans = vlans
         self.own = own
@@ -131,6 +140,8 @@ class Executor:
         self.gateway = gateway
 
     def __call__(self, action: Any, s: Any) -> Any:
+        if self.stopping is not None and self.stopping.is_set():
+            raise Stopping(f"stopping before {type(action).__name__}")
         method = getattr(self, "_" + type(action).__name__)
         return method(action, s)
 
@@ -208,24 +219,40 @@ class Executor:
         return fill(s, a.into, obj)
 
     def _AllocateVlan(self, a: AllocateVlan, s: Any) -> Any:
-        out = self.vlans.allocate(a.network, a.zone)
+        out = self.vlans.allocate(a.network, a.zone, dict(a.annotations))
         if out.vlan is None:
             return attrs.evolve(s, refusal=(out.reason, out.message))
-        return attrs.evolve(s, vlan=out.vlan, allocated_now=out.allocated, holders=self._holders(out.vlan, a.zone))
+        return attrs.evolve(s, vlan=out.vlan, allocated_now=out.allocated, holders=self.vlans.holders_of(out.vlan, a.zone))
 
     def _AdoptVlan(self, a: AdoptVlan, s: Any) -> Any:
         vlan = self.vlans.adopt(copy.deepcopy(dict(a.vlan)))
-        return attrs.evolve(s, vlan=vlan, holders=self._holders(vlan, s.zone))
-
-    def _holders(self, vlan: Mapping[str, Any], zone: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], ...]:
-        vid = allocator.vlan_id(vlan)
-        provider = str(((zone or {}).get("spec") or {}).get("providerNetwork") or "")
-        return tuple(self.vlans.holders(provider, vid)) if vid is not None else ()
+        return attrs.evolve(s, vlan=vlan, holders=self.vlans.holders_of(vlan, s.zone))
 
     def _SetPruneTimers(self, a: SetPruneTimers, s: Any) -> Any:
         vlan = self.writer.json_patch(names.VLANS, a.vlan["metadata"]["name"],
                                       annotation_patch(a.vlan, names.ANNOTATION_DELETED_SUBNETS, a.value))
         return fill(s, a.into, vlan)
+
+    def _SetPoolCidrs(self, a: SetPoolCidrs, s: Any) -> Any:
+        name = a.vlan["metadata"]["name"]
+        try:
+            vlan = self.writer.json_patch(names.VLANS, name, annotation_patch(a.vlan, names.ANNOTATION_POOL_CIDRS, a.value))
+        except ApiError as err:
+            if not (err.conflict or err.invalid):
+                raise
+            # The resourceVersion test failed: a cache behind our own earlier write is the usual
+            # cause. Done when the API server's copy already carries the value; else retry later.
+            vlan = self.writer.get(names.VLANS, name)
+            if ((vlan.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_POOL_CIDRS) != a.value:
+                raise err from None
+        return fill(s, a.into, vlan)
+
+    def _PruneReleasedVlans(self, a: PruneReleasedVlans, s: Any) -> Any:
+        name = a.zone["metadata"]["name"]
+        ops = annotation_patch(a.zone, names.ANNOTATION_RELEASED_VLANS, a.value)
+        zone = self._guarded(names.PROXMOX_NETWORK_ZONES, a.zone,
+                             lambda: self.writer.json_patch(names.PROXMOX_NETWORK_ZONES, name, ops))
+        return fill(s, a.into, zone)
 
     def _ReleaseVlan(self, a: ReleaseVlan, s: Any) -> Any:
         self.vlans.release(copy.deepcopy(dict(a.vlan)))
@@ -234,8 +261,10 @@ class Executor:
         return fill(s, a.into, True)
 
     def _WriteStatus(self, a: WriteStatus, s: Any) -> Any:
-        body = copy.deepcopy(dict(a.obj))
-        body["status"] = copy.deepcopy(dict(a.status))
+        # A shallow body: the writer only serialises it, and the status is the plan's own.
+        # No managedFields (an overlay copy may carry them): the server keeps its record.
+        meta = {k: v for k, v in (a.obj.get("metadata") or {}).items() if k != "managedFields"}
+        body = {**a.obj, "metadata": meta, "status": a.status}
         written = self._guarded(a.resource, a.obj, lambda: self.writer.update_status(a.resource, body))
         if a.event is not None and self.events is not None:
             self.events.event(written, a.event.type, a.event.reason, a.event.message)

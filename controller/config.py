@@ -43,20 +43,32 @@ CONNECTION_POOL_SIZE = 64
 
 def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
     """An ApiClient from ``kubeconfig``, else the in-cluster config, else ``~/.kube/config``."""
+    return load_api_client_and_source(kubeconfig)[0]
+
+
+def load_api_client_and_source(kubeconfig: str | None) -> tuple[k8s.ApiClient, str]:
+    """:func:`load_api_client` and where its configuration came from: ``"kubeconfig"``
+    (the flag), ``"in-cluster"`` (the pod's service account token and CA, the API server at
+    ``$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``) or ``"default kubeconfig"``
+    ($KUBECONFIG or ``~/.kube/config``). Raises what the kubernetes client's loaders raise
+    (``ConfigException``, ``OSError``)."""
     cfg = k8s.Configuration()
     if kubeconfig:
         k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        source = "kubeconfig"
     else:
         try:
             k8s_config.load_incluster_config(client_configuration=cfg)
+            source = "in-cluster"
         except k8s_config.ConfigException:
             k8s_config.load_kube_config(client_configuration=cfg)
+            source = "default kubeconfig"
     cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE
     if kubeconfig and _static_credentials(kubeconfig):
         # The loader's refresh hook re-reads the kubeconfig on every request (~6% of CPU
         # in docs/performance.md); a static token or client certificate never changes.
         cfg.refresh_api_key_hook = None
-    return k8s.ApiClient(cfg)
+    return k8s.ApiClient(cfg), source
 
 
 def _static_credentials(path: str) -> bool:

@@ -12,6 +12,8 @@ from typing import Any
 
 import attrs
 
+from controller.listing import SHOWN, first_shown
+
 POOL_KIND = "InClusterIPPool"
 PROTECT_POOL = "ipam.cluster.x-k8s.io/ProtectPool"
 # CAPI's pause annotation: a clusterctl move is in progress, nothing may be released (B15).
@@ -72,10 +74,27 @@ def pool_ref_names_pool(obj: Mapping[str, Any], pool: str) -> bool:
     return isinstance(spec, Mapping) and _is_pool_ref(spec.get("poolRef"), pool)
 
 
+
+
+@attrs.frozen
+class Holder:
+    """One object that holds a pool: ``kind`` and ``name``, and what is odd about it
+    (empty when nothing is): deleting since when on which finalizers, owner not found,
+    an address without its claim, a claim without an address (issue 15, item 4)."""
+
+    kind: str
+    name: str
+    odd: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}" + (f" ({self.odd})" if self.odd else "")
+
+
 @attrs.frozen
 class Consumers:
     """What holds a pool: ``used`` (pool status), ``protected`` (Terminating pool still
-    carrying ProtectPool), counts of machines, addresses and claims naming it."""
+    carrying ProtectPool), counts of machines, addresses and claims naming it, and those
+    objects by name (``holders``: machines, claims, addresses, each by name)."""
 
     used: int = 0
     protected: bool = False
@@ -83,6 +102,7 @@ class Consumers:
     addresses: int = 0
     claims: int = 0
     paused: bool = False
+    holders: tuple[Holder, ...] = ()
 
     @property
     def busy(self) -> bool:
@@ -91,9 +111,19 @@ class Consumers:
             or self.machines > 0 or self.addresses > 0 or self.claims > 0
         )
 
-    def message(self, pool: str, vlan: int, subnet: str) -> str:
+    @property
+    def stuck(self) -> int:
+        """How many holders have something odd about them (the stuck-holders gauge)."""
+        return sum(1 for h in self.holders if h.odd)
+
+    def named(self, limit: int | None = SHOWN) -> str:
+        """The holders, first ``limit`` (None: all), then "and N more"."""
+        return first_shown(self.holders, limit)
+
+    def message(self, pool: str, vlan: int, subnet: str, limit: int | None = SHOWN) -> str:
         """The ``InUse`` message; the reference's text, with our extra consumers named
-        only when there are any."""
+        only when there are any, then the holders by name (``limit`` of them; 0: none, for
+        a reader that lists them itself, as ``doctor`` does)."""
         msg = f'{self.used} address(es) of pool "{pool}" are allocated and {self.machines} ProxmoxMachine(s) reference it'
         if self.addresses or self.claims:
             msg += f"; {self.addresses} IPAddress(es) and {self.claims} IPAddressClaim(s) name the pool"
@@ -101,7 +131,67 @@ class Consumers:
             msg += f"; the pool is being deleted and still carries {PROTECT_POOL}"
         if self.paused:
             msg += f"; the pool or one of its addresses carries {PAUSED} (a move is in progress)"
+        if self.holders and limit != 0:
+            msg += f"; held by {self.named(limit)}"
         return msg + f'; VLAN {vlan} and subnet "{subnet}" are kept until they are gone'
+
+
+def _name(obj: Any) -> str:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+
+
+def _deleting(obj: Mapping[str, Any]) -> list[str]:
+    meta = obj.get("metadata") or {}
+    since = meta.get("deletionTimestamp")
+    if not since:
+        return []
+    fins = [str(f) for f in meta.get("finalizers") or []]
+    return [f"deleting since {since}" + (f" on finalizer {', '.join(fins)}" if fins else "")]
+
+
+def _missing_owner(obj: Mapping[str, Any], machines: set[str]) -> list[str]:
+    """An owner reference to a ProxmoxMachine the namespace no longer has (the owners we
+    can see; others are not judged)."""
+    out = []
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("kind") == "ProxmoxMachine" and ref.get("name") not in machines:
+            out.append(f"owner ProxmoxMachine {ref.get('name')} not found")
+    return out
+
+
+def _ref_name(obj: Mapping[str, Any], section: str, field: str) -> str:
+    ref = (obj.get(section) or {}).get(field)
+    return str(ref.get("name") or "") if isinstance(ref, Mapping) else ""
+
+
+def holders_of(
+    machines: list[Mapping[str, Any]], claims: list[Mapping[str, Any]], addresses: list[Mapping[str, Any]],
+    all_machines: set[str],
+) -> tuple[Holder, ...]:
+    """The holders of a pool with what is odd about each (issue 15, item 4).
+
+    :param machines, claims, addresses: the objects naming the pool.
+    :param all_machines: names of every ProxmoxMachine in the namespace (owner checks).
+    """
+    claim_names = {_name(c) for c in claims}
+    address_names = {_name(a) for a in addresses}
+    out: list[Holder] = []
+    for m in sorted(machines, key=_name):
+        out.append(Holder("ProxmoxMachine", _name(m), "; ".join(_deleting(m))))
+    for c in sorted(claims, key=_name):
+        odd = _deleting(c) + _missing_owner(c, all_machines)
+        addr = _ref_name(c, "status", "addressRef")
+        if not addr or addr not in address_names:
+            odd.append("no IPAddress" if not addr else f"its IPAddress {addr} not found")
+        out.append(Holder("IPAddressClaim", _name(c), "; ".join(odd)))
+    for a in sorted(addresses, key=_name):
+        odd = _deleting(a)
+        claim = _ref_name(a, "spec", "claimRef")
+        if not claim or claim not in claim_names:
+            odd.append("no IPAddressClaim" if not claim else f"its IPAddressClaim {claim} not found")
+        out.append(Holder("IPAddress", _name(a), "; ".join(odd)))
+    return tuple(out)
 
 
 def count_consumers(
@@ -115,7 +205,10 @@ def count_consumers(
 
     Terminating machines count (they still hold their VM); see §6 step 1.
     """
+    machines = list(machines)
+    mine = [m for m in machines if machine_uses_pool(m, pool)]
     addresses = [a for a in addresses if pool_ref_names_pool(a, pool)]
+    claims = [c for c in claims if pool_ref_names_pool(c, pool)]
     used, protected = 0, False
     if pool_obj is not None:
         ip = (pool_obj.get("status") or {}).get("ipAddresses") or {}
@@ -126,8 +219,9 @@ def count_consumers(
     return Consumers(
         used=used,
         protected=protected,
-        machines=sum(1 for m in machines if machine_uses_pool(m, pool)),
+        machines=len(mine),
         addresses=len(addresses),
-        claims=sum(1 for c in claims if pool_ref_names_pool(c, pool)),
+        claims=len(claims),
         paused=_paused(pool_obj) or any(_paused(a) for a in addresses),
+        holders=holders_of(mine, claims, addresses, {_name(m) for m in machines}),
     )

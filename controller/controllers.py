@@ -20,7 +20,7 @@ import urllib3
 
 from controller.kube import ApiError
 from controller.metrics import Metrics
-from controller.result import Result
+from controller.result import Result, Stopping
 from controller.workqueue import RateLimitingQueue
 
 log = structlog.get_logger(__name__)
@@ -37,6 +37,9 @@ class Controller:
     :param reconcile: ``reconcile(key) -> Result | None``; raises to ask for a retry.
     :param workers: the number of worker threads.
     :param on_done: called with ``(controller, key)`` after every pass (the resync's tally).
+    :param warm_up: called once on each worker thread before its first key (e.g. waiting,
+        bounded and cancellable, for a peer's first sync): waits never run on the thread
+        that starts the workers, which may be the leader elector's (issue 15).
     """
 
     def __init__(
@@ -47,6 +50,7 @@ class Controller:
         workers: int,
         metrics: Metrics,
         on_done: Callable[[Controller, Hashable], None] | None = None,
+        warm_up: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self.kind = kind
@@ -54,6 +58,7 @@ class Controller:
         self.workers = max(1, workers)
         self.queue = RateLimitingQueue(name=name, metrics_hook=metrics.workqueue_hook_for(name))
         self.on_done = on_done or (lambda c, k: None)
+        self.warm_up = warm_up
         self.threads: list[threading.Thread] = []
 
     def add(self, key: Hashable) -> None:
@@ -76,6 +81,11 @@ class Controller:
         self.queue.shutdown()
 
     def _worker(self) -> None:
+        if self.warm_up is not None:
+            try:
+                self.warm_up()
+            except Exception:  # a failed wait only delays; the passes report the peer
+                log.exception("warm-up failed; starting anyway", kind=self.kind)
         while True:
             key = self.queue.get()
             if key is None:
@@ -97,9 +107,16 @@ class Controller:
             result = self.reconcile(key)
             if result is None:
                 return
+        except Stopping as why:
+            log.info("pass abandoned: the controller is stopping", key=label, step=str(why))
+            return
         except ApiError as err:
-            log.info("reconcile failed, retrying with backoff", key=label, status=err.status,
-                     reason=err.reason, error=err.message)
+            if err.conflict:  # a guarded write met a concurrent change: re-read and retry
+                log.info("reconcile conflict, retrying with backoff", key=label, status=err.status,
+                         reason=err.reason, error=err.message)
+            else:
+                log.info("reconcile failed, retrying with backoff", key=label, status=err.status,
+                         reason=err.reason, error=err.message)
             self.queue.add_rate_limited(key)
             return
         except (OSError, urllib3.exceptions.HTTPError) as err:

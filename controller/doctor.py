@@ -76,7 +76,9 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
                             _list(w, kinds.get("addresses"), ns), _list(w, kinds.get("claims"), ns))
         if c.busy:
             lines.append("  waits on: consumers — " + c.message(str(spec.get("ipPool")), int(st.get("vlan") or 0),
-                                                             str(spec.get("subnet"))))
+                                                             str(spec.get("subnet")), limit=0))
+            # The whole list, one holder a line (the condition shows the first five).
+            lines += [f"    {h}" for h in c.holders]
         sub = _get(w, names.SUBNETS, str(spec.get("subnet") or ""))
         if sub is not None:
             fins = sub["metadata"].get("finalizers") or []

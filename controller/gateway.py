@@ -245,6 +245,11 @@ class GatewayStep:
             self.metrics.gateway_nb_error()
             return GatewayOutcome(error=str(err))
 
+    def owns(self, key: str) -> bool:
+        """The NB cache holds a group owned by network ``key`` (no NB round trip; False
+        before the first sync, when the collector is the backstop: §9.6)."""
+        return self.applier.owns(key)
+
     def release(self, key: str) -> str:
         """§6 step 3 / §9.6: delete the network's groups. ``""`` when gone, else the error."""
         try:
@@ -273,12 +278,14 @@ class GatewayCollector:
         self.runs = 0
         self.log = structlog.get_logger("gateway-collector")
 
-    def collect_once(self) -> int:
+    def collect_once(self, stop: threading.Event | None = None) -> int:
+        """One collection; waits up to 10 s for the NB's first sync, less when ``stop`` is
+        set meanwhile. Returns the number of groups deleted."""
         deleted = 0
         try:
-            if not self.applier.nb.wait_synced(10):
+            if not self.applier.nb.wait_synced(10, cancel=stop):
                 raise NBError(f"OVN NB IDL is not synced: {self.applier.nb.last_error}")
-            deleted = self.applier.collect(self.network_exists)
+            deleted = self.applier.collect(self.network_exists, cancel=stop)
         except Exception as err:  # noqa: BLE001 - logged; the next period retries
             self.log.error("collect OVN HA chassis groups of deleted networks", deleted=deleted, error=str(err))
         if deleted:
@@ -288,7 +295,7 @@ class GatewayCollector:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            self.collect_once()
+            self.collect_once(stop)
             if stop.wait(self.period):
                 return
 

@@ -16,7 +16,9 @@ from typing import Any
 import attrs
 
 from controller import names
+from controller.addresses import IN_CLUSTER_IP_POOL, find_pool_overlaps, pool_name, pool_spans
 from controller.consumers import machine_pool_refs
+from controller.network import overlap_candidates
 from controller.vlans import vlan_index_provider_id, vlan_owner
 from informers import meta_namespace_key
 
@@ -91,21 +93,41 @@ def _zones_on(listers: Any, provider: Any) -> list[ZoneKey]:
     return [ZoneKey(_name(z)) for z in listers.zones.by_index("provider", provider)] if provider else []
 
 
+def _exhausted_on(listers: Any, provider: Any) -> list[NetworkKey]:
+    """The networks waiting in ``ZoneExhausted`` on any zone of ``provider`` (index
+    ``exhausted``): an ID that comes free there may be theirs, whichever zone freed it."""
+    return [k for z in _zones_on(listers, provider) for k in _networks(listers, "exhausted", z.name)]
+
+
 # -- one function per watched kind: (network keys, zone keys) ----------------------------------
 
 
-def for_network(net: Mapping[str, Any]) -> tuple[list[NetworkKey], list[ZoneKey]]:
-    """A network changed: itself, and its zone's counts."""
-    z = (net.get("spec") or {}).get("zone")
-    return [NetworkKey.of(net)], [ZoneKey(z)] if isinstance(z, str) and z else []
+def for_network(net: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], list[ZoneKey]]:
+    """A network changed: itself, every other network naming its Subnet (the oldest
+    claimant wins: issue 15), and its zone's counts."""
+    spec = net.get("spec") or {}
+    z, sub = spec.get("zone"), spec.get("subnet")
+    own = NetworkKey.of(net)
+    rivals = [k for k in _networks(listers, "subnet", sub) if k != own] if isinstance(sub, str) and sub else []
+    return [own, *rivals], [ZoneKey(z)] if isinstance(z, str) and z else []
+
+
+def zone_inputs_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """A zone update others depend on: its spec, annotations (the reuse delay's record),
+    labels or deletion changed; not a status-only update."""
+    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
+    return (old.get("spec") != new.get("spec") or om.get("annotations") != nm.get("annotations")
+            or om.get("labels") != nm.get("labels") or om.get("deletionTimestamp") != nm.get("deletionTimestamp"))
 
 
 def for_zone(zone: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], list[ZoneKey]]:
-    """A zone changed: itself, its networks, and the other zones on its provider (pins of
-    one zone change what the others may allocate)."""
+    """A zone changed: itself, its networks, the other zones on its provider (pins of one
+    zone change what the others may allocate), and the networks waiting in
+    ``ZoneExhausted`` on those zones (a range widened, a pin dropped, an entry of the reuse
+    delay's record lapsed: an ID may be free for them)."""
     zname = _name(zone)
     p = (zone.get("spec") or {}).get("providerNetwork")
-    return _networks(listers, "zone", zname), [ZoneKey(zname), *_zones_on(listers, p)]
+    return _networks(listers, "zone", zname) + _exhausted_on(listers, p), [ZoneKey(zname), *_zones_on(listers, p)]
 
 
 def for_vlan(vlan: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], list[ZoneKey]]:
@@ -121,10 +143,12 @@ def for_vlan(vlan: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], l
 
 def for_vlan_come_or_gone(vlan: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], list[ZoneKey]]:
     """A Vlan appeared or went: as :func:`for_vlan`, plus the networks naming it (a network
-    refused with VLANNameTaken/VLANProviderMismatch waits for the name) and whatever its
-    same-ID twins map to (their VLANConflict must be checked again)."""
+    refused with VLANNameTaken/VLANProviderMismatch waits for the name), whatever its
+    same-ID twins map to (their VLANConflict must be checked again), and the networks
+    waiting in ``ZoneExhausted`` on its provider's zones (a Vlan gone frees its ID)."""
     nets, zones = for_vlan(vlan, listers)
     nets += _networks(listers, "subnet", _name(vlan))
+    nets += _exhausted_on(listers, (vlan.get("spec") or {}).get("provider"))
     for key in vlan_index_provider_id(vlan):
         for other in listers.vlans.by_index("provider_id", key):
             if _name(other) != _name(vlan):
@@ -168,3 +192,23 @@ def for_pool_user(kind: str, obj: Mapping[str, Any], listers: Any) -> list[Netwo
         ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
         pools = [str(ref["name"])] if isinstance(ref, Mapping) and ref.get("name") else []
     return [k for p in pools for k in _networks(listers, "ippool", f"{ns}/{p}")]
+
+
+def for_pool_overlap(kind: str, pool: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
+    """A pool came, changed or went (``kind``: ``InClusterIPPool`` or
+    ``GlobalInClusterIPPool``): the networks whose pools share an address with it (their
+    ``PoolOverlapsPool`` may start or clear). Call it with the old and the new object of an
+    update, so both ranges count. The pools come from the overlap index
+    (``controller.network.overlap_candidates``): O(pools in its buckets), not O(pools)."""
+    spans = pool_spans(pool.get("spec") if isinstance(pool, Mapping) else None)
+    if not spans:
+        return []
+    me = (kind, pool_name(kind, pool))
+    found = find_pool_overlaps(me, spans, overlap_candidates(listers.pools, listers.global_pools, spans))
+    return [k for o in found if o.kind == IN_CLUSTER_IP_POOL for k in _networks(listers, "ippool", o.name)]
+
+
+def for_kube_ovn_ip(ip: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
+    """A Kube-OVN IP changed: the networks naming its Subnet (their ``AddressConflict``)."""
+    sub = (ip.get("spec") or {}).get("subnet") if isinstance(ip.get("spec"), Mapping) else None
+    return _networks(listers, "subnet", sub) if isinstance(sub, str) and sub else []

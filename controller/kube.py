@@ -32,11 +32,12 @@ REQUEST_TIMEOUT = (5, 30)
 class ApiError(Exception):
     """A non-2xx answer: ``status`` (HTTP code), ``reason`` (Status.reason), ``message``."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, details: Mapping[str, Any] | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.details = dict(details or {})
 
     @property
     def not_found(self) -> bool:
@@ -54,6 +55,21 @@ class ApiError(Exception):
     def invalid(self) -> bool:
         # 422 from a failed JSON-patch ``test`` op or validation.
         return self.status == 422
+
+    @property
+    def test_failed(self) -> bool:
+        """A JSON patch did not apply to the object as it is now (a ``test`` op found
+        another value, or a path it names is gone): the object changed since it was read,
+        a conflict, not bad input. Raised by :meth:`KubeWriter.json_patch` with status 409
+        and reason ``PatchTestFailed``."""
+        return self.status == 409 and self.reason == PATCH_TEST_FAILED
+
+
+# kube-apiserver answers a JSON patch that does not apply with 422 "Invalid", the generic
+# "the server rejected our request due to an error in our request" and no details (seen on
+# v1.37: k8s.io/apiserver's patcher wraps the json-patch error that way), while a patched
+# object that fails validation gets details.causes naming the field.
+PATCH_TEST_FAILED = "PatchTestFailed"
 
 
 def object_path(resource: Resource, name: str, namespace: str | None = None, subresource: str = "") -> str:
@@ -160,7 +176,19 @@ class KubeWriter:
     def json_patch(
         self, resource: Resource, name: str, ops: list[dict[str, Any]], namespace: str | None = None
     ) -> dict[str, Any]:
-        return self.request("PATCH", object_path(resource, name, namespace), ops, JSON_PATCH)
+        """Apply RFC 6902 ``ops``.
+
+        :raises ApiError: status 409, reason ``PatchTestFailed`` when the patch does not
+            apply to the object as it is now (a failed ``test`` op: it changed since it was
+            read; re-read and retry); any other error as the API server gave it."""
+        try:
+            return self.request("PATCH", object_path(resource, name, namespace), ops, JSON_PATCH)
+        except ApiError as err:
+            if err.status == 422 and not err.details.get("causes") and not err.details.get("name"):
+                raise ApiError(409, PATCH_TEST_FAILED,
+                               f"the JSON patch did not apply: the object changed since it was read ({err.message})",
+                               err.details) from None
+            raise
 
     def merge_patch(
         self, resource: Resource, name: str, patch: dict[str, Any], namespace: str | None = None
@@ -189,11 +217,12 @@ class KubeWriter:
 
 
 def _api_error(exc: k8s.ApiException) -> ApiError:
-    reason, message = exc.reason or "", ""
+    reason, message, details = exc.reason or "", "", {}
     try:
         status = json.loads(exc.body or b"{}")
         reason = status.get("reason") or reason
         message = status.get("message") or ""
+        details = status.get("details") if isinstance(status.get("details"), dict) else {}
     except (ValueError, TypeError, AttributeError):
         message = str(exc.body or "")[:500]
-    return ApiError(int(exc.status or 0), str(reason), str(message))
+    return ApiError(int(exc.status or 0), str(reason), str(message), details)

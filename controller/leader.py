@@ -32,6 +32,9 @@ The algorithm is client-go's (``k8s.io/client-go/tools/leaderelection``,
   ``release=True`` (the default) rewrites the Lease with an empty ``holderIdentity`` and
   ``leaseDurationSeconds: 1`` so a standby takes over at its next retry instead of
   waiting for expiry. Call it only once the work has stopped.
+* **No takeover while shutting down.** :meth:`LeaderElector.stop_acquiring` (the first
+  thing after SIGTERM) makes a standby give up at once, and an acquire in flight that wins
+  hands the lease back; a leader keeps renewing until :meth:`LeaderElector.stop`.
 
 A lease request cannot outlive the renew deadline: under :meth:`LeaderElector.run` each
 request runs on a short-lived helper thread and is abandoned (counted as a failure) at
@@ -229,6 +232,7 @@ class LeaderElector:
 
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._no_acquire = threading.Event()
         self._release_on_stop = True
         self._bounded = False  # set by run(): each lease request is abandoned at its deadline
         # What we last saw of the Lease: the object (for its resourceVersion), its record,
@@ -306,6 +310,18 @@ class LeaderElector:
         self._release_on_stop = release
         self._stop.set()
 
+    def stop_acquiring(self) -> None:
+        """Never acquire from now on (the process is shutting down; returns at once). A
+        standby finishes at its next step; an acquire already in flight that wins hands the
+        lease straight back (released, ``on_started_leading`` not called). A leader keeps
+        renewing until :meth:`stop`, so that its work stops before the lease goes.
+
+        Seen on the bed's node (issue 17): in a rollout both pods get SIGTERM at once; the
+        standby, still stopping, took the lease the old leader had just released and renewed
+        it until the kubelet killed it at the end of the grace period (30 s), and the new
+        pods then waited out the lease."""
+        self._no_acquire.set()
+
     def step(self) -> float:
         """One iteration of the loop :meth:`run` drives: an acquire attempt, or one renew
         (after the stop, health and deadline checks). Returns the seconds to wait before
@@ -313,12 +329,17 @@ class LeaderElector:
         if self._finished:
             return math.inf
         if not self._leading:
-            if self._stop.is_set():
+            if self._stop.is_set() or self._no_acquire.is_set():
                 self._end("stopped")
                 return math.inf
             start = self._clock()
             if not self._try_acquire_or_renew():
                 return self.retry_period * (1.0 + self._rng.random() * JITTER_FACTOR)
+            if self._stop.is_set() or self._no_acquire.is_set():
+                # Won while shutting down: give it back before any work starts.
+                self._release()
+                self._end("stopped")
+                return math.inf
             with self._lock:
                 self._leading = True
                 self._held = True

@@ -12,17 +12,21 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import structlog
 
-from controller.config import load_api_client, parse_bool, parse_duration, parse_tls_secret
+from controller.config import load_api_client_and_source, parse_bool, parse_duration, parse_tls_secret
 from controller.kube import KubeWriter
 from controller.leader import LeaderElector, default_identity
 from controller.manager import Manager, Options
 from controller.metrics import Metrics
 from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
+from controller.reuse import DEFAULT_VLAN_REUSE_DELAY
+
+EXIT_BUDGET = 1.9  # seconds from SIGTERM to exit, whatever peer is down (issue 15)
 
 log = structlog.get_logger("proxmox-network-controller")
 
@@ -53,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_duration,
         default=DEFAULT_SUBNET_PRUNE_TIMEOUT.total_seconds(),
         help="how long Kube-OVN may keep a deleted subnet on a Vlan before the VLAN is released anyway (Go duration)",
+    )
+    p.add_argument(
+        "--vlan-reuse-delay",
+        type=parse_duration,
+        default=DEFAULT_VLAN_REUSE_DELAY,
+        help="how long a released VLAN ID is held back before it is allocated again (Go duration; 0 turns it off)",
     )
     p.add_argument("--manage-gateway-chassis", type=parse_bool, nargs="?", const=True, default=True)
     p.add_argument("--ovn-nb-address", default="ssl:ovn-nb.cozy-kubeovn.svc:6641")
@@ -159,15 +169,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "serve metrics on a cluster-internal port with --metrics-secure=false")
         return 1
     try:
-        api = load_api_client(args.kubeconfig)
+        api, source = load_api_client_and_source(args.kubeconfig)
     except Exception as err:
         log.error("unable to load a Kubernetes client configuration", error=repr(err))
         return 1
+    # Which credentials run this process: a pod's own service account ("in-cluster") or a file.
+    log.info("kubernetes client configured", source=source, server=api.configuration.host)
     options = Options(
         manage_gateway=args.manage_gateway_chassis,
         workers=args.workers,
         resync_period=args.resync_period,
         subnet_prune_timeout=args.subnet_prune_timeout,
+        vlan_reuse_delay=args.vlan_reuse_delay,
         ovn_nb_address=args.ovn_nb_address,
         ovn_tls_secret="/".join(args.ovn_tls_secret),
         ovn_tls_dir=args.ovn_tls_dir,
@@ -228,11 +241,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("starting manager", workers=options.workers, manage_gateway_chassis=options.manage_gateway,
              leader_elect=args.leader_elect)
     try:
-        manager.start_informers()
-    except Exception as err:  # caches not synced in time, or discovery failed (API server unreachable)
+        started = manager.start_informers(cancel=stop)
+    except Exception as err:  # caches not synced in time, or a bug in wiring
         log.error("unable to start manager", error=str(err) or repr(err))
         manager.stop()
         return 1
+    if not started:  # SIGTERM while waiting for the API server: a clean stop
+        manager.stop()
+        return 0
     elector_thread = None
     if args.leader_elect:
         namespace = args.leader_election_namespace or os.environ.get("POD_NAMESPACE") or "proxmox-network-system"
@@ -247,10 +263,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         started_leading()
     stop.wait()
-    manager.stop()
+    exit_by = time.monotonic() + EXIT_BUDGET
+    if elector is not None:
+        elector.stop_acquiring()  # a standby stopping must not take over (issue 17: rollouts)
+    stopped = manager.stop()
     if elector is not None and elector_thread is not None:
-        elector.stop(release=True)  # after the work has stopped: a standby takes over at once
-        elector_thread.join(timeout=10)
+        # Released only once no pass can write: a standby takes over at once. A pass still
+        # running (a peer hanging) may write after the release, so the lease expires instead.
+        if not stopped:
+            log.error("a worker is still running; the lease is left to expire", leaseDuration=elector.lease_duration)
+        elector.stop(release=stopped)
+        # The release is one bounded request; with the API server down it is abandoned
+        # and the lease expires instead (the daemon thread does not hold the exit).
+        elector_thread.join(timeout=max(0.0, exit_by - time.monotonic()))
     return 1 if lost.is_set() else 0
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 import structlog
+import urllib3
 from kubernetes import client as k8s
 
 from controller import names
@@ -46,21 +47,39 @@ from controller.metrics import (
 from controller.namespaces import NAMESPACE_WRITE_WINDOW, NamespaceReconciler, keys_for_namespace, keys_for_network
 from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from controller.recent import RecentWrites
+from controller.addresses import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
 from controller.network import (
+    ADDRESS_INDEXERS,
+    IP_INDEXERS,
+    POOL_INDEXERS,
     Listers,
     NetworkReconciler,
     index_namespace,
-    network_index_pool,
-    network_index_subnet,
-    network_index_zone,
+    network_indexers,
 )
-from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
+from controller.vlans import (
+    VlanManager,
+    vlan_index_edited,
+    vlan_index_provider,
+    vlan_index_provider_id,
+    vlan_index_zone,
+)
 from controller.zone import ZoneReconciler
+from informers.backoff import Backoff
 from informers import Resource, SharedInformerFactory, meta_namespace_key
 from ovn.gateway import GatewayApplier
 from ovn.tls import TLSSource
 
 log = structlog.get_logger(__name__)
+
+# seconds a namespace annotation pass waits after a network asks for it: a pass walks every
+# network of the namespace, so a burst of 200 networks in one namespace is a few passes, not
+# one per network (each network's status waits for it: §5.9, so keep it short).
+NAMESPACE_COALESCE = 0.2
+ZONE_COUNTS_DELAY = 5.0  # seconds a zone pass waits after another kind's event (Manager._route); its counts lag by at most this
+STOP_TIMEOUT = 1.5  # seconds for Manager.stop; main exits within 2 s of SIGTERM (issue 15)
+DISCOVERY_RETRY_FIRST = 1.0  # seconds before the first retry of a failed API discovery
+DISCOVERY_RETRY_MAX = 30.0  # cap of the discovery retry backoff
 
 def zone_index_provider(zone: Mapping[str, Any]) -> list[str]:
     """Indexer ``provider``: a zone's ``spec.providerNetwork``."""
@@ -77,6 +96,7 @@ class Options:
     resync_period: float = 600.0
     cache_sync_timeout: float = 120.0
     subnet_prune_timeout: float = DEFAULT_SUBNET_PRUNE_TIMEOUT.total_seconds()
+    vlan_reuse_delay: float = 0.0  # seconds; the CLI's default is 10m (controller.reuse)
     events: bool = True
     # OVN NB (used only with manage_gateway): remotes; "" runs without the NB step.
     ovn_nb_address: str = ""
@@ -100,11 +120,25 @@ POOL_VERSIONS = ("v1alpha2", "v1alpha1")
 
 
 # Kinds other projects serve, by the key the listers use: (group, plural, versions, kind).
+# Namespaced; the consumers of a pool (and the pools), read fresh before a release too.
 OPTIONAL_KINDS = {
     "pools": ("ipam.cluster.x-k8s.io", "inclusterippools", POOL_VERSIONS, "InClusterIPPool"),
     "addresses": ("ipam.cluster.x-k8s.io", "ipaddresses", ADDRESS_VERSIONS, "IPAddress"),
     "claims": ("ipam.cluster.x-k8s.io", "ipaddressclaims", ADDRESS_VERSIONS, "IPAddressClaim"),
     "machines": ("infrastructure.cluster.x-k8s.io", "proxmoxmachines", MACHINE_VERSIONS, "ProxmoxMachine"),
+}
+# Cluster-scoped kinds of other projects, read for the pool clashes (issue 15, item 3):
+# GlobalInClusterIPPool comes with the IPAM provider, IP with Kube-OVN. Not consumers.
+CLUSTER_KINDS = {
+    "global_pools": ("ipam.cluster.x-k8s.io", "globalinclusterippools", POOL_VERSIONS, "GlobalInClusterIPPool"),
+    "kube_ovn_ips": ("kubeovn.io", "ips", ("v1",), "IP"),
+}
+# Indexes of the optional kinds' stores (controller.network.Listers); others: "namespace".
+OPTIONAL_INDEXERS = {
+    "pools": POOL_INDEXERS,
+    "addresses": ADDRESS_INDEXERS,
+    "global_pools": POOL_INDEXERS,
+    "kube_ovn_ips": IP_INDEXERS,
 }
 
 
@@ -136,20 +170,16 @@ class Manager:
         self.options = options
         self.metrics = metrics or Metrics()
         self.writer = KubeWriter(api_client)
+        self._stop = threading.Event()  # set first thing in stop(): passes end at their next action
         self.factory = SharedInformerFactory(api_client)
         f = self.factory
         self.networks = f.informer(
             names.PROXMOX_NETWORKS,
-            indexers={
-                "zone": network_index_zone,
-                "subnet": network_index_subnet,
-                "ippool": network_index_pool,
-                "namespace": index_namespace,
-            },
+            indexers=network_indexers(),
         )
         self.zones = f.informer(names.PROXMOX_NETWORK_ZONES, indexers={"provider": zone_index_provider})
         self.vlan_informer = f.informer(names.VLANS, indexers={"provider": vlan_index_provider, "provider_id": vlan_index_provider_id,
-                                                          "zone": vlan_index_zone})
+                                                          "zone": vlan_index_zone, "edited": vlan_index_edited})
         self.namespaces = f.informer(names.NAMESPACES)
         self.provider_networks = f.informer(names.PROVIDER_NETWORKS)
         self.subnets = f.informer(names.SUBNETS, indexers={"vlan": subnet_index_vlan, "vpc": subnet_index_vpc})
@@ -177,30 +207,34 @@ class Manager:
             self.namespace_workers(), self.metrics, self._resync_done)
         self.controllers = [self.network_controller, self.zone_controller, self.pod_controller, self.namespace_controller]
         self.gateway = self._gateway(options)
+        if self.gateway is not None:
+            self.network_controller.warm_up = self._await_nb
         self.vlans = VlanManager(self.listers.vlans, self.listers.zones, self.writer,
-                                 on_allocation=self.metrics.vlan_allocation)
+                                 on_allocation=self.metrics.vlan_allocation, networks=self.networks.store,
+                                 reuse_delay=options.vlan_reuse_delay)
         network_overlay = RecentWrites(self.networks.store)
         self.namespace_reconciler = NamespaceReconciler(
             self.networks.store, self.namespaces.store, self.writer, network_overlay,
-            enqueue=lambda ns: self.namespace_controller.add(NamespaceKey(ns)),
+            enqueue=lambda ns: self.namespace_controller.queue.add_after(NamespaceKey(ns), NAMESPACE_COALESCE),
             enqueue_network=lambda key: self.network_controller.add(NetworkKey.parse(key)),
-            write_window=NAMESPACE_WRITE_WINDOW,
+            write_window=NAMESPACE_WRITE_WINDOW, zones=self.listers.zones,
         )
         self.network_reconciler = NetworkReconciler(
             self.listers, self.writer, self.vlans, options.manage_gateway,
             events=self.events, prune_timeout=options.subnet_prune_timeout, metrics=self.metrics,
             gateway=self.gateway, namespaces=self.namespace_reconciler, recent=network_overlay,
+            stopping=self._stop,
         )
         self.pod_reconciler = EgressGatewayPodReconciler(self.pods.store, self.writer, self.events)
         self.zone_reconciler = ZoneReconciler(
             self.listers, self.writer, self.vlans, events=self.events, metrics=self.metrics,
-            prune_timeout=options.subnet_prune_timeout,
+            prune_timeout=options.subnet_prune_timeout, stopping=self._stop,
         )
-        self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._resync_lock = threading.Lock()
         self._resync_pending: set[tuple[str, Any]] = set()
         self._writes_at_resync = 0
+        self._nb_wait_logged = False
         self.resyncs_completed = 0
         self._wire_handlers()
         self.metrics.register_informers({str(inf.resource): inf for inf in self.factory.informers()})
@@ -257,13 +291,14 @@ class Manager:
         Until such an informer has synced its cache reads count nothing; a release still
         waits for the fresh API read of §6 step 1, which includes the new kind at once.
         """
-        missing = {k: v for k, v in OPTIONAL_KINDS.items() if k not in self.optional}
+        missing = {k: v for k, v in (OPTIONAL_KINDS | CLUSTER_KINDS).items() if k not in self.optional}
         if not missing:
             return []
         added = self._optional_informers(missing)
         for key, inf in added.items():
             self.optional[key] = inf
-            self.network_reconciler.consumer_resources[key] = inf.resource
+            if key in OPTIONAL_KINDS:
+                self.network_reconciler.consumer_resources[key] = inf.resource
             setattr(self.listers, key, inf.store)
             self._wire_optional(key, inf)
         if added:
@@ -271,8 +306,9 @@ class Manager:
         return list(added)
 
     def _optional_informers(self, wanted: dict[str, tuple[str, str, tuple[str, ...], str]]) -> dict[str, Any]:
-        """Informers for kinds another project serves (CAPI IPAM, capmox): the newest
-        served version, or none when the group is not installed (then nothing uses it)."""
+        """Informers for kinds another project serves (CAPI IPAM, capmox, Kube-OVN's IP):
+        the newest served version, or none when the group is not installed (then nothing
+        uses it)."""
         out: dict[str, Any] = {}
         for key, (group, plural, versions, kind) in wanted.items():
             version = discover(self.writer, group, plural, versions)
@@ -281,14 +317,20 @@ class Manager:
                 continue
             log.info("watching", group=group, version=version, resource=plural)
             out[key] = self.factory.informer(
-                Resource(group, version, plural, namespaced=True, kind=kind), indexers={"namespace": index_namespace}
+                Resource(group, version, plural, namespaced=key not in CLUSTER_KINDS, kind=kind),
+                indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}),
             )
         return out
 
     # -- event -> key mapping (controller.keys) ----------------------------------------------
     def _route(self, keys: tuple[list[NetworkKey], list[ZoneKey]]) -> None:
+        """Networks at once; zones after ``ZONE_COUNTS_DELAY``: what another kind's event
+        changes on a zone is its counts, and a burst of 2,000 allocations is one zone pass
+        per zone every few seconds instead of a status write per allocation (a later add
+        never postpones a waiting key, so counts lag by at most the delay)."""
         self.network_controller.add_all(keys[0])
-        self.zone_controller.add_all(keys[1])
+        for k in keys[1]:
+            self.zone_controller.queue.add_after(k, ZONE_COUNTS_DELAY)
 
     def _wire_handlers(self) -> None:
         l = self.listers
@@ -296,10 +338,11 @@ class Manager:
 
         def on_network(obj: Mapping[str, Any]) -> None:
             self.network_reconciler.recent.observe(obj)
-            self._route(keys.for_network(obj))
+            self._route(keys.for_network(obj, l))
 
         def annotations_of(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-            nsq.add_all(NamespaceKey(ns) for ns in keys_for_network(old, new))
+            for ns in keys_for_network(old, new):  # coalesced: one pass walks the whole namespace
+                nsq.queue.add_after(NamespaceKey(ns), NAMESPACE_COALESCE)
 
         self.networks.add_event_handler(
             on_add=lambda o: (on_network(o), annotations_of(None, o)),
@@ -309,11 +352,20 @@ class Manager:
 
         def on_zone(obj: Mapping[str, Any]) -> None:
             self.zone_reconciler.recent.observe(obj)
-            self._route(keys.for_zone(obj, l))
+            own = ZoneKey(obj["metadata"]["name"])
+            nets, zones = keys.for_zone(obj, l)
+            self._route((nets, [z for z in zones if z != own]))  # the others' counts: coalesced
+            self.zone_controller.add(own)  # its own change: at once, and once
 
-        self.zones.add_event_handler(
-            on_add=on_zone, on_update=lambda old, new: (on_zone(old), on_zone(new)), on_delete=on_zone
-        )
+        def on_zone_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+            if not keys.zone_inputs_changed(old, new):
+                # Its status only (our own write): nothing reads a zone's status.
+                self.zone_reconciler.recent.observe(new)
+                return
+            on_zone(old)
+            on_zone(new)
+
+        self.zones.add_event_handler(on_add=on_zone, on_update=on_zone_update, on_delete=on_zone)
 
         # The assumed set learns of every event first (the store already shows it).
         self.vlan_informer.add_event_handler(
@@ -370,10 +422,24 @@ class Manager:
     def _wire_optional(self, key: str, inf: Any) -> None:
         l, nets = self.listers, self.network_controller
 
-        def handler(obj: Mapping[str, Any]) -> None:
-            nets.add_all(keys.for_pool_user(key, obj, l))
+        pool_kind = {"pools": IN_CLUSTER_IP_POOL, "global_pools": GLOBAL_IN_CLUSTER_IP_POOL}.get(key)
 
-        inf.add_event_handler(on_add=handler, on_update=lambda old, new: (handler(old), handler(new)), on_delete=handler)
+        def handler(obj: Mapping[str, Any], overlaps: bool = True) -> None:
+            if key == "kube_ovn_ips":
+                nets.add_all(keys.for_kube_ovn_ip(obj, l))
+                return
+            if key != "global_pools":
+                nets.add_all(keys.for_pool_user(key, obj, l))
+            if pool_kind is not None and overlaps:
+                nets.add_all(keys.for_pool_overlap(pool_kind, obj, l))
+
+        def on_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+            # A pool's status (its counts, rewritten on every allocation) moves no range.
+            moved = old.get("spec") != new.get("spec")
+            handler(old, moved)
+            handler(new, moved)
+
+        inf.add_event_handler(on_add=handler, on_update=on_update, on_delete=handler)
 
     # -- running ------------------------------------------------------------------
     def start(self) -> None:
@@ -381,33 +447,47 @@ class Manager:
         self.start_informers()
         self.start_workers()
 
-    def start_informers(self) -> None:
+    def start_informers(self, cancel: threading.Event | None = None) -> bool:
         """Discover the optional kinds, start the informers and wait for every cache.
         Standby replicas do this too, so a takeover does not wait for a full list.
 
+        While the API server cannot answer discovery this retries with backoff (1 s
+        doubling to 30 s, one log line per attempt), never in a tight loop (issue 15).
+
+        :param cancel: when set (SIGTERM) the waits end at once.
+        :returns: True once every cache has synced; False when ``cancel`` was set first.
         :raises RuntimeError: when the caches do not sync within ``cache_sync_timeout``.
-        :raises ApiError: when discovery fails for another reason than "not served".
         """
-        self.discover_late_kinds()
+        cancel = cancel or threading.Event()
+        backoff = Backoff(DISCOVERY_RETRY_FIRST, DISCOVERY_RETRY_MAX)
+        while True:
+            try:
+                self.discover_late_kinds()
+                break
+            except (ApiError, OSError, urllib3.exceptions.HTTPError) as err:
+                delay = backoff.next_delay()
+                log.error("API discovery failed; retrying", error=str(err) or repr(err), retry_in=round(delay, 1))
+                if cancel.wait(delay):
+                    return False
         if self.events is not None:
             self.events.start()
         if self.gateway is not None:
             self.gateway.applier.start()  # standbys keep a warm NB cache too
         self.factory.start()
-        if not self.factory.wait_for_cache_sync(self.options.cache_sync_timeout):
-            raise RuntimeError("informer caches did not sync in time")
+        deadline = time.monotonic() + self.options.cache_sync_timeout
+        while not self.factory.wait_for_cache_sync(min(0.2, max(0.0, deadline - time.monotonic()))):
+            if cancel.is_set():
+                return False
+            if time.monotonic() >= deadline:
+                raise RuntimeError("informer caches did not sync in time")
         log.info("caches synced", networks=len(self.listers.networks.keys()), vlans=len(self.listers.vlans.keys()))
+        return True
 
     def start_workers(self) -> None:
         """Start workers and the periodic resync (only while leading). No allocation before
         every cache has synced: product-decisions.md §4.4, field report B01."""
         if not self.factory.has_synced():
             raise RuntimeError("workers must not start before the caches have synced")
-        if self.gateway is not None and not self.gateway.applier.nb.wait_synced(self.options.nb_first_sync_timeout):
-            # Passes before the NB's first full copy would count as NB failures (a status
-            # write and an Event per network on every restart); past this bound the NB
-            # is really unreachable and the grace of §9.5 takes over.
-            log.info("OVN NB not synced yet; starting workers anyway", error=self.gateway.applier.nb.last_error)
         for c in self.controllers:
             self._threads += c.start()
         t = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
@@ -419,6 +499,21 @@ class Manager:
             t.start()
             self._threads.append(t)
         self.enqueue_all()
+
+    def _await_nb(self) -> None:
+        """Network workers' warm-up: wait up to ``nb_first_sync_timeout`` for the NB's first
+        full copy. Passes before it would count as NB failures (a status write and an Event
+        per network on every restart); past this bound the NB is really unreachable and the
+        grace of §9.5 takes over. Runs on the workers, never on the elector's thread: a wait
+        there made a leader miss its renew deadline (issue 15)."""
+        assert self.gateway is not None
+        nb = self.gateway.applier.nb
+        if nb.wait_synced(self.options.nb_first_sync_timeout, cancel=self._stop) or self._stop.is_set():
+            return
+        with self._resync_lock:
+            first, self._nb_wait_logged = not self._nb_wait_logged, True
+        if first:
+            log.info("OVN NB not synced yet; starting network passes anyway", error=nb.last_error)
 
     def namespace_workers(self) -> int:
         """Workers of the namespace queue: half of ``--workers``, at least one (a namespace
@@ -439,33 +534,49 @@ class Manager:
             return False
         return all(inf.last_sync_age() <= max_age for inf in self.factory.informers())
 
-    def stop(self) -> None:
-        """Stop workers first (a pass in flight finishes), then the informers and Events.
+    def stop(self, timeout: float = STOP_TIMEOUT) -> bool:
+        """Stop workers first (a network or zone pass in flight ends before its next action:
+        ``controller.result.Stopping``), then the informers, the NB client
+        and Events, all within ``timeout`` seconds together (threads still running then are
+        daemons and logged; a SIGTERM with a peer down exits in < 2 s: issue 15).
 
         The namespace controller stops after the others, so the namespace passes that their
-        last passes asked for (a network gone, a triple to list) still run."""
+        last passes asked for (a network gone, a triple to list) still run.
+
+        :returns: True when every worker thread has stopped (no pass can write any more):
+            only then may the Lease be released (``controller.main``)."""
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         self._stop.set()
         last = self.namespace_controller
         for c in self.controllers:
             if c is not last:
                 c.shutdown()
-        self._join([t for t in self._threads if t not in last.threads])
+        stopped = self._join([t for t in self._threads if t not in last.threads], deadline)
         last.shutdown()
-        self._join(last.threads)
-        self.factory.stop()
+        stopped = self._join(last.threads, deadline) and stopped
+        self.factory.stop(left())
         if self.gateway is not None:
-            self.gateway.applier.stop()
+            self.gateway.applier.stop(left())
         if self.events is not None:
-            self.events.stop()
+            self.events.stop(left())
+        return stopped
 
     @staticmethod
-    def _join(threads: list[threading.Thread]) -> None:
+    def _join(threads: list[threading.Thread], deadline: float) -> bool:
+        """Join each thread until ``deadline``; False when one is still running (logged)."""
+        done = True
         for t in threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
             if t.is_alive():
+                done = False
                 frame = sys._current_frames().get(t.ident or 0)
                 stack = "".join(traceback.format_stack(frame)) if frame else ""
                 log.error("thread did not stop", thread=t.name, stack=stack)
+        return done
 
     def wait(self) -> None:
         self._stop.wait()

@@ -48,7 +48,16 @@ Ours on top of them:
   ``cozy_proxmox_informer_watch_restarts_total{resource,reason}``
   (``informer.watch_restarts``); see :meth:`Metrics.register_informers`;
 * ``cozy_proxmox_leader`` (gauge, no labels): 1 while this process leads (and
-  always 1 with ``--leader-elect=false``), else 0 (B13).
+  always 1 with ``--leader-elect=false``), else 0 (B13);
+* ``cozy_proxmox_network_vlan_changed_externally{namespace,network}`` (gauge): 1 while
+  the network's Vlan carries another ID than the one allocated to it (issue 15);
+* ``cozy_proxmox_network_stuck_holders{namespace,network}`` (gauge): holders of a deleting
+  network's pool with something odd about them, set on each finalize wait (issue 15);
+* ``cozy_proxmox_network_pool_overlaps{namespace,network}`` (gauge): other InClusterIPPools
+  and GlobalInClusterIPPools sharing addresses with the network's pool, and
+  ``cozy_proxmox_network_address_conflicts{namespace,network}`` (gauge): addresses of the
+  pool that Kube-OVN IPs hold; both set on every non-deleting pass, 0 until the pool is
+  checked (issue 15, item 3).
 
 Counters and histograms carry no ``*_created`` series, as with the Go client:
 dashboards and alerts written for the reference see the same families.
@@ -63,8 +72,9 @@ Lifecycle (§13)
   goes away.
 * :meth:`Metrics.forget_network` once the network is gone: ``network_ready``
   and ``network_ippool_addresses`` by partial match, ``network_consumers``,
-  ``network_deleting``, ``network_gateway_chassis`` and
-  ``network_gateway_ready``.
+  ``network_deleting``, ``network_vlan_changed_externally``, ``network_stuck_holders``,
+  ``network_pool_overlaps``, ``network_address_conflicts``, ``network_gateway_chassis``
+  and ``network_gateway_ready``.
 * :meth:`Metrics.forget_zone` when the zone is NotFound.
 * the gateway series: :meth:`Metrics.set_gateway_chassis`,
   :meth:`Metrics.set_gateway_ready`, :meth:`Metrics.forget_gateway` (GatewayReady
@@ -276,6 +286,25 @@ class Metrics:
         self.network_consumers = Gauge(
             "cozy_proxmox_network_consumers", "Addresses of the network handed out to VMs.",
             ["namespace", "network"], registry=reg)
+        self.network_vlan_changed = Gauge(
+            "cozy_proxmox_network_vlan_changed_externally",
+            "1 while the network's Vlan carries another ID than the one allocated to it "
+            "(VLANChangedExternally), else 0.",
+            ["namespace", "network"], registry=reg)
+        self.network_stuck_holders = Gauge(
+            "cozy_proxmox_network_stuck_holders",
+            "Holders of a deleting network's pool with something odd about them (deleting on a finalizer, "
+            "owner not found, an address without its claim, a claim without an address).",
+            ["namespace", "network"], registry=reg)
+        self.network_pool_overlaps = Gauge(
+            "cozy_proxmox_network_pool_overlaps",
+            "Other InClusterIPPools and GlobalInClusterIPPools sharing addresses with the network's pool "
+            "(IPPoolReady=PoolOverlapsPool), else 0.",
+            ["namespace", "network"], registry=reg)
+        self.network_address_conflicts = Gauge(
+            "cozy_proxmox_network_address_conflicts",
+            "Addresses of the network's pool held by Kube-OVN IPs (IPPoolReady=AddressConflict), else 0.",
+            ["namespace", "network"], registry=reg)
         self.network_deleting = Gauge(
             "cozy_proxmox_network_deleting", "1 while a deleted network waits for its last consumer, else 0.",
             ["namespace", "network"], registry=reg)
@@ -410,6 +439,21 @@ class Metrics:
                 self._pool_series.add(key)
         self.set_deleting(namespace, name, deleting)
 
+    def set_vlan_changed(self, namespace: str, name: str, changed: bool) -> None:
+        """``network_vlan_changed_externally``: 1 while VLANAllocated is VLANChangedExternally."""
+        self.network_vlan_changed.labels(namespace, name).set(1 if changed else 0)
+
+    def set_stuck_holders(self, namespace: str, name: str, count: int) -> None:
+        """``network_stuck_holders``: 0 on each non-deleting pass; on each finalize wait the
+        odd holders (0 past the consumers step)."""
+        self.network_stuck_holders.labels(namespace, name).set(count)
+
+    def set_pool_conflicts(self, namespace: str, name: str, overlaps: int, conflicts: int) -> None:
+        """``network_pool_overlaps`` and ``network_address_conflicts`` of one pass (0 and 0
+        until the pool is checked)."""
+        self.network_pool_overlaps.labels(namespace, name).set(overlaps)
+        self.network_address_conflicts.labels(namespace, name).set(conflicts)
+
     def set_deleting(self, namespace: str, name: str, deleting: bool | int) -> None:
         """``network_deleting``: 1 on each finalize wait, 0 on each non-deleting pass."""
         self.network_deleting.labels(namespace, name).set(1 if deleting else 0)
@@ -423,7 +467,8 @@ class Metrics:
             self._pool_series.discard(key)
             for state in IPPOOL_STATES:
                 self.network_ippool_addresses.remove(namespace, name, state)
-        for gauge in (self.network_consumers, self.network_deleting,
+        for gauge in (self.network_consumers, self.network_deleting, self.network_vlan_changed,
+                      self.network_stuck_holders, self.network_pool_overlaps, self.network_address_conflicts,
                       self.network_gateway_chassis, self.network_gateway_ready):
             gauge.remove(namespace, name)
 

@@ -18,6 +18,13 @@ LABEL_NETWORK_NAMESPACE = "proxmox.cozystack.io/network-namespace"
 LABEL_NETWORK_NAME = "proxmox.cozystack.io/network-name"
 ANNOTATION_NAMESPACE_NETWORKS = "proxmox.cozystack.io/networks"
 ANNOTATION_DELETED_SUBNETS = "proxmox.cozystack.io/deleted-subnets"
+# On a ProxmoxNetworkZone: released IDs held back by the VLAN reuse delay (controller.reuse).
+ANNOTATION_RELEASED_VLANS = "proxmox.cozystack.io/released-vlans"
+# On a Vlan the controller owns: its network's pool addresses as CIDRs, which the admission
+# policies proxmox-network-{pod,ip}-addresses read (issue 15, item 6; docs/admission.md).
+ANNOTATION_POOL_CIDRS = "proxmox.cozystack.io/pool-cidrs"
+# On a ProxmoxNetwork: the operator accepts a Vlan ID changed by hand (issue 15, item 2).
+ANNOTATION_ACCEPT_VLAN_ID = "proxmox.cozystack.io/accept-vlan-id"
 
 # Condition types (§1.3).
 VLAN_ALLOCATED = "VLANAllocated"

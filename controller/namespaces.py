@@ -22,10 +22,15 @@ is passed at most once per ``write_window`` seconds (the first pass after a quie
 once; a pass asked for sooner waits for the window's end, so what arrives meanwhile is
 handled by one pass and written in one patch, and a waiting pass costs nothing).
 
-Which namespaces are ours: a namespace with a network in the cache, a pending add, or a
+Which namespaces are ours: a namespace with a network in the cache, a pending add, a
 network that has just gone (:meth:`NamespaceReconciler.network_gone`: the pass then reads
 the Namespace from the API server, so the removal of the last triple is never skipped on a
-stale copy). Any other namespace's annotation is left alone.
+stale copy), or an annotation that lists a triple on the bridge of a zone (a leftover of
+ours: the network went while no leader was there to pass its namespace, e.g. the leader
+was killed between the network's NotFound pass and the namespace pass; the next leader
+never sees that network, and admission would keep honouring the triple, so the memory of
+a departure cannot be what decides; product-decisions.md §5 item 6, chaos short form).
+Any other namespace's annotation is left alone.
 
 Without a queue (``enqueue=None``, as when a :class:`controller.network.NetworkReconciler`
 is used on its own) an ask runs the namespace pass at once on the caller's thread, which is
@@ -79,6 +84,13 @@ def contribution(net: Mapping[str, Any]) -> str | None:
 def split_value(value: str | None) -> list[str]:
     """The annotation's triples (an absent or empty value is the empty list)."""
     return value.split(",") if value else []
+
+
+def lists_zone_bridge(value: str | None, bridges: Iterable[str]) -> bool:
+    """Whether the annotation ``value`` lists a triple whose bridge is one of ``bridges``
+    (the zones' ``spec.bridge``): only this controller writes such a triple."""
+    on = set(bridges)
+    return any(t.split("/", 1)[0] in on for t in split_value(value) if "/" in t)
 
 
 def open_pending(networks: Mapping[str, Mapping[str, Any]], pending: Mapping[str, str]) -> dict[str, str]:
@@ -155,6 +167,8 @@ class NamespaceReconciler:
     :param write_window: minimum seconds between two full passes (so two patches) of one
         namespace; a pass asked for sooner runs at the window's end.
     :param monotonic: the clock of ``write_window``.
+    :param zones: the ProxmoxNetworkZone cache, whose bridges tell a leftover triple of ours
+        in a namespace without networks (None: no such namespace is ours).
     """
 
     def __init__(
@@ -168,8 +182,10 @@ class NamespaceReconciler:
         enqueue_network: Callable[[str], None] | None = None,
         write_window: float = 0.0,
         monotonic: Callable[[], float] = time.monotonic,
+        zones: ThreadSafeStore | None = None,
     ) -> None:
         self.networks = networks
+        self.zones = zones
         self.writer = writer
         self.network_overlay = network_overlay or RecentWrites(networks)
         # Read-your-writes for our own patches of Namespaces.
@@ -254,10 +270,13 @@ class NamespaceReconciler:
             pending = {k: t for k, (t, _) in self._pending.get(ns, {}).items()}
             fresh = self._gone.get(ns, 0)
         needed = open_pending(nets, pending)
+        leftover = False
         if not nets and not needed and not fresh:
-            self._settle(ns, pending, needed, fresh=0)
-            return Result()  # not ours: a namespace without networks keeps its annotation
-        obj, value = self._read(ns, fresh)
+            leftover = self._leftover(ns)
+            if not leftover:
+                self._settle(ns, pending, needed, fresh=0)
+                return Result()  # not ours: a namespace without networks keeps its annotation
+        obj, value = self._read(ns, fresh or leftover)
         if obj is None:
             self._settle(ns, pending, {}, fresh)
             for key in needed:
@@ -297,7 +316,14 @@ class NamespaceReconciler:
         for key in tell:
             self.enqueue_network(key)
 
-    def _read(self, ns: str, fresh: int) -> tuple[dict[str, Any] | None, str]:
+    def _leftover(self, ns: str) -> bool:
+        """Whether the cached annotation of ``ns`` lists a triple on a zone's bridge."""
+        if self.zones is None:
+            return False
+        bridges = [str((z.get("spec") or {}).get("bridge") or "") for z in self.zones.list()]
+        return lists_zone_bridge(self.value(ns), [b for b in bridges if b])
+
+    def _read(self, ns: str, fresh: int | bool) -> tuple[dict[str, Any] | None, str]:
         if fresh:
             try:
                 obj: dict[str, Any] | None = self.writer.get(names.NAMESPACES, ns)

@@ -9,13 +9,22 @@ their index functions and the observer; the rules live in the planner.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 import structlog
 
-from controller import allocator, names, prune
+from controller import conditions, names, prune, reasons
+from controller.addresses import (
+    GLOBAL_IN_CLUSTER_IP_POOL,
+    IN_CLUSTER_IP_POOL,
+    WIDE,
+    Span,
+    pool_buckets,
+    pool_spans,
+)
 from controller.apply import Executor, run
 from controller.conditions import Clock, utc_now
 from controller.consumers import count_consumers
@@ -36,7 +45,13 @@ class Listers:
     """The shared caches one pass reads (all synced before any worker starts).
 
     ``machines``, ``addresses`` and ``claims`` are None when the API server does not
-    serve those kinds (capmox or CAPI IPAM not installed): they then hold nothing.
+    serve those kinds (capmox or CAPI IPAM not installed): they then hold nothing. So are
+    ``global_pools`` (GlobalInClusterIPPool: its CRD comes with the IPAM provider) and
+    ``kube_ovn_ips`` (Kube-OVN ``IP``, ``ips.kubeovn.io``).
+
+    Indexes read here besides ``namespace``: ``buckets`` on both pool stores
+    (:func:`pool_index_buckets`), ``subnet`` on ``kube_ovn_ips`` (:func:`ip_index_subnet`),
+    ``ippool`` on ``addresses`` (:func:`address_index_pool`).
     """
 
     networks: ThreadSafeStore
@@ -49,6 +64,8 @@ class Listers:
     machines: ThreadSafeStore | None = None
     addresses: ThreadSafeStore | None = None
     claims: ThreadSafeStore | None = None
+    global_pools: ThreadSafeStore | None = None
+    kube_ovn_ips: ThreadSafeStore | None = None
 
 
 def in_namespace(store: ThreadSafeStore | None, ns: str) -> list[dict[str, Any]]:
@@ -68,6 +85,16 @@ def network_index_zone(net: Mapping[str, Any]) -> list[str]:
     return [z] if isinstance(z, str) and z else []
 
 
+def network_index_exhausted(net: Mapping[str, Any]) -> list[str]:
+    """Indexer ``exhausted``: ``spec.zone`` of a network whose ``VLANAllocated`` reason is
+    ``ZoneExhausted`` (it waits for an ID to come free on the zone's provider; keys.py
+    queues these, and only these, when one does)."""
+    cond = conditions.find((net.get("status") or {}).get("conditions"), names.VLAN_ALLOCATED)
+    if cond is None or cond.get("reason") != reasons.ZONE_EXHAUSTED:
+        return []
+    return network_index_zone(net)
+
+
 def network_index_subnet(net: Mapping[str, Any]) -> list[str]:
     """Indexer ``subnet``: ``spec.subnet`` of a ProxmoxNetwork."""
     s = (net.get("spec") or {}).get("subnet")
@@ -79,6 +106,66 @@ def network_index_pool(net: Mapping[str, Any]) -> list[str]:
     p = (net.get("spec") or {}).get("ipPool")
     ns = (net.get("metadata") or {}).get("namespace")
     return [f"{ns}/{p}"] if isinstance(p, str) and p and ns else []
+
+
+def network_indexers() -> dict[str, Any]:
+    """The indexes of the ProxmoxNetwork cache, by name (the manager's informer and any
+    store standing in for it)."""
+    return {"zone": network_index_zone, "exhausted": network_index_exhausted, "subnet": network_index_subnet,
+            "ippool": network_index_pool, "namespace": index_namespace}
+
+
+def pool_index_buckets(pool: Mapping[str, Any]) -> list[str]:
+    """Indexer ``buckets`` of InClusterIPPools and GlobalInClusterIPPools: the 256-address
+    buckets their addresses touch, or ``wide`` (:func:`controller.addresses.pool_buckets`
+    explains the index and its cost)."""
+    return pool_buckets(pool_spans(pool.get("spec")))
+
+
+def ip_index_subnet(ip: Mapping[str, Any]) -> list[str]:
+    """Indexer ``subnet`` of Kube-OVN IPs: ``spec.subnet``."""
+    s = (ip.get("spec") or {}).get("subnet")
+    return [s] if isinstance(s, str) and s else []
+
+
+def address_index_pool(obj: Mapping[str, Any]) -> list[str]:
+    """Indexer ``ippool`` of IPAddresses: ``<namespace>/<spec.poolRef.name>`` for a poolRef
+    of kind InClusterIPPool (the key of ``network_index_pool``)."""
+    ns = (obj.get("metadata") or {}).get("namespace")
+    spec = obj.get("spec")
+    ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
+    if not (ns and isinstance(ref, Mapping) and ref.get("kind") == IN_CLUSTER_IP_POOL):
+        return []
+    name = ref.get("name")
+    return [f"{ns}/{name}"] if isinstance(name, str) and name else []
+
+
+POOL_INDEXERS = {"namespace": index_namespace, "buckets": pool_index_buckets}
+"""Indexers of the InClusterIPPool and GlobalInClusterIPPool stores."""
+ADDRESS_INDEXERS = {"namespace": index_namespace, "ippool": address_index_pool}
+"""Indexers of the IPAddress store."""
+IP_INDEXERS = {"subnet": ip_index_subnet}
+"""Indexers of the Kube-OVN IP store."""
+
+
+def overlap_candidates(
+    pools: ThreadSafeStore | None, global_pools: ThreadSafeStore | None, spans: Sequence[Span]
+) -> list[tuple[str, dict[str, Any]]]:
+    """``(kind, pool)`` of every pool that may share an address with ``spans``: those in
+    the same buckets and the wide ones, from the ``buckets`` index of both stores (every
+    pool when ``spans`` is itself wide). The exact check is
+    :func:`controller.addresses.find_pool_overlaps`; a pool may be listed twice."""
+    values = pool_buckets(spans)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for kind, store in ((IN_CLUSTER_IP_POOL, pools), (GLOBAL_IN_CLUSTER_IP_POOL, global_pools)):
+        if store is None or not values:
+            continue
+        if values == [WIDE]:
+            out += [(kind, p) for p in store.list()]
+            continue
+        for v in (*values, WIDE):
+            out += [(kind, p) for p in store.by_index("buckets", v)]
+    return out
 
 
 class NetworkReconciler:
@@ -110,6 +197,7 @@ class NetworkReconciler:
         gateway: Any = None,
         namespaces: NamespaceReconciler | None = None,
         recent: RecentWrites | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.l = listers
         self.vlans = vlans
@@ -124,7 +212,7 @@ class NetworkReconciler:
         self.recent_namespaces = self.namespaces.recent
         self.executor = Executor(
             writer, vlans, (names.PROXMOX_NETWORKS, self.recent), events, self.metrics,
-            self.consumer_resources, self.namespaces, gateway,
+            self.consumer_resources, self.namespaces, gateway, stopping,
         )
 
     def reconcile(self, key: str) -> Result:
@@ -154,12 +242,12 @@ class NetworkReconciler:
                 pool, pname,
                 in_namespace(self.l.machines, ns), in_namespace(self.l.addresses, ns), in_namespace(self.l.claims, ns),
             )
-            return attrs.evolve(base, consumers=consumers)
+            owns = self.gateway is not None and self.gateway.owns(key)
+            return attrs.evolve(base, consumers=consumers, owns_group=owns)
         zone = self.l.zones.get(str(spec.get("zone") or ""))
         sname = str(spec.get("subnet") or "")
         vlan = self.vlans.lookup(sname)
         provider = str(((zone or {}).get("spec") or {}).get("providerNetwork") or "")
-        vid = allocator.vlan_id(vlan) if vlan is not None else None
         subnet = self.l.subnets.get(sname) if self.l.subnets is not None else None
         trunk: tuple[Any, ...] = ()
         siblings: frozenset[str] = frozenset()
@@ -167,15 +255,22 @@ class NetworkReconciler:
             vpc = str((subnet.get("spec") or {}).get("vpc") or "")
             trunk = tuple(self.gateway.trunk(provider))
             siblings = self.gateway.siblings(vpc) if vpc else frozenset()
+        own = pool_spans(pool.get("spec")) if pool is not None else ()
         return attrs.evolve(
             base,
             zone=zone,
             namespace=self.l.namespaces.get(ns),
             vlan=vlan,
-            holders=tuple(self.vlans.holders(provider, vid)) if vid is not None else (),
+            holders=self.vlans.holders_of(vlan, zone),
+            rivals=tuple(self.l.networks.by_index("subnet", sname)) if sname else (),
             subnet=subnet,
             subnet_bound=bool(self.l.subnets is not None and self.l.subnets.by_index("vlan", sname)),
             pool=pool,
+            other_pools=tuple(overlap_candidates(self.l.pools, self.l.global_pools, own)),
+            kube_ovn_ips=(tuple(self.l.kube_ovn_ips.by_index("subnet", sname))
+                          if own and sname and self.l.kube_ovn_ips is not None else ()),
+            pool_addresses=(tuple(self.l.addresses.by_index("ippool", f"{ns}/{pname}"))
+                            if own and self.l.addresses is not None else ()),
             annotation=self.namespaces.value(ns),
             trunk=trunk,
             siblings=siblings,

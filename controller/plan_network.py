@@ -41,12 +41,23 @@ from controller.actions import (
     ReleaseVlan,
     RemoveFinalizer,
     RequestTriple,
+    SetPoolCidrs,
     SetPruneTimers,
     SplitListed,
     WriteStatus,
     unread,
 )
-from controller.addresses import check_pool_split, prefix_bits
+from controller.addresses import (
+    IN_CLUSTER_IP_POOL,
+    address_conflicts_message,
+    check_pool_split,
+    find_address_conflicts,
+    find_pool_overlaps,
+    pool_overlaps_message,
+    pool_cidrs,
+    pool_spans,
+    prefix_bits,
+)
 from controller.conditions import (
     FALSE,
     TRUE,
@@ -65,7 +76,17 @@ from controller.namespaces import namespace_triple, split_value
 from controller.prune import go_list
 from controller.rfc3339 import format_utc, parse
 from controller.selectors import InvalidSelector, matches
-from controller.vlans import claim_refusal, gives_back_duplicate, needs_adoption, vlan_owner
+from controller.vlans import (
+    changed_externally,
+    claim_refusal,
+    gives_back_duplicate,
+    needs_adoption,
+    older_claimant,
+    recorded_id,
+    taken_over,
+    vlan_name_error,
+    vlan_owner,
+)
 from ovn import planner as nb_planner
 
 GATEWAY_DISABLED_MESSAGE = (
@@ -102,10 +123,19 @@ class NetworkSnapshot:
     :ivar zone, namespace: the network's zone and Namespace from the caches (None: absent).
     :ivar vlan: the Vlan named after ``spec.subnet`` (cache, else assumed set), or None.
     :ivar holders: the Vlans on the zone's provider with ``vlan``'s ID (assumed and cached).
+    :ivar rivals: the cached networks (any namespace, this one included) naming the same
+        ``spec.subnet``.
     :ivar subnet: the Subnet named by ``spec.subnet`` (cache), or None.
     :ivar subnet_bound: some cached Subnet names ``vlan`` in ``spec.vlan``.
     :ivar pool: the network's InClusterIPPool (cache), or None.
+    :ivar other_pools: ``(kind, pool)`` of the InClusterIPPools (any namespace) and
+        GlobalInClusterIPPools that may share addresses with ``pool`` (the overlap index's
+        candidates; the planner checks them exactly). May include ``pool`` itself.
+    :ivar kube_ovn_ips: the Kube-OVN IPs of ``spec.subnet`` (cache).
+    :ivar pool_addresses: the IPAddresses whose ``spec.poolRef`` names ``pool`` (cache).
     :ivar consumers: the pool's consumers counted from the caches.
+    :ivar owns_group: the NB cache holds an HA_Chassis_Group owned by this network (read
+        for a deleting network only; §6 step 3 releases then even without ``status.vlan``).
     :ivar annotation: the namespace annotation's value (None: no Namespace).
     :ivar trunk, siblings: the gateway step's inputs (trunk nodes, the VPC's subnet names).
     """
@@ -121,10 +151,15 @@ class NetworkSnapshot:
     namespace: Mapping[str, Any] | None = None
     vlan: Mapping[str, Any] | None = None
     holders: tuple[Mapping[str, Any], ...] = ()
+    rivals: tuple[Mapping[str, Any], ...] = ()
     subnet: Mapping[str, Any] | None = None
     subnet_bound: bool = False
     pool: Mapping[str, Any] | None = None
+    other_pools: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    kube_ovn_ips: tuple[Mapping[str, Any], ...] = ()
+    pool_addresses: tuple[Mapping[str, Any], ...] = ()
     consumers: Consumers = attrs.field(factory=Consumers)
+    owns_group: bool = False
     annotation: str | None = None
     trunk: tuple[Any, ...] = ()
     siblings: frozenset[str] = frozenset()
@@ -248,6 +283,9 @@ def network_series(net: Mapping[str, Any], status: Mapping[str, Any]) -> list[Me
         ns, name, str(spec.get("zone") or ""), status.get("vlan") or 0,
         ready is not None and ready.get("status") == TRUE, status.get("ipPool"), False,
     ))]
+    va = find(status.get("conditions"), names.VLAN_ALLOCATED)
+    out.append(Metric("set_vlan_changed", (ns, name, va is not None and va.get("reason") == reasons.VLAN_CHANGED_EXTERNALLY)))
+    out.append(Metric("set_stuck_holders", (ns, name, 0)))  # holders are judged while deleting
     gw = find(status.get("conditions"), names.GATEWAY_READY)
     if gw is None or gw.get("reason") == reasons.DISABLED:
         out.append(Metric("forget_gateway", (ns, name)))
@@ -287,6 +325,8 @@ class _Live:
         self.conds: list[dict[str, Any]] = self.status.setdefault("conditions", [])
         self.actions: list[Any] = []
         self.clock = lambda: s.now  # noqa: E731
+        self.overlaps = 0  # the pool gauges: 0 until the pool step has looked
+        self.conflicts = 0
 
     def not_ready(self, reason: str, message: str) -> None:
         set_not_ready(self.conds, names.VLAN_ALLOCATED, reason, message, self.gen, self.s.manage_gateway, self.clock)
@@ -328,16 +368,32 @@ class _Live:
             return None
         vlan = s.vlan
         if vlan is None:
-            return Plan(tuple(self.actions) + (AllocateVlan(self.net, zone),), replan=True)
+            refusal = self.may_claim()
+            if refusal is not None:
+                self.not_ready(*refusal)
+                return None
+            return Plan(tuple(self.actions) + (AllocateVlan(self.net, zone, self.created_annotations()),), replan=True)
         refusal = claim_refusal(vlan, self.ns, self.name, zname, provider)
         if refusal is not None:
             self.not_ready(*refusal)
             return None
         if needs_adoption(vlan):
             return Plan(tuple(self.actions) + (AdoptVlan(vlan),), replan=True)
+        self.pool_cidrs_step(vlan)
         vid = allocator.vlan_id(vlan)
         vname = vlan["metadata"]["name"]
         bridge = str(zspec.get("bridge") or "")
+        recorded = recorded_id(self.net)
+        accepted = ((self.net["metadata"].get("annotations") or {}).get(names.ANNOTATION_ACCEPT_VLAN_ID))
+        if not s.allocated_now and changed_externally(vlan, recorded, accepted):
+            # Never written back, never followed: status.vlan (and so the namespace
+            # annotation) keeps the allocated ID the VMs use (issue 15, item 2).
+            self.not_ready(reasons.VLAN_CHANGED_EXTERNALLY,
+                           f'Vlan "{vname}" was changed to VLAN {vid} by someone else, but VLAN {recorded} was '
+                           f"allocated to this network and its VMs still use it; put spec.id of Vlan \"{vname}\" "
+                           f"back to {recorded}, or accept VLAN {vid} by annotating this network "
+                           f'{names.ANNOTATION_ACCEPT_VLAN_ID}="{vid}"')
+            return None
         if s.allocated_now:
             self.actions.append(Event(self.net, NORMAL, reasons.EVENT_VLAN_ALLOCATED,
                                       f'allocated VLAN {vid} on provider "{provider}" (Vlan "{vname}")'))
@@ -372,8 +428,8 @@ class _Live:
             elif s.gateway_enabled:
                 if status_waits(s, status):
                     # The group follows the status: while the status waits for the namespace
-                    # annotation no group is written, so a network whose status never showed
-                    # a VLAN never wrote one (§6 step 3 releases only with status.vlan set).
+                    # annotation no group is written (the status write after the group can
+                    # still be lost: §6 step 3 also asks the NB cache, ``owns_group``).
                     return self.finish(waits=True)
                 pending = self.gateway_step(subnet)
                 if pending is not None:
@@ -383,6 +439,50 @@ class _Live:
                 if c is not None and c.get("reason") in (reasons.SUBNET_UNAVAILABLE, reasons.WAITING_FOR_VLAN):
                     remove_condition(conds, names.GATEWAY_READY)
         compute_ready(conds, gen, self.clock)
+        return None
+
+    def pool_cidrs_step(self, vlan: Mapping[str, Any]) -> None:
+        """Issue 15, item 6: the network's own Vlan carries its pool's addresses as CIDRs
+        (annotation ``proxmox.cozystack.io/pool-cidrs``, :func:`controller.addresses.pool_cidrs`),
+        which the admission policies ``proxmox-network-{pod,ip}-addresses`` read with the
+        Vlan as their param (docs/admission.md). Written only when it differs, so a converged
+        pass writes nothing; not while the pool is absent from the cache (its last addresses
+        may still be held by VMs) nor on a Terminating Vlan."""
+        if self.s.pool is None or vlan["metadata"].get("deletionTimestamp") or not taken_over(vlan):
+            return
+        want = self.wanted_pool_cidrs()
+        have = (vlan["metadata"].get("annotations") or {}).get(names.ANNOTATION_POOL_CIDRS)
+        if want != have:
+            self.actions.append(SetPoolCidrs(vlan, want))
+
+    def wanted_pool_cidrs(self) -> str | None:
+        """The ``pool-cidrs`` value the network's Vlan should carry (None: no usable
+        address, or no pool in the cache)."""
+        return pool_cidrs(self.s.pool.get("spec") or {}) if self.s.pool is not None else None
+
+    def created_annotations(self) -> tuple[tuple[str, str], ...]:
+        """What a Vlan made now carries from the start: the pool's CIDRs when the pool is in
+        the cache (:meth:`pool_cidrs_step` then has nothing to write)."""
+        want = self.wanted_pool_cidrs()
+        return ((names.ANNOTATION_POOL_CIDRS, want),) if want is not None else ()
+
+    def may_claim(self) -> tuple[str, str] | None:
+        """Before a Vlan is made for ``spec.subnet``: why not, as (reason, message); None
+        when it may be. The name must be one the API server takes (no create that can only
+        be refused), and no older network may claim the same Subnet (issue 15, item 7)."""
+        sname = str(self.spec.get("subnet") or "")
+        bad = vlan_name_error(sname)
+        if bad is not None:
+            shown = sname if len(sname) <= 64 else sname[:64] + "..."
+            return (reasons.SUBNET_NAME_INVALID,
+                    f'spec.subnet "{shown}" cannot name a Kube-OVN Vlan or Subnet: {bad}; '
+                    "spec.subnet is immutable: recreate the network with the name of the Kube-OVN Subnet")
+        older = older_claimant(self.net, self.s.rivals)
+        if older is not None:
+            om = older["metadata"]
+            return (reasons.VLAN_NAME_TAKEN,
+                    f'Subnet "{sname}" is claimed by network {om.get("namespace")}/{om.get("name")}, created first '
+                    f'({om.get("creationTimestamp")}); one Subnet extends to one network')
         return None
 
     def duplicate(self, vlan: Mapping[str, Any], vid: int | None, provider: str, others: list[str]) -> Plan | None:
@@ -473,7 +573,15 @@ class _Live:
         return sub
 
     def pool_step(self, subnet: Mapping[str, Any] | None) -> None:
-        """§5.6."""
+        """§5.6, then issue 15 item 3. IPPoolReady, first failure wins: ``PoolNotFound``;
+        Unknown ``SubnetUnavailable``; the split checks of
+        :func:`controller.addresses.check_pool_split` (the pool's own fields and its place
+        in the Subnet, ending with ``PoolOverlapsSubnet``); ``PoolOverlapsPool`` (another
+        pool shares addresses); ``AddressConflict`` (a Kube-OVN IP holds one now); True
+        ``PoolExhausted``; True ``Ready``. The pool's own faults come first: until they are
+        fixed its addresses are not the ones it will hand out. The two clashes follow in the
+        order of product-decisions.md §8; both gauges count whatever the condition shows
+        (docs/api.md, "IPPoolReady")."""
         conds, gen, status, clock = self.conds, self.gen, self.status, self.clock
         pname = str(self.spec.get("ipPool") or "")
         pool = self.s.pool
@@ -482,6 +590,10 @@ class _Live:
             set_condition(conds, names.IPPOOL_READY, FALSE, reasons.POOL_NOT_FOUND,
                           f'InClusterIPPool "{pname}" does not exist in this namespace', gen, clock)
             return
+        own = pool_spans(pool.get("spec"))
+        overlaps = find_pool_overlaps((IN_CLUSTER_IP_POOL, f"{self.ns}/{pname}"), own, self.s.other_pools)
+        conflicts = find_address_conflicts(own, self.s.kube_ovn_ips, self.s.pool_addresses)
+        self.overlaps, self.conflicts = len(overlaps), len(conflicts)
         ip = (pool.get("status") or {}).get("ipAddresses")
         if isinstance(ip, Mapping):
             status["ipPool"] = {k: ip.get(k) if isinstance(ip.get(k), int) else 0 for k in ("total", "used", "free")}
@@ -497,6 +609,10 @@ class _Live:
             [str(e) for e in excludes] if isinstance(excludes, list) else [],
             pool.get("spec") or {},
         )
+        if failure is None and overlaps:
+            failure = reasons.POOL_OVERLAPS_POOL, pool_overlaps_message(pname, overlaps)
+        if failure is None and conflicts:
+            failure = reasons.ADDRESS_CONFLICT, address_conflicts_message(pname, conflicts)
         if failure is not None:
             set_condition(conds, names.IPPOOL_READY, FALSE, failure[0], failure[1], gen, clock)
             return
@@ -541,6 +657,7 @@ class _Live:
             self.actions.append(WriteStatus(names.PROXMOX_NETWORKS, self.net, status, "network",
                                             ready_event(self.old, status)))
         self.actions += network_series(self.net, status)
+        self.actions.append(Metric("set_pool_conflicts", (self.ns, self.name, self.overlaps, self.conflicts)))
         return Plan(tuple(self.actions), requeue_after=requeue)
 
 
@@ -578,11 +695,12 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
     def need(*more: Any) -> Plan:
         return Plan(tuple(actions) + more, replan=True)
 
-    def wait(reason: str, message: str, after: float) -> Plan:
+    def wait(reason: str, message: str, after: float, stuck: int = 0) -> Plan:
         set_condition(conds, names.READY, FALSE, reason, message, gen, clock)
         if status != old:
             actions.append(WriteStatus(names.PROXMOX_NETWORKS, net, status, "network", ready_event(old, status)))
         actions.append(Metric("set_deleting", (ns, name, True)))
+        actions.append(Metric("set_stuck_holders", (ns, name, stuck)))
         return Plan(tuple(actions), requeue_after=after)
 
     # 1. Consumers.
@@ -593,7 +711,7 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
             return need(ListConsumers(ns, pname, "fresh_consumers"))
         consumers = s.fresh_consumers
     if consumers.busy:
-        return wait(reasons.IN_USE, consumers.message(pname, vid, sname), IN_USE_RETRY)
+        return wait(reasons.IN_USE, consumers.message(pname, vid, sname), IN_USE_RETRY, consumers.stuck)
 
     # 2. The Subnet (read from the API: a release is never decided on a lagging cache).
     if unread(s.fresh_subnet):
@@ -621,8 +739,10 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
             actions.append(RemoveFinalizer(names.SUBNETS, sub))
         return wait(reasons.SUBNET_DELETING, message, SUBNET_DELETING_RETRY)
 
-    # 3. Gateway release (holds the VLAN while the NB still points at it).
-    if s.manage_gateway and vid:
+    # 3. Gateway release (holds the VLAN while the NB still points at it). Also when the
+    # stored status never showed the VLAN but the NB has the network's group: the pass that
+    # wrote the group can lose its status write (a 409, the leader killed in between).
+    if s.manage_gateway and (vid or s.owns_group):
         if unread(s.gateway_release):
             return need(ReleaseGateway(s.key))
         if s.gateway_release:
@@ -634,7 +754,7 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
     if unread(s.fresh_vlan):
         return need(Get(names.VLANS, sname, None, "fresh_vlan"))
     vlan = s.fresh_vlan
-    if vlan is not None and vlan_owner(vlan) == (ns, name) and not s.released:
+    if vlan is not None and vlan_owner(vlan) == (ns, name) and taken_over(vlan) and not s.released:
         # The release cannot be undone: act only for the very object the API server still
         # has, deleting and holding our finalizer (not a stale cache entry).
         if unread(s.fresh_network):

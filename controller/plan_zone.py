@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from controller import allocator, kubeovn, names, reasons, release
+from controller import allocator, kubeovn, names, reasons, release, reuse
 from controller.actions import (
     Event,
     EventSpec,
@@ -26,6 +26,7 @@ from controller.actions import (
     Log,
     Metric,
     Plan,
+    PruneReleasedVlans,
     ReleaseVlan,
     RemoveFinalizer,
     SetPruneTimers,
@@ -35,6 +36,7 @@ from controller.actions import (
 from controller.conditions import FALSE, TRUE, set_condition, transition
 from controller.events import NORMAL, WARNING
 from controller.prune import go_list
+from controller.rfc3339 import format_utc
 from controller.vlans import vlan_owner
 
 ZONE_RESYNC = 600.0  # §8 step 11
@@ -101,6 +103,11 @@ def plan_zone(s: ZoneSnapshot) -> Plan:
     status["observedGeneration"] = gen
     conds: list[dict[str, Any]] = status.setdefault("conditions", [])
     actions: list[Any] = []
+    # The reuse delay's expired entries go first (its own write; the status is then
+    # written over the patched object).
+    left = reuse.pruned(zone, s.now)
+    if left is not False:
+        return Plan((PruneReleasedVlans(zone, left),), replan=True)
     try:
         requeue = _fill(s, status, conds, gen, actions)
     except _NeedsRead as need:
@@ -145,8 +152,16 @@ def _fill(s: ZoneSnapshot, status: dict[str, Any], conds: list[dict[str, Any]], 
         if recheck is not None:
             requeue = min(requeue, recheck)
         orphans += 1
-    used = allocator.used_vlans(s.on_provider, provider) | allocator.pinned_vlans(s.zones, provider)
+    held = reuse.held(s.zones, provider, s.now)
+    used = allocator.used_vlans(s.on_provider, provider) | allocator.pinned_vlans(s.zones, provider) | set(held)
     free = sum(1 for c in cands if c not in used)
+    # The IDs this zone's record holds back, and when each is free again (issue 15, item 5).
+    mine = {v: u for v, u in reuse.entries_of(zone).items() if u > s.now}
+    if mine:
+        status["vlansHeldForReuse"] = [{"vlan": v, "until": format_utc(u)} for v, u in sorted(mine.items())]
+        requeue = min(requeue, max(1.0, (min(mine.values()) - s.now).total_seconds()))
+    else:
+        status.pop("vlansHeldForReuse", None)
     status["totalVLANs"] = len(cands)
     status["allocatedVLANs"] = allocated
     status["freeVLANs"] = free
@@ -163,6 +178,9 @@ def _fill(s: ZoneSnapshot, status: dict[str, Any], conds: list[dict[str, Any]], 
         nodes = (pn.get("status") or {}).get("readyNodes") or []
         ready, reason = TRUE, reasons.READY
         msg = f"{free} of {len(cands)} VLANs free; trunk ready on {len(nodes)} node(s)"
+        delayed = reuse.free_again(held, cands)
+        if delayed:
+            msg += delayed
         if stranded:
             msg += "; allocated outside the current ranges: " + ", ".join(sorted(stranded))
         if orphans:

@@ -25,6 +25,8 @@ STATIC_VLAN_IN_USE = "StaticVLANInUse"
 VLAN_NAME_TAKEN = "VLANNameTaken"
 VLAN_PROVIDER_MISMATCH = "VLANProviderMismatch"
 VLAN_CONFLICT = "VLANConflict"
+VLAN_CHANGED_EXTERNALLY = "VLANChangedExternally"  # a Vlan's spec.id edited by hand (issue 15, item 2)
+SUBNET_NAME_INVALID = "SubnetNameInvalid"  # spec.subnet cannot name a Vlan (issue 15, item 7)
 WAITING_FOR_VLAN = "WaitingForVLAN"  # the dependents of a VLANAllocated that is not True
 
 # -- SubnetReady (§5.5) ----------------------------------------------------------------------------
@@ -44,6 +46,8 @@ SUBNET_EXCLUDE_IPS_INVALID = "SubnetExcludeIPsInvalid"
 POOL_ADDRESS_INVALID = "PoolAddressInvalid"
 POOL_OUTSIDE_SUBNET = "PoolOutsideSubnet"
 POOL_OVERLAPS_SUBNET = "PoolOverlapsSubnet"
+POOL_OVERLAPS_POOL = "PoolOverlapsPool"  # another pool holds addresses of this one (issue 15, item 3)
+ADDRESS_CONFLICT = "AddressConflict"  # a Kube-OVN IP holds an address of the pool (issue 15, item 3)
 
 # -- GatewayReady (§9) -----------------------------------------------------------------------------
 DISABLED = "Disabled"

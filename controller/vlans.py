@@ -13,15 +13,18 @@ by the network pass, never shared silently.
 
 from __future__ import annotations
 
+import datetime as _dt
+import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 import structlog
 
-from controller import allocator, names, reasons
+from controller import allocator, names, reasons, reuse
+from controller.conditions import utc_now
 from controller.kube import ApiError, KubeWriter, annotation_patch, finalizer_add_patch
 from informers import ThreadSafeStore
 
@@ -49,9 +52,11 @@ def vlan_owner(vlan: Mapping[str, Any]) -> tuple[str, str]:
     return labels.get(names.LABEL_NETWORK_NAMESPACE, ""), labels.get(names.LABEL_NETWORK_NAME, "")
 
 
-def desired_vlan(name: str, vid: int, provider: str, zone: str, namespace: str, network: str) -> dict[str, Any]:
-    """The Vlan the controller creates (reference-behaviour.md §4.3 step 6)."""
-    return {
+def desired_vlan(name: str, vid: int, provider: str, zone: str, namespace: str, network: str,
+                 annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The Vlan the controller creates (reference-behaviour.md §4.3 step 6), with
+    ``annotations`` of ours when given (the pool's CIDRs, issue 15 item 6)."""
+    body: dict[str, Any] = {
         "apiVersion": "kubeovn.io/v1",
         "kind": "Vlan",
         "metadata": {
@@ -65,6 +70,9 @@ def desired_vlan(name: str, vid: int, provider: str, zone: str, namespace: str, 
         },
         "spec": {"id": vid, "provider": provider},
     }
+    if annotations:
+        body["metadata"]["annotations"] = dict(annotations)
+    return body
 
 
 def made_by_controller(vlan: Mapping[str, Any]) -> bool:
@@ -115,6 +123,19 @@ def vlan_index_provider_id(vlan: Mapping[str, Any]) -> list[str]:
     return [f"{allocator.vlan_provider(vlan)}/{vid}"] if vid is not None else []
 
 
+def edited(vlan: Mapping[str, Any]) -> bool:
+    """The Vlan's spec was changed since it was made: generation above 1 (the controller
+    never writes a Vlan's spec, so that is someone else's edit; issue 15)."""
+    gen = (vlan.get("metadata") or {}).get("generation")
+    return isinstance(gen, int) and gen > 1
+
+
+def vlan_index_edited(vlan: Mapping[str, Any]) -> list[str]:
+    """Indexer ``edited``: the provider of an :func:`edited` Vlan, the only Vlans whose
+    owner's record can name another ID: the used set looks these up, not every Vlan."""
+    return [allocator.vlan_provider(vlan)] if edited(vlan) else []
+
+
 def vlan_index_zone(vlan: Mapping[str, Any]) -> list[str]:
     """Indexer ``zone``: the ``proxmox.cozystack.io/zone`` label, when set."""
     z = ((vlan.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ZONE)
@@ -158,6 +179,71 @@ def claim_refusal(vlan: Mapping[str, Any], ns: str, nname: str, zname: str, prov
     return None
 
 
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1123_SUBDOMAIN_MAX = 253
+
+
+def vlan_name_error(name: str) -> str | None:
+    """Why ``name`` (a network's ``spec.subnet``, which names its Vlan and Subnet) cannot
+    name a Kube-OVN Vlan, as the API server would say it (k8s.io/apimachinery
+    ``IsDNS1123Subdomain``: the name rule of every custom resource); None when it can.
+    Checked before the create, so bad input ends in a condition, not a retried 422 (issue 15)."""
+    if not name:
+        return "must not be empty"
+    if len(name) > DNS1123_SUBDOMAIN_MAX:
+        return f"must be no more than {DNS1123_SUBDOMAIN_MAX} characters (it has {len(name)})"
+    if not all(_DNS1123_LABEL.fullmatch(part) for part in name.split(".")):
+        return ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                "and must start and end with an alphanumeric character")
+    return None
+
+
+def claimant_order(net: Mapping[str, Any]) -> tuple[str, str, str]:
+    """Who claims a Subnet first: the older network (``creationTimestamp``), then by
+    namespace and name (issue 15: "the oldest claimant wins", across restarts)."""
+    meta = net.get("metadata") or {}
+    return str(meta.get("creationTimestamp") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def older_claimant(net: Mapping[str, Any], rivals: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The first claimant, when it is not ``net``, of the Subnet ``net`` names, among
+    ``rivals`` (networks of any namespace naming the same ``spec.subnet``); None when
+    ``net`` comes first. A deleting rival still claims: it holds the Vlan until released."""
+    uid = (net.get("metadata") or {}).get("uid")
+    others = [r for r in rivals if (r.get("metadata") or {}).get("uid") != uid]
+    if not others:
+        return None
+    first = min(others, key=claimant_order)
+    return first if claimant_order(first) < claimant_order(net) else None
+
+
+def changed_externally(vlan: Mapping[str, Any], recorded: int, accepted: str | None) -> bool:
+    """The Vlan's ``spec.id`` was changed by someone else after the network recorded
+    ``recorded`` (its ``status.vlan``) and the operator has not accepted the new ID with
+    the annotation ``proxmox.cozystack.io/accept-vlan-id`` (issue 15, item 2).
+
+    Only a spec edit of the same object counts: the controller never writes a Vlan's spec,
+    so a generation above 1 means a hand edit, while a Vlan the controller made anew (a
+    repaired duplicate) is generation 1 and is followed."""
+    vid = allocator.vlan_id(vlan)
+    if not recorded or vid is None or vid == recorded or not edited(vlan):
+        return False
+    return (accepted or "").strip() != str(vid)
+
+
+def recorded_id(net: Mapping[str, Any] | None) -> int:
+    """The ID allocated to a network as its status records it (``status.vlan``); 0 for none."""
+    v = ((net or {}).get("status") or {}).get("vlan")
+    return v if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4094 else 0
+
+
+def taken_over(vlan: Mapping[str, Any]) -> bool:
+    """The Vlan was made or adopted by a network (it carries our finalizer): only such a
+    Vlan is ever patched or deleted on a network's behalf (issue 15: "we delete only what
+    we own"; a hand-made Vlan the network refused is left as it is)."""
+    return names.FINALIZER in ((vlan.get("metadata") or {}).get("finalizers") or [])
+
+
 def needs_adoption(vlan: Mapping[str, Any]) -> bool:
     """An owned Vlan lacks our finalizer (and is not Terminating) or still carries the
     prune timers of an earlier same-named network (§7.3): :meth:`VlanManager.adopt` writes."""
@@ -197,8 +283,17 @@ class VlanManager:
         writer: KubeWriter,
         on_allocation: Callable[[str, str], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        networks: ThreadSafeStore | None = None,
+        reuse_delay: float = 0.0,
+        now: Callable[[], _dt.datetime] = utc_now,
     ) -> None:
         self.vlans = vlans
+        self.networks = networks
+        self.reuse_delay = max(0.0, reuse_delay)
+        self.now = now
+        # IDs this process held back, until the zone cache shows the annotation (the Vlan
+        # delete and the zone patch reach us on two watches, in either order).
+        self._held: dict[str, dict[int, _dt.datetime]] = {}
         self.zones = zones
         self.writer = writer
         self.on_allocation = on_allocation or (lambda zone, result: None)
@@ -257,12 +352,58 @@ class VlanManager:
 
     def used_ids(self, provider: str) -> set[int]:
         """IDs held on ``provider`` (§4.2): every ID of the assumed set and every ID of
-        the cache. An assumed Vlan whose cached copy is older counts with both IDs: too
+        the cache, the IDs held by the reuse delay (:meth:`held_ids`), and the
+        ``status.vlan`` of each such Vlan's owner network. An assumed Vlan whose cached copy is older counts with both IDs: too
         many used IDs delay an allocation, too few duplicate one."""
         assumed = self._assumed_on(provider)
-        return allocator.used_vlans(assumed, provider) | allocator.used_vlans(
-            self.vlans.by_index("provider", provider), provider
-        )
+        cached = self.vlans.by_index("provider", provider, ordered=False)
+        used = allocator.used_vlans(assumed, provider) | allocator.used_vlans(cached, None)
+        used |= set(self.held_ids(provider))
+        if self.networks is not None:
+            # The owners' records too: a Vlan whose ID was changed by hand leaves its VMs on
+            # the allocated ID, which stays used until the operator resolves it (issue 15).
+            # Only an edited Vlan (index ``edited``) can have a record naming another ID.
+            try:
+                edited = self.vlans.by_index("edited", provider)
+            except KeyError:  # a store without the index (tests): every cached Vlan
+                edited = cached
+            for v in (*assumed, *edited):
+                rid = self._recorded(v)
+                if rid:
+                    used.add(rid)
+        return used
+
+    def _recorded(self, vlan: Mapping[str, Any]) -> int:
+        """The ``status.vlan`` of the Vlan's owner network: from the cache, or, for a Vlan
+        whose spec was edited (generation above 1: the controller never writes a spec), read
+        fresh, so a network cache lagging the Vlan cache cannot hide the allocated ID.
+
+        :raises ApiError: when that read fails (the allocation is retried, never guessed)."""
+        ns, name = vlan_owner(vlan)
+        if not name:
+            return 0
+        if edited(vlan):
+            try:
+                return recorded_id(self.writer.get(names.PROXMOX_NETWORKS, name, ns))
+            except ApiError as err:
+                if err.not_found:
+                    return 0
+                raise
+        return recorded_id(self.networks.get(f"{ns}/{name}")) if self.networks is not None else 0
+
+    def held_ids(self, provider: str) -> dict[int, _dt.datetime]:
+        """IDs on ``provider`` the reuse delay holds back now, with their end: the zones'
+        records (cache) and this process's own releases not yet seen in the cache."""
+        now = self.now()
+        out = reuse.held(self.zones.list(), provider, now)
+        with self._assumed_lock:
+            mine = self._held.get(provider, {})
+            for vid, until in list(mine.items()):
+                if until <= now:
+                    del mine[vid]
+                elif vid not in out or until > out[vid]:
+                    out[vid] = until
+        return out
 
     def holders(self, provider: str, vid: int) -> list[dict[str, Any]]:
         """Every Vlan on ``provider`` with ID ``vid``: the assumed ones (read first), then
@@ -271,6 +412,15 @@ class VlanManager:
         cached = list(self.vlans.by_index("provider_id", f"{provider}/{vid}"))
         names_ = {v["metadata"]["name"] for v in assumed}
         return assumed + [v for v in cached if v["metadata"]["name"] not in names_]
+
+    def holders_of(self, vlan: Mapping[str, Any] | None, zone: Mapping[str, Any] | None) -> tuple[dict[str, Any], ...]:
+        """Every Vlan holding ``vlan``'s ID on ``zone``'s provider (:meth:`holders`); () when
+        there is no Vlan or it carries no valid ID."""
+        vid = allocator.vlan_id(vlan) if vlan is not None else None
+        if vid is None:
+            return ()
+        provider = str(((zone or {}).get("spec") or {}).get("providerNetwork") or "")
+        return tuple(self.holders(provider, vid))
 
     def _verify_stale_assumptions(self, provider: str) -> None:
         # An assumed Vlan deleted before the watch showed it would block its ID forever;
@@ -306,9 +456,10 @@ class VlanManager:
             return self._locks.setdefault(provider, threading.Lock())
 
     # -- allocate ----------------------------------------------------------------
-    def allocate(self, network: Mapping[str, Any], zone: Mapping[str, Any]) -> VlanOutcome:
+    def allocate(self, network: Mapping[str, Any], zone: Mapping[str, Any],
+                 annotations: Mapping[str, str] | None = None) -> VlanOutcome:
         """Create the network's Vlan with the lowest eligible ID, under the provider's lock
-        (reference-behaviour.md §4.3; product-decisions.md §8).
+        (reference-behaviour.md §4.3; product-decisions.md §8), carrying ``annotations``.
 
         :returns: a :class:`VlanOutcome`: the created Vlan (``allocated``); a Vlan of that
             name found meanwhile (under the lock, or by the AlreadyExists race), which the
@@ -332,8 +483,15 @@ class VlanManager:
             if not pick.ok:
                 if pick.result:
                     self.on_allocation(zname, pick.result)
-                return VlanOutcome(reason=pick.reason, message=pick.message, result=pick.result)
-            body = desired_vlan(name, pick.vlan, provider, zname, ns, nname)
+                message = pick.message
+                if pick.reason == reasons.ZONE_EXHAUSTED:
+                    try:
+                        cands = allocator.candidates(zone.get("spec") or {})
+                    except allocator.VLANRangeError:
+                        cands = []
+                    message += reuse.free_again(self.held_ids(provider), cands)
+                return VlanOutcome(reason=pick.reason, message=message, result=pick.result)
+            body = desired_vlan(name, pick.vlan, provider, zname, ns, nname, annotations)
             try:
                 created = self.writer.create(names.VLANS, body)
             except ApiError as err:
@@ -349,6 +507,46 @@ class VlanManager:
         self.on_allocation(zname, "allocated")
         log.info("allocated VLAN", zone=zname, vlan=pick.vlan, subnet=name, network=f"{ns}/{nname}")
         return VlanOutcome(vlan=created, allocated=True)
+
+    def hold_for_reuse(self, vlan: Mapping[str, Any]) -> None:
+        """Record the Vlan's ID on its zone as held until now + ``reuse_delay`` (controller.reuse).
+
+        The zone is the Vlan's zone label, else the first zone (by name) on its provider;
+        none: nothing can allocate from the provider, nothing to record. A guarded JSON
+        patch of the zone's annotation, re-read and retried on a conflict."""
+        vid = allocator.vlan_id(vlan)
+        if self.reuse_delay <= 0 or vid is None:
+            return
+        provider = allocator.vlan_provider(vlan)
+        zname = ((vlan.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ZONE) or ""
+        if not zname:
+            on = sorted(str(z["metadata"]["name"]) for z in self.zones.list()
+                        if str((z.get("spec") or {}).get("providerNetwork") or "") == provider)
+            zname = on[0] if on else ""
+        if not zname:
+            return
+        now = self.now()
+        until = now + _dt.timedelta(seconds=self.reuse_delay)
+        for _ in range(5):
+            try:
+                zone = self.writer.get(names.PROXMOX_NETWORK_ZONES, zname)
+            except ApiError as err:
+                if err.not_found:
+                    return
+                raise
+            value = reuse.with_release(zone, vid, until, now)
+            try:
+                self.writer.json_patch(names.PROXMOX_NETWORK_ZONES, zname,
+                                       annotation_patch(zone, names.ANNOTATION_RELEASED_VLANS, value))
+                break
+            except ApiError as err:
+                if not err.conflict:
+                    raise
+        else:
+            raise ApiError(409, "Conflict", f'could not record VLAN {vid} on zone "{zname}" for the reuse delay')
+        with self._assumed_lock:
+            self._held.setdefault(provider, {})[vid] = until
+        log.info("VLAN held for the reuse delay", vlan=vid, provider=provider, zone=zname, until=reuse.format_utc(until))
 
     def adopt(self, vlan: dict[str, Any]) -> dict[str, Any]:
         """Make an owned Vlan ours again (reference-behaviour.md §7.3).
@@ -394,7 +592,14 @@ class VlanManager:
         return live, gone
 
     def release(self, vlan: dict[str, Any]) -> None:
-        """Remove our finalizer from the Vlan and delete it (NotFound ignored)."""
+        """Remove our finalizer from the Vlan and delete it (NotFound ignored).
+
+        With a reuse delay the ID is first recorded on the Vlan's zone (:meth:`hold_for_reuse`):
+        recorded before the Vlan goes, so no crash in between frees it early.
+
+        :raises ApiError: when the record or the release cannot be written (the pass is
+            retried; the Vlan still holds its ID)."""
+        self.hold_for_reuse(vlan)
         try:
             self.writer.remove_finalizer(names.VLANS, vlan, names.FINALIZER)
         except ApiError as err:

@@ -8,6 +8,7 @@ the plan settles.
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from typing import Any
 
@@ -36,6 +37,7 @@ class ZoneReconciler:
         events: EventRecorder | None = None,
         prune_timeout: float | None = None,
         metrics: Metrics | None = None,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.l = listers
         self.vlans = vlans
@@ -43,7 +45,8 @@ class ZoneReconciler:
         self.prune_timeout = prune.prune_timeout(prune_timeout).total_seconds()  # §7: None/non-positive = 10 min
         self.recent = RecentWrites(listers.zones)
         self.metrics = metrics or Metrics()
-        self.executor = Executor(writer, vlans, (names.PROXMOX_NETWORK_ZONES, self.recent), events, self.metrics)
+        self.executor = Executor(writer, vlans, (names.PROXMOX_NETWORK_ZONES, self.recent), events, self.metrics,
+                                 stopping=stopping)
 
     def reconcile(self, key: str) -> Result:
         """One pass over zone ``key``.

@@ -653,7 +653,8 @@ def setup_gateway_objects(cluster: LocalCluster, n: int, zones: int, vpcs: int, 
             co.create_namespaced_custom_object("ipam.cluster.x-k8s.io", "v1alpha2", ns, "inclusterippools", {
                 "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
                 "metadata": {"name": "pool", "namespace": ns},
-                "spec": {"addresses": ["10.20.0.200-10.20.0.250"], "prefix": 24, "gateway": "10.20.0.1"}})
+                # A range per namespace: pools of one range in two namespaces are PoolOverlapsPool.
+                "spec": {"addresses": [f"10.20.{j}.200-10.20.{j}.250"], "prefix": 24, "gateway": f"10.20.{j}.1"}})
             co.patch_namespaced_custom_object_status("ipam.cluster.x-k8s.io", "v1alpha2", ns, "inclusterippools", "pool",
                                                      {"status": {"ipAddresses": {"total": 51, "used": 0, "free": 51}}})
     finally:
@@ -664,10 +665,11 @@ def setup_gateway_objects(cluster: LocalCluster, n: int, zones: int, vpcs: int, 
 
     def one(co, i: int) -> None:
         sub = gw_subnet(i)
+        p = f"10.20.{i % NAMESPACES}"  # the range of its namespace's pool (network_body)
         co.create_cluster_custom_object("kubeovn.io", "v1", "subnets", {
             "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": sub},
-            "spec": {"vlan": sub, "cidrBlock": "10.20.0.0/24", "gateway": "10.20.0.1",
-                     "excludeIps": ["10.20.0.1", "10.20.0.200..10.20.0.250"], "vpc": gw_vpc(i, vpcs)}})
+            "spec": {"vlan": sub, "cidrBlock": f"{p}.0/24", "gateway": f"{p}.1",
+                     "excludeIps": [f"{p}.1", f"{p}.200..{p}.250"], "vpc": gw_vpc(i, vpcs)}})
         co.patch_cluster_custom_object_status("kubeovn.io", "v1", "subnets", sub, conds)
         ns, body = network_body("net", i, f"bench-z{i % zones}")
         co.create_namespaced_custom_object(GROUP, VERSION, ns, "proxmoxnetworks", body)

@@ -25,7 +25,11 @@ What runs (all on loopback, in a bed of its own, because the API server is resta
   --manage-gateway-chassis=true --ovn-nb-address=<the bed's NB>``; ``--manage-gateway
   false`` turns gateway management off), kept alive by a :class:`Supervisor` the way a
   Deployment keeps its pods: a replica that exits (SIGKILL, or "leadership lost" after an
-  API outage) is started again;
+  API outage) is started again. With ``--pods`` (``ChaosConfig.pods``; root) the bed has its
+  node (hack/node.py) and the controller is the Deployment of manifests/ instead
+  (:class:`PodReplicas`, hack/deploy.py): its ReplicaSet and the kubelet keep the pods
+  running, and the faults include the pod kinds below; the supervisor stays for where the
+  node cannot start;
 * a :class:`GarbageCollector` standing in for kube-controller-manager's (claim-owned
   IPAddresses whose claim is gone are deleted) and for the operator who removes the
   provider's ProtectAddress finalizer from such an address: kube-apiserver can delete a new
@@ -50,7 +54,11 @@ Faults, injected at random points of the load: ``kill`` (SIGKILL of the leader),
 reconnect), ``compact`` (etcd compaction to the current revision), ``nb`` (the NB
 ovsdb-server stopped and started again with its database), ``kubeovn`` (kube-ovn-controller
 SIGKILLed, started again after ``peer_down`` seconds) and ``ipam`` (the same for the IPAM
-provider). After each fault the loader pauses (it finishes the step it is in) and the time
+provider); with ``--pods``: ``poddelete`` (the leader's pod deleted), ``podkill`` (``kill -9``
+of the leader container's process, found from the host), ``rollout`` (``kubectl rollout
+restart``, the load going on until a new pod leads) and ``oom`` (the Deployment's memory
+limit lowered until the kernel OOM-kills its pods, then restored); for each, the time to a
+new Lease holder, to a Ready one and to a whole Deployment. After each fault the loader pauses (it finishes the step it is in) and the time
 until every network has converged is measured: a live network Ready with its VLAN, a deleted
 one gone together with its Vlan. After the last fault everything is torn down and the bed
 must hold no Vlan, no ``proxmox.cozystack.io/`` finalizer, no HA_Chassis_Group of ours and
@@ -63,8 +71,13 @@ Long form (figures into docs/reliability.md)::
     python hack/chaos.py --kills 50 --api-restarts 5 --compactions 5 --nb-restarts 5 \\
         --kubeovn-restarts 5 --ipam-restarts 5
 
-Short form: ``tests/test_chaos_integration.py`` (marker ``chaos``) calls :func:`run` with a
-small :class:`ChaosConfig`.
+On the Deployment's pods (figures into the pods' block of docs/reliability.md)::
+
+    python hack/chaos.py --pods --pod-deletes 15 --pod-kills 15 --rollouts 10 --ooms 5 \
+        --api-restarts 2 --compactions 2 --nb-restarts 2 --kubeovn-restarts 1 --ipam-restarts 1
+
+Short forms: ``tests/test_chaos_integration.py`` (marker ``chaos``; the pods' one also
+``node`` and ``image``) calls :func:`run` with a small :class:`ChaosConfig`.
 """
 
 from __future__ import annotations
@@ -121,7 +134,11 @@ LABEL_NS = "proxmox.cozystack.io/network-namespace"
 LABEL_NAME = "proxmox.cozystack.io/network-name"
 LABEL_ZONE = "proxmox.cozystack.io/zone"
 
-FAULT_KINDS = ("kill", "api", "compact", "nb", "kubeovn", "ipam")
+# Faults of the bed (either mode) and of the controller: ``kill`` SIGKILLs a supervised
+# subprocess; the pod kinds (``--pods``) act on the Deployment's pods on the bed's node.
+BED_FAULT_KINDS = ("api", "compact", "nb", "kubeovn", "ipam")
+POD_FAULT_KINDS = ("poddelete", "podkill", "rollout", "oom")
+FAULT_KINDS = ("kill", *BED_FAULT_KINDS, *POD_FAULT_KINDS)
 # The peer each peer fault kills and starts again (hack.cluster.PEERS).
 PEER_OF_FAULT = {"kubeovn": "kube-ovn-controller", "ipam": "ipam-provider"}
 
@@ -191,15 +208,37 @@ class ChaosConfig:
     workdir: str | None = None
     keep_workdir: bool = False
     subnet_prune_timeout: str = "30s"
+    # Short enough for the churn of a run (slots recycle IDs of a 40-ID shared range within
+    # minutes); the product default of 10m would exhaust the shared zones.
+    vlan_reuse_delay: str = "20s"
     resync_period: str = "10m"
     duration: float = 0.0  # stop injecting faults after this many seconds (0: inject them all)
     manage_gateway: bool = True  # HA chassis groups in the NB (the NB restart fault then matters)
+    # The controller as the Deployment of manifests/ on the bed's node (hack/deploy.py) instead
+    # of supervised subprocesses; needs root and the node's binaries. The pod fault kinds:
+    pods: bool = False
+    pod_deletes: int = 0  # the leader's pod deleted (the ReplicaSet replaces it)
+    pod_kills: int = 0  # the leader container's main process SIGKILLed from the host (restarted in place)
+    rollouts: int = 0  # kubectl rollout restart, under load
+    ooms: int = 0  # the Deployment's memory limit lowered to ``oom_limit`` until the kernel OOM-kills its pods, then restored
+    oom_limit: str = "32Mi"  # below the controller's start-up working set (about 45 MiB)
+    whole_timeout: float = 330.0  # for the Deployment to be whole again (the kubelet's back-off tops at 300 s)
 
     def schedule(self, rng: random.Random) -> list[str]:
         faults = ["kill"] * self.kills + ["api"] * self.api_restarts + ["compact"] * self.compactions + \
-            ["nb"] * self.nb_restarts + ["kubeovn"] * self.kubeovn_restarts + ["ipam"] * self.ipam_restarts
+            ["nb"] * self.nb_restarts + ["kubeovn"] * self.kubeovn_restarts + ["ipam"] * self.ipam_restarts + \
+            ["poddelete"] * self.pod_deletes + ["podkill"] * self.pod_kills + ["rollout"] * self.rollouts + \
+            ["oom"] * self.ooms
         rng.shuffle(faults)
         return faults
+
+    def check(self) -> None:
+        """ValueError for a fault the mode cannot make: ``kill`` needs the supervised
+        subprocesses, the pod kinds need ``pods``."""
+        if self.pods and self.kills:
+            raise ValueError("kill SIGKILLs a supervised subprocess; with pods use pod_kills (--pod-kills)")
+        if not self.pods and (self.pod_deletes or self.pod_kills or self.rollouts or self.ooms):
+            raise ValueError("the pod faults need the controller's Deployment (pods=True, --pods)")
 
 
 @dataclass
@@ -209,6 +248,11 @@ class FaultRecord:
     converge_seconds: float | None = None
     detail: str = ""
     ops_before: int = 0
+    # --pods: seconds from the fault until another identity held the Lease, until the Lease's
+    # holder was a Ready pod, and until the Deployment was whole (every pod's container running)
+    leader_seconds: float | None = None
+    ready_seconds: float | None = None
+    whole_seconds: float | None = None
 
 
 @dataclass
@@ -249,6 +293,11 @@ class ChaosResult:
     # that the shared provider was contended (many Vlans over few IDs)
     vlans_by_provider: dict[str, dict[str, int]] = field(default_factory=dict)
     commit: str = ""
+    # --pods: the largest working set (bytes) the kubelet reported for a controller pod during
+    # the run, its memory limit, and the seconds each deleted pod took from deletion to gone
+    pod_working_set_max: int = 0
+    pod_memory_limit: str = ""
+    pod_stop_seconds: list[float] = field(default_factory=list)
 
     def survived(self, kind: str) -> int:
         return sum(1 for f in self.faults if f.kind == kind and f.converge_seconds is not None)
@@ -267,9 +316,14 @@ class ChaosResult:
             times = [f.converge_seconds for f in self.faults if f.kind == kind and f.converge_seconds is not None]
             total = sum(1 for f in self.faults if f.kind == kind)
             if total:
-                lines.append(f"{kind}: {len(times)}/{total} survived, converge median "
-                             f"{statistics.median(times) if times else float('nan'):.1f}s max "
-                             f"{max(times) if times else float('nan'):.1f}s")
+                line = (f"{kind}: {len(times)}/{total} survived, converge median "
+                        f"{statistics.median(times) if times else float('nan'):.1f}s max "
+                        f"{max(times) if times else float('nan'):.1f}s")
+                for what, attr in (("new leader", "leader_seconds"), ("Ready", "ready_seconds")):
+                    got = [getattr(f, attr) for f in self.faults if f.kind == kind and getattr(f, attr) is not None]
+                    if got:
+                        line += f", {what} median {statistics.median(got):.1f}s max {max(got):.1f}s"
+                lines.append(line)
         lines.append(f"violations {len(self.violations)}, convergence failures {len(self.convergence_failures)}, "
                      f"teardown leftovers {len(self.teardown_leftovers)}, replica exits {len(self.replica_exits)}, "
                      f"peer exits {len(self.peer_exits)} (unexpected {len(self.unexpected_exits())}), "
@@ -278,6 +332,10 @@ class ChaosResult:
                      f"{len(self.resolved)}), Kube-OVN's own NB leftovers "
                      f"{len(self.kube_ovn_leftovers)}, addresses garbage-collected {self.gc_collected}, "
                      f"provider orphans released {len(self.ipam_orphans)}")
+        if self.pod_memory_limit:
+            stops = self.pod_stop_seconds
+            lines.append(f"pods: working set max {self.pod_working_set_max / 2**20:.0f} MiB of {self.pod_memory_limit}, "
+                         f"{len(stops)} deleted pods gone in max {max(stops) if stops else 0:.1f}s")
         if self.vlans_by_provider:
             lines.append("Vlans seen per provider (distinct IDs): " + ", ".join(
                 f"{p} {x['vlans']} ({x['ids']})" for p, x in self.vlans_by_provider.items()))
@@ -313,6 +371,7 @@ class Replica:
                 [sys.executable, "-m", "controller.main", f"--kubeconfig={cluster.controller_kubeconfig}",
                  "--leader-elect=true", *gateway_flags(cluster, cfg),
                  f"--subnet-prune-timeout={cfg.subnet_prune_timeout}", f"--resync-period={cfg.resync_period}",
+                 f"--vlan-reuse-delay={cfg.vlan_reuse_delay}",
                  f"--health-probe-bind-address=127.0.0.1:{self.health}",
                  f"--metrics-bind-address=127.0.0.1:{self.metrics}", "--log-format=console"],
                 cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=out, stderr=subprocess.STDOUT,
@@ -442,6 +501,324 @@ class Supervisor:
                     self.exits.append({"replica": r.n, "rc": rc, "killed": False, "expected": False,
                                        "uptime": round(time.monotonic() - r.started, 1),
                                        "tail": r.tail() + "\n(clean stop did not exit 0)"})
+
+
+# --------------------------------------------------------------------------- the Deployment's pods (--pods)
+
+
+def container_pid(node: Any, container_id: str) -> int:
+    """The host pid of a running container's main process (its task in the node's containerd,
+    ``ctr task ls``), checked against ``/proc/<pid>/cgroup``, which names the container.
+
+    Raises RuntimeError when the container has no running task."""
+    for line in node.ctr("task", "ls").splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == container_id and parts[2] == "RUNNING":
+            pid = int(parts[1])
+            if container_id not in Path(f"/proc/{pid}/cgroup").read_text():
+                raise RuntimeError(f"pid {pid} is not in the cgroup of container {container_id[:12]}")
+            return pid
+    raise RuntimeError(f"container {container_id[:12]} has no running task")
+
+
+class PodReplicas:
+    """The controller as the Deployment of manifests/ on the bed's node (``--pods``): what
+    :class:`Supervisor` plays for subprocesses, done by the ReplicaSet and the kubelet.
+
+    :meth:`start` installs it (hack/deploy.py: the image, ``kubectl apply -k
+    hack/deploy-overlay``, with the harness's flags appended to the shipped args) and returns
+    once it is rolled out. A sampler thread reads the Lease and the pods every ``interval``
+    seconds and records each change of the Lease's holder (``holderIdentity``
+    ``<pod>_<uuid>``: a container restarted in place has a new one) with whether that pod was
+    Ready; every container restart (``restartCount`` going up) with its last termination; the
+    seconds a deleted pod took to go; and the kubelet's working set of each pod (summary API,
+    every 5 s). A restart is *expected* when the harness caused it: a container it SIGKILLed
+    (:meth:`kill_leader`), an OOM kill of a pod running with ``cfg.oom_limit`` (:meth:`oom`),
+    or exit 1 after "leadership lost" (or "unable to start manager") within ``outage_grace``
+    seconds of an outage in ``outages``; anything else (a liveness kill, a crash, an OOM kill
+    at the shipped limit) is unexpected and fails the run, and so is a deleted pod that took
+    ``slow_stop`` seconds or more to go (the kubelet SIGKILLs it at the end of its grace
+    period, 30 s; the controller exits within 2 s of SIGTERM).
+    """
+
+    def __init__(self, cluster: LocalCluster, cfg: ChaosConfig, outages: list[tuple[float, float]],
+                 interval: float = 0.2, outage_grace: float = 60.0, slow_stop: float = 20.0) -> None:
+        from hack.deploy import ControllerDeployment
+
+        self.cluster = cluster
+        self.cfg = cfg
+        self.deploy = ControllerDeployment(cluster)
+        self.outages = outages
+        self.interval = interval
+        self.outage_grace = outage_grace
+        self.slow_stop = slow_stop
+        self.exits: list[dict[str, Any]] = []
+        self.samples: list[tuple[float, str, bool]] = []  # (monotonic, holder identity, its pod Ready), on change
+        self.killed: set[str] = set()  # container IDs the harness SIGKILLed
+        self.stop_seconds: list[float] = []  # deletion to gone, per deleted pod
+        self.working_set_max = 0
+        self.memory_limit = ""
+        self.rolled_out_seconds = 0.0
+        self._restarts: dict[str, int] = {}  # pod uid -> restartCount seen
+        self._deleting: dict[str, float] = {}  # pod uid -> when first seen deleting
+        self._seen: dict[str, str] = {}  # pod uid -> name, live in the last list
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="pod-sampler", daemon=True)
+
+    def flags(self) -> list[str]:
+        """The harness's flags, appended to the shipped args (the last of a flag wins)."""
+        cfg = self.cfg
+        return [f"--subnet-prune-timeout={cfg.subnet_prune_timeout}", f"--resync-period={cfg.resync_period}",
+                f"--vlan-reuse-delay={cfg.vlan_reuse_delay}",
+                *(() if cfg.manage_gateway else ("--manage-gateway-chassis=false",))]
+
+    def start(self, timeout: float = 240.0) -> "PodReplicas":
+        self.deploy.install(extra_args=self.flags())
+        # The load writes what the shipped admission policies refuse (machines without the
+        # VLAN on their NIC, IPAddresses by hand; docs/admission.md) and the subprocess mode's
+        # bed has none: their bindings go, the policies stay (tests/test_admission_integration.py).
+        bindings = [d["metadata"]["name"] for d in self.deploy.rendered()
+                    if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+        if bindings:
+            self.deploy.kubectl("delete", "validatingadmissionpolicybinding", *bindings)
+        self.rolled_out_seconds = self.deploy.wait_rolled_out(timeout)
+        self.memory_limit = self._container(self.deploy.deployment()["spec"]["template"])["resources"]["limits"]["memory"]
+        self._api = self.cluster.api_client("admin")
+        self._core = k8s.CoreV1Api(self._api)
+        self._coord = k8s.CoordinationV1Api(self._api)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        with contextlib.suppress(Exception):
+            self._api.close()
+
+    @staticmethod
+    def _container(template: dict) -> dict:
+        return template["spec"]["containers"][0]
+
+    # -- sampling ---------------------------------------------------------------------
+    def _loop(self) -> None:
+        from hack.deploy import LEASE, NAMESPACE, SELECTOR, ready
+
+        next_memory = 0.0
+        while not self._stop.wait(self.interval):
+            try:
+                lease = self._coord.read_namespaced_lease(LEASE, NAMESPACE, _request_timeout=(2, 5))
+                identity = (lease.spec.holder_identity or "") if lease.spec else ""
+                pods = self._api.sanitize_for_serialization(
+                    self._core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR, _request_timeout=(2, 5)))["items"]
+            except Exception:  # noqa: BLE001 - the API server is away: next round
+                continue
+            now = time.monotonic()
+            holder = identity.rsplit("_", 1)[0] if identity else ""
+            is_ready = any(p["metadata"]["name"] == holder and not p["metadata"].get("deletionTimestamp") and ready(p)
+                           for p in pods)
+            with self._lock:
+                if not self.samples or self.samples[-1][1:] != (identity, is_ready):
+                    self.samples.append((now, identity, is_ready))
+                self._pods(pods, now)
+            if now >= next_memory:
+                next_memory = now + 5.0
+                with contextlib.suppress(Exception):
+                    self.working_set_max = max([self.working_set_max, *self.deploy.memory().values()])
+            self._keep_logs()
+
+    def _keep_logs(self) -> None:
+        """Append what each controller container's log gained since the last sample to
+        ``<workdir>/logs/pods/``: the kubelet removes a pod's logs with the pod, and an old
+        leader's last lines (did it release the Lease? did a worker not stop?) are what a slow
+        takeover is read from. Only the new bytes are copied (this runs every sample); a log
+        that shrank (rotated) is copied again from its start."""
+        node = self.cluster.node
+        if node is None:
+            return
+        into = node.bed_dir.parent / "logs" / "pods"  # <workdir>/bed is the bed
+        for f in (node.dir / "kubelet" / "pod-logs").glob("*/controller/*.log"):
+            with contextlib.suppress(OSError):
+                dest = into / f"{f.parent.parent.name.split('_')[1]}-{f.stem}.log"
+                kept = dest.stat().st_size if dest.exists() else 0
+                size = f.stat().st_size
+                if size == kept:
+                    continue
+                into.mkdir(parents=True, exist_ok=True)
+                with f.open("rb") as src, dest.open("ab" if size > kept else "wb") as out:
+                    if size > kept:
+                        src.seek(kept)
+                    shutil.copyfileobj(src, out)
+
+    def _pods(self, pods: list[dict], now: float) -> None:
+        live = {}
+        for p in pods:
+            m = p["metadata"]
+            live[m["uid"]] = m["name"]
+            if m.get("deletionTimestamp"):
+                self._deleting.setdefault(m["uid"], now)
+            for cs in (p.get("status") or {}).get("containerStatuses") or []:
+                count = cs.get("restartCount") or 0
+                seen = self._restarts.get(m["uid"], 0)
+                if count > seen:
+                    self._restarts[m["uid"]] = count
+                    self._exit(p, cs, count - seen, now)
+        for uid, name in self._seen.items():
+            if uid not in live and uid in self._deleting:
+                took = round(now - self._deleting.pop(uid), 1)
+                self.stop_seconds.append(took)
+                if took >= self.slow_stop:
+                    # The controller exits within 2 s of SIGTERM; this one waited for the
+                    # kubelet's SIGKILL at the end of the grace period (30 s).
+                    log(f"pod {name} took {took:.0f}s to stop after its deletion")
+                    self.exits.append({"pod": name, "container": "", "rc": None, "reason": "slow stop", "restarts": 0,
+                                       "killed": False, "oom": False, "expected": False,
+                                       "why": f"{took:.0f}s from its deletion until it was gone", "tail": ""})
+        self._seen = live
+
+    def _exit(self, pod: dict, cs: dict, count: int, now: float) -> None:
+        term = (cs.get("lastState") or {}).get("terminated") or {}
+        cid = (term.get("containerID") or "").removeprefix("containerd://")
+        rc, reason = term.get("exitCode"), term.get("reason") or ""
+        limit = ((self._container(pod).get("resources") or {}).get("limits") or {}).get("memory")
+        name = pod["metadata"]["name"]
+        why, tail = "", ""
+        if cid in self.killed:
+            why = "SIGKILLed by the harness"
+        elif reason == "OOMKilled" and limit == self.cfg.oom_limit:
+            why = f"OOM-killed at the lowered limit {limit}"
+        elif rc == 1 and any(s - 5 <= now <= e + self.outage_grace for s, e in self.outages):
+            with contextlib.suppress(Exception):
+                tail = self.deploy.logs(name, previous=True)
+            if "leadership lost" in tail or "unable to start manager" in tail:
+                why = "exit 1 after an outage (leadership lost)"
+        if not why:
+            with contextlib.suppress(Exception):
+                tail = tail or self.deploy.logs(name, previous=True)
+            log(f"pod {name}: container restarted unexpectedly (exit {rc}, {reason or 'no reason'}, "
+                f"limit {limit}):\n" + "\n".join(tail.splitlines()[-15:]))
+        self.exits.append({"pod": name, "container": cid[:12], "rc": rc, "reason": reason, "restarts": count,
+                           "killed": cid in self.killed, "oom": reason == "OOMKilled", "expected": bool(why),
+                           "why": why, "tail": "" if why else "\n".join(tail.splitlines()[-15:])})
+
+    # -- reading the samples ------------------------------------------------------------
+    def identity(self) -> str:
+        """The Lease's holder identity as last sampled ("" when none)."""
+        with self._lock:
+            return self.samples[-1][1] if self.samples else ""
+
+    def _first(self, since: float, old: str, need_ready: bool) -> float | None:
+        with self._lock:
+            state = [s for s in self.samples if s[0] <= since][-1:]
+            later = [s for s in self.samples if s[0] > since]
+        for t, ident, rdy in state + later:
+            if ident and ident != old and (rdy or not need_ready):
+                return max(t, since)
+        return None
+
+    def leader_after(self, since: float, old: str) -> float | None:
+        """When (monotonic) an identity other than ``old`` first held the Lease at or after
+        ``since``; None if not yet."""
+        return self._first(since, old, False)
+
+    def ready_after(self, since: float, old: str) -> float | None:
+        """When a holder other than ``old`` whose pod was Ready was first sampled."""
+        return self._first(since, old, True)
+
+    def whole(self) -> str:
+        """What the Deployment lacks ("" when whole): every one of its replicas' pods with
+        its container running, and the Lease held by a Ready one (hack/deploy.py pending)."""
+        pods = self.deploy.pods()
+        want = self.deploy.deployment()["spec"]["replicas"]
+        running = [p for p in pods if all("running" in (cs.get("state") or {})
+                                          for cs in (p.get("status") or {}).get("containerStatuses") or [{}])]
+        if len(running) != want or len(pods) != want:
+            return f"{len(running)} of {want} pods with their container running"
+        return self.deploy.pending(want)
+
+    # -- faults ---------------------------------------------------------------------------
+    def _leader_pod(self, timeout: float = 120.0) -> dict:
+        from hack.deploy import ready
+
+        def find() -> dict | None:
+            ident = self.identity()
+            holder = ident.rsplit("_", 1)[0] if ident else ""
+            return next((p for p in self.deploy.pods() if p["metadata"]["name"] == holder and ready(p)), None)
+
+        end = time.monotonic() + timeout
+        while (pod := find()) is None:
+            if time.monotonic() > end:
+                raise RuntimeError(f"no Ready pod holding the Lease within {timeout:.0f}s: {self.whole()}")
+            time.sleep(0.1)
+        return pod
+
+    def delete_leader(self) -> str:
+        """``kubectl delete pod`` of the leader's pod (the default grace: SIGTERM, the Lease
+        released); the ReplicaSet makes another."""
+        from hack.deploy import NAMESPACE
+
+        name = self._leader_pod()["metadata"]["name"]
+        self.deploy.kubectl("delete", "pod", "-n", NAMESPACE, name, "--wait=false")
+        return f"pod {name} deleted"
+
+    def kill_leader(self) -> str:
+        """SIGKILL of the leader container's main process, found from the host (its task in
+        the node's containerd); the kubelet restarts the container in the same pod."""
+        pod = self._leader_pod()
+        cid = ((pod["status"].get("containerStatuses") or [{}])[0].get("containerID") or "").removeprefix("containerd://")
+        pid = container_pid(self.cluster.node, cid)
+        with self._lock:
+            self.killed.add(cid)
+        os.kill(pid, signal.SIGKILL)
+        return f"pod {pod['metadata']['name']} container {cid[:12]} pid {pid} SIGKILLed"
+
+    def rollout(self) -> str:
+        """``kubectl rollout restart``: the shipped strategy replaces both pods at once."""
+        from hack.deploy import NAME, NAMESPACE
+
+        self.deploy.kubectl("rollout", "restart", f"deployment/{NAME}", "-n", NAMESPACE)
+        return "rollout restart"
+
+    def _set_memory(self, request: str, limit: str) -> None:
+        from hack.deploy import NAME, NAMESPACE
+
+        path = "/spec/template/spec/containers/0/resources"
+        ops = [{"op": "replace", "path": f"{path}/requests/memory", "value": request},
+               {"op": "replace", "path": f"{path}/limits/memory", "value": limit}]
+        self.deploy.kubectl("patch", "deployment", "-n", NAMESPACE, NAME, "--type=json", "-p", json.dumps(ops))
+
+    def oom(self, timeout: float = 90.0) -> str:
+        """The Deployment's memory limit (and request, which may not exceed it) lowered to
+        ``cfg.oom_limit``: a rollout to pods the kernel's memory cgroup OOM-kills while they
+        start (the kubelet reports ``OOMKilled``, then ``CrashLoopBackOff``). Once every new
+        pod was OOM-killed (or ``timeout``), the shipped values are put back, a rollout to
+        the previous ReplicaSet. RuntimeError (after the restore) if no OOM kill was seen."""
+        live = self._container(self.deploy.deployment()["spec"]["template"])["resources"]
+        shipped = (live["requests"]["memory"], live["limits"]["memory"])
+        t0 = time.monotonic()
+        with self._lock:
+            before = len(self.exits)
+        self._set_memory(self.cfg.oom_limit, self.cfg.oom_limit)
+        want = self.deploy.deployment()["spec"]["replicas"]
+        end = t0 + timeout
+        while True:
+            with self._lock:
+                killed = {e["pod"] for e in self.exits[before:] if e["oom"] and e["expected"]}
+            if len(killed) >= want or time.monotonic() > end:
+                break
+            time.sleep(0.2)
+        seen = time.monotonic() - t0
+        self._set_memory(*shipped)
+        detail = (f"limit {self.cfg.oom_limit}: {len(killed)} pods OOM-killed within {seen:.1f}s, "
+                  f"{shipped[1]} restored at +{time.monotonic() - t0:.1f}s")
+        if not killed:
+            raise RuntimeError(f"no pod was OOM-killed at {self.cfg.oom_limit} within {timeout:.0f}s")
+        return detail
+
+    def fault(self, kind: str) -> str:
+        """Inject pod fault ``kind`` (POD_FAULT_KINDS); returns a detail for the record."""
+        return {"poddelete": self.delete_leader, "podkill": self.kill_leader, "rollout": self.rollout,
+                "oom": self.oom}[kind]()
 
 
 # --------------------------------------------------------------------------- bed faults
@@ -1209,7 +1586,11 @@ class GarbageCollector:
       removed (``orphans_released``, with the address names in ``orphans``).
 
     With the real provider nothing else leaves such addresses: it deletes a claim's address
-    before its ReleaseAddress finalizer lets the claim go. (This class was first written for
+    before its ReleaseAddress finalizer lets the claim go. The provider makes an address with
+    two owners, its claim and its pool; where kube-controller-manager runs (the node bed of
+    ``--pods``) its garbage collector drops the dangling claim reference and keeps the
+    address (the pool still owns it), so an address with ProtectAddress and no claim owner is
+    judged by the claim its ``spec.claimRef`` names. (This class was first written for
     the IPAM emulator, which had no such finalizer.)
     """
 
@@ -1245,14 +1626,25 @@ class GarbageCollector:
         # Addresses first: an address's owner claim was created before it, so a claim list
         # taken afterwards holds every owner still alive.
         addrs = self.co.list_cluster_custom_object(*IPAM_ADDR, "ipaddresses", **kw)["items"]
-        claims = {c["metadata"]["uid"] for c in self.co.list_cluster_custom_object(*IPAM_ADDR, "ipaddressclaims", **kw)["items"]}
+        listed = self.co.list_cluster_custom_object(*IPAM_ADDR, "ipaddressclaims", **kw)["items"]
+        claims = {c["metadata"]["uid"] for c in listed}
+        claim_names = {(c["metadata"]["namespace"], c["metadata"]["name"]) for c in listed}
         suspects: set[str] = set()
         for a in addrs:
             m = a["metadata"]
             if m.get("namespace") not in self.namespaces:
                 continue
             owners = [o for o in m.get("ownerReferences") or [] if o.get("kind") == "IPAddressClaim"]
-            if not owners or any(o.get("uid") in claims for o in owners):
+            claim_ref = ((a.get("spec") or {}).get("claimRef") or {}).get("name")
+            if owners:
+                if any(o.get("uid") in claims for o in owners):
+                    continue
+            elif not (PROTECT_ADDRESS in (m.get("finalizers") or []) and claim_ref
+                      and (m["namespace"], claim_ref) not in claim_names):
+                # Hand-written addresses (no finalizer of the provider's) are the load's own.
+                # A provider-made one without a claim owner: kube-controller-manager's garbage
+                # collector (the node bed runs it) dropped the dangling claim reference and
+                # kept the pool's, so only spec.claimRef still names the claim.
                 continue
             try:
                 if not m.get("deletionTimestamp"):
@@ -1386,6 +1778,14 @@ class Checker:
             ours = [f for f in zobj["metadata"].get("finalizers") or [] if f.startswith(OUR_PREFIX)]
             if ours:
                 out.append(f"zone {z} keeps finalizer(s) {ours}")
+        return out
+
+    def namespace_leftovers(self) -> list[str]:
+        """After teardown: no namespace annotation still listing a network. Awaited, not read
+        once: the namespace pass that drops the last triple follows the network's departure
+        (coalesced for ``NAMESPACE_COALESCE``, 0.2 s), so it may land just after the network
+        has gone."""
+        out = []
         core = k8s.CoreV1Api(self.api)
         for ns in self.namespaces:
             ann = (core.read_namespace(ns).metadata.annotations or {}).get("proxmox.cozystack.io/networks")
@@ -1406,6 +1806,23 @@ def wait_converged(checker: Checker, loader: Loader, timeout: float) -> tuple[fl
         else:
             if not last:
                 return time.monotonic(), []
+        time.sleep(0.25)
+    return None, last
+
+
+def wait_whole(reps: PodReplicas, timeout: float) -> tuple[float | None, str]:
+    """Poll until the Deployment is whole (:meth:`PodReplicas.whole`); returns (monotonic time
+    or None, what it lacked last)."""
+    end = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < end:
+        try:
+            last = reps.whole()
+        except Exception as exc:  # noqa: BLE001 - the API server still coming back
+            last = f"check failed: {exc!r}"
+        else:
+            if not last:
+                return time.monotonic(), ""
         time.sleep(0.25)
     return None, last
 
@@ -1453,16 +1870,24 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
         pass
     if cfg.slots > MAX_SLOTS:
         raise ValueError(f"at most {MAX_SLOTS} slots (their Subnets' CIDRs)")
+    cfg.check()
     workdir = Path(cfg.workdir) if cfg.workdir else Path(tempfile.mkdtemp(prefix="chaos-", dir="/tmp"))
     workdir.mkdir(parents=True, exist_ok=True)
     logdir = workdir / "logs"
     logdir.mkdir(exist_ok=True)
-    # The real kube-ovn-controller and IPAM provider run in the bed (with_peers: hack/build-peers.sh).
-    cluster = LocalCluster(workdir / "bed", with_peers=True)
-    sup = mon = loader = checker = gc = peers = None
+    # The real kube-ovn-controller and IPAM provider run in the bed (with_peers: hack/build-peers.sh);
+    # with --pods also the node the controller's Deployment runs on (hack/node.py, root).
+    cluster = LocalCluster(workdir / "bed", with_peers=True, with_node=cfg.pods)
+    sup = mon = loader = checker = gc = peers = reps = None
     outages: list[tuple[float, float]] = []  # API server and NB outages and compactions, for the peers' exits
     try:
-        cluster.start()
+        try:
+            cluster.start()
+        except ClusterError as exc:
+            if not cfg.pods:
+                raise
+            raise RuntimeError(f"no node for the controller's pods here ({str(exc).splitlines()[0]}); "
+                               "without --pods the harness's supervisor plays the Deployment") from exc
         res.peers = peer_versions()
         progress(f"bed up in {cluster.start_seconds:.1f}s at {cluster.server} with the real peers "
                  f"({', '.join(f'{k} {v}' for k, v in res.peers.items())}; workdir {workdir})")
@@ -1498,8 +1923,13 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
         mon = InvariantMonitor(cluster, set(namespaces), set(providers)).start()
         peers = PeerSupervisor(cluster, outages).start()
         gc = GarbageCollector(cluster, namespaces).start()
-        sup = Supervisor(cluster, logdir, cfg).start()
-        sup.leader(120)
+        if cfg.pods:
+            reps = PodReplicas(cluster, cfg, outages).start()
+            res.pod_memory_limit = reps.memory_limit
+            progress(f"the Deployment rolled out in {reps.rolled_out_seconds:.1f}s: leader {reps.deploy.holder()}")
+        else:
+            sup = Supervisor(cluster, logdir, cfg).start()
+            sup.leader(120)
         loader = Loader(cluster, slots, rng).start()
         checker = Checker(cluster, namespaces, set(providers))
 
@@ -1530,10 +1960,13 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
                 rec.at = time.monotonic()
                 # Open-ended while it lasts: an exit during the restart (a peer that relists
                 # as soon as the API server serves, before /readyz says so) is caused by it.
-                sup.outages.append((rec.at, float("inf")))
                 outages.append((rec.at, float("inf")))
+                if sup is not None:
+                    sup.outages.append((rec.at, float("inf")))
                 restart_apiserver(cluster, cfg.api_down)
-                sup.outages[-1] = outages[-1] = (rec.at, time.monotonic())
+                outages[-1] = (rec.at, time.monotonic())
+                if sup is not None:
+                    sup.outages[-1] = outages[-1]
                 rec.detail = f"down {time.monotonic() - rec.at:.1f}s"
             elif kind == "compact":
                 rec.detail = f"revision {cluster.compact()}"
@@ -1548,17 +1981,48 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
             elif kind in PEER_OF_FAULT:
                 rec.at = time.monotonic()
                 rec.detail = peers.fault(PEER_OF_FAULT[kind], cfg.peer_down)
+            elif kind in POD_FAULT_KINDS:
+                before = reps.identity()
+                rec.at = time.monotonic()
+                try:
+                    rec.detail = reps.fault(kind)
+                except RuntimeError as exc:
+                    res.convergence_failures.append(f"{kind} #{i}: {exc}")
+                    rec.detail = str(exc)
+                # The load goes on until a pod leads again (a rollout under load), then pauses.
+                led = ready = None
+                end = rec.at + cfg.converge_timeout
+                while time.monotonic() < end and ready is None:
+                    led = reps.leader_after(rec.at, before)
+                    ready = reps.ready_after(rec.at, before)
+                    time.sleep(0.1)
+                if ready is None:
+                    res.convergence_failures.append(f"after {kind} #{i}: no new Ready leader within "
+                                                    f"{cfg.converge_timeout:.0f}s ({reps.whole()})")
+                rec.leader_seconds = round(led - rec.at, 2) if led is not None else None
+                rec.ready_seconds = round(ready - rec.at, 2) if ready is not None else None
             loader.pause()
             at, pending = wait_converged(checker, loader, cfg.converge_timeout)
             if at is None:
                 res.convergence_failures.append(f"after {kind} #{i}: {len(pending)} pending, e.g. {pending[:5]}")
             else:
                 rec.converge_seconds = round(at - rec.at, 2)
+            if reps is not None and at is not None:
+                # The next fault finds the Deployment whole (the standby back: a container
+                # restarted in place may wait out the kubelet's back-off).
+                whole, why = wait_whole(reps, cfg.whole_timeout)
+                if whole is None:
+                    res.convergence_failures.append(f"after {kind} #{i}: the Deployment not whole within "
+                                                    f"{cfg.whole_timeout:.0f}s ({why})")
+                else:
+                    rec.whole_seconds = round(whole - rec.at, 2)
             res.faults.append(rec)
             mon.judge()
-            progress(f"fault {i} {kind} ({rec.detail}): converged in {rec.converge_seconds}s; "
+            lead = (f"; new leader {rec.leader_seconds}s, Ready {rec.ready_seconds}s, whole {rec.whole_seconds}s"
+                    if kind in POD_FAULT_KINDS else "")
+            progress(f"fault {i} {kind} ({rec.detail}): converged in {rec.converge_seconds}s{lead}; "
                      f"violations {len(mon.violations)}; ops {sum(loader.ops.values())}")
-            if at is None:
+            if at is None or (rec.kind in POD_FAULT_KINDS and rec.ready_seconds is None):
                 break
 
         # Teardown: everything deleted through the controller, then nothing of ours may be left.
@@ -1574,20 +2038,23 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
             retry(lambda z=z: admin.co.delete_cluster_custom_object(*PX, "proxmoxnetworkzones", z), f"delete zone {z}",
                   ok_statuses=(404,))
         res.teardown_seconds = round(time.monotonic() - t0, 2)
+        # Read once: a network goes only after its Vlan, its finalizers elsewhere and its HA
+        # chassis groups have gone.
         res.teardown_leftovers = checker.leftovers(zones) + [f"HA_Chassis_Group {g}" for g in nb_groups_of_ours(cluster)]
         # What the load deleted is gone once Kube-OVN and the provider have let go of it (the
         # provider drops ProtectPool after the network is released: awaited, 60 s at most).
-        # Kube-OVN deletes a Subnet's logical switch on its delete event: awaited too.
+        # Kube-OVN deletes a Subnet's logical switch on its delete event: awaited too. So is
+        # the namespace annotation (its last triple leaves in the namespace pass after).
         end = time.monotonic() + 60
         while True:
             left = checker.deleted_left(run_id)
+            listed = checker.namespace_leftovers()
             ours, kube_ovns = nb_leftovers(cluster, vpcs, run_id)
             switches = [k for k in kube_ovns if k.startswith("logical switch")]
-            if not (left or ours or switches) or time.monotonic() > end:
+            if not (left or listed or ours or switches) or time.monotonic() > end:
                 break
             time.sleep(0.5)
-        res.teardown_leftovers += left + ours
-        res.kube_ovn_leftovers = kube_ovns
+        res.teardown_leftovers += left + listed + ours
         res.kube_ovn_leftovers = kube_ovns
         api.close()
     finally:
@@ -1611,6 +2078,11 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
         if sup is not None:
             sup.stop()
             res.replica_exits = sup.exits
+        if reps is not None:
+            reps.stop()
+            res.replica_exits = reps.exits
+            res.pod_working_set_max = reps.working_set_max
+            res.pod_stop_seconds = list(reps.stop_seconds)
         if gc is not None:
             gc.stop()
             res.gc_collected = gc.collected
@@ -1772,17 +2244,43 @@ def render_markdown(res: ChaosResult) -> str:
         mx = f"{max(times):.1f}" if times else "–"
         return len(times), total, med, mx
 
+    def spread(kind: str, attr: str) -> str:
+        got = [getattr(f, attr) for f in res.faults if f.kind == kind and getattr(f, attr) is not None]
+        return f"{statistics.median(got):.1f} / {max(got):.1f}" if got else "–"
+
     cfg = res.config
+    pods = bool(cfg.get("pods"))
     rows = []
     labels = {"kill": "SIGKILL of the leader", "api": "kube-apiserver killed and restarted",
               "compact": "etcd compaction", "nb": "OVN NB ovsdb-server stopped and restarted",
-              "kubeovn": "kube-ovn-controller SIGKILLed and restarted", "ipam": "IPAM provider SIGKILLed and restarted"}
-    for kind in FAULT_KINDS:
+              "kubeovn": "kube-ovn-controller SIGKILLed and restarted", "ipam": "IPAM provider SIGKILLed and restarted",
+              "poddelete": "the leader's pod deleted", "podkill": "`kill -9` of the leader container's process",
+              "rollout": "`kubectl rollout restart` under load",
+              "oom": f"memory limit lowered to {cfg.get('oom_limit')} (OOM kill), then restored"}
+    for kind in (*BED_FAULT_KINDS, *POD_FAULT_KINDS) if pods else ("kill", *BED_FAULT_KINDS):
         ok, total, med, mx = stats(kind)
-        rows.append(f"| {labels[kind]} (`{kind}`) | {total} | {ok} | {med} | {mx} |")
+        if pods:
+            rows.append(f"| {labels[kind]} (`{kind}`) | {total} | {ok} | {spread(kind, 'leader_seconds')} | "
+                        f"{spread(kind, 'ready_seconds')} | {med} | {mx} | {spread(kind, 'whole_seconds')} |")
+        else:
+            rows.append(f"| {labels[kind]} (`{kind}`) | {total} | {ok} | {med} | {mx} |")
     exits = res.replica_exits
     killed = sum(1 for e in exits if e["killed"])
     lost = sum(1 for e in exits if e["expected"] and not e["killed"])
+    if pods:
+        ooms = sum(1 for e in exits if e.get("oom") and e["expected"])
+        stops = res.pod_stop_seconds
+        exits_line = (f"* Container restarts (the kubelet's, in place): {len(exits)} — {killed} SIGKILLed by the harness, "
+                      f"{ooms} OOM-killed at the lowered limit, {lost - ooms} exit 1 after losing the lease during an "
+                      f"outage (as designed), **{len([e for e in exits if not e['expected']])}** unexpected (a crash, a "
+                      f"liveness kill, an OOM kill at the shipped limit). Deleted pods: {len(stops)}, gone "
+                      f"{statistics.median(stops) if stops else 0:.1f} s (median) / {max(stops) if stops else 0:.1f} s "
+                      f"(max) after their deletion. Largest working set of a controller pod (kubelet summary API, "
+                      f"every 5 s): {res.pod_working_set_max / 2**20:.0f} MiB of its {res.pod_memory_limit} limit.")
+    else:
+        exits_line = (f"* Replica exits: {len(exits)} — {killed} SIGKILLed by the harness, {lost} after losing the lease "
+                      f"during an API outage (exit 1, as designed), "
+                      f"**{len([e for e in exits if not e['expected']])}** unexpected.")
     pexits = res.peer_exits
     peers = res.peers or {}
     reasons: dict[tuple[str, bool, str], int] = {}
@@ -1800,12 +2298,20 @@ def render_markdown(res: ChaosResult) -> str:
                   + (f" ({', '.join(res.kube_ovn_leftovers[:3])}{', …' if len(res.kube_ovn_leftovers) > 3 else ''})"
                      if res.kube_ovn_leftovers else "")
                   + f". Claim-owned IPAddresses whose claim was gone, deleted by the harness's garbage collector: "
-                  f"{res.gc_collected}; {len(res.ipam_orphans)} of them the provider had made for a claim the API server "
-                  f"deleted under its new finalizer (kubernetes/kubernetes#77988), kept by its ProtectAddress finalizer "
-                  f"until the harness removed it.")
+                  f"{res.gc_collected}"
+                  + (" (the node bed's kube-controller-manager collects too)" if cfg.get("pods") else "")
+                  + f"; addresses the provider had made for a claim the API server deleted under its new finalizer "
+                  f"(kubernetes/kubernetes#77988), kept by its ProtectAddress finalizer until the harness removed it: "
+                  f"{len(res.ipam_orphans)}.")
+    pod_flags = (f"--pods --pod-deletes {cfg.get('pod_deletes', 0)} --pod-kills {cfg.get('pod_kills', 0)} "
+                 f"--rollouts {cfg.get('rollouts', 0)} --ooms {cfg.get('ooms', 0)} " if pods else f"--kills {cfg['kills']} ")
+    header = (["| Fault | Injected | Survived (converged) | New Lease holder (s, median / max) | Leader Ready (s) | "
+               "Converge median (s) | Converge max (s) | Deployment whole (s) |", "|---|---|---|---|---|---|---|---|"]
+              if pods else ["| Fault | Injected | Survived (converged) | Converge median (s) | Converge max (s) |",
+                            "|---|---|---|---|---|"])
     return "\n".join([
         f"Run of {res.started_utc} on {res.machine}; `python hack/chaos.py "
-        f"--kills {cfg['kills']} --api-restarts {cfg['api_restarts']} --compactions {cfg['compactions']} "
+        f"{pod_flags}--api-restarts {cfg['api_restarts']} --compactions {cfg['compactions']} "
         f"--nb-restarts {cfg['nb_restarts']} --kubeovn-restarts {cfg.get('kubeovn_restarts', 0)} "
         f"--ipam-restarts {cfg.get('ipam_restarts', 0)} --slots {cfg['slots']} --initial-networks {cfg['initial_networks']} "
         f"--namespaces {cfg['namespaces']} --zones {cfg['zones']} --shared-zones {cfg.get('shared_zones', 0)} "
@@ -1813,8 +2319,7 @@ def render_markdown(res: ChaosResult) -> str:
         f"--manage-gateway {'true' if cfg.get('manage_gateway', True) else 'false'}`"
         f"{f' at commit {res.commit}' if res.commit else ''}, wall time {res.wall_seconds / 60:.1f} min.",
         "",
-        "| Fault | Injected | Survived (converged) | Converge median (s) | Converge max (s) |",
-        "|---|---|---|---|---|",
+        *header,
         *rows,
         "",
         f"* Invariant violations: **{len(res.violations)}** (duplicate VLAN on a provider; Vlan deleted while its "
@@ -1830,8 +2335,7 @@ def render_markdown(res: ChaosResult) -> str:
         f"`proxmox.cozystack.io/` finalizers, namespace annotations, HA_Chassis_Groups `px-*`, router ports still "
         f"pointing at a group; Subnets, pools, claims, addresses, machines the load deleted): "
         f"**{len(res.teardown_leftovers)}**.",
-        f"* Replica exits: {len(exits)} — {killed} SIGKILLed by the harness, {lost} after losing the lease during an "
-        f"API outage (exit 1, as designed), **{len([e for e in exits if not e['expected']])}** unexpected.",
+        exits_line,
         peer_line,
         f"* Load: {sum(res.ops.values())} operations ({', '.join(f'{k} {v}' for k, v in sorted(res.ops.items()))}) over "
         f"{cfg['slots']} network slots, {cfg['zones']} zones on 2 provider networks"
@@ -1848,15 +2352,21 @@ def render_markdown(res: ChaosResult) -> str:
 
 FIGURES_BEGIN = "<!-- chaos-figures:begin -->"
 FIGURES_END = "<!-- chaos-figures:end -->"
+# The runs with --pods have a block of their own (docs/reliability.md "Chaos on the pods").
+POD_FIGURES_BEGIN = "<!-- chaos-pod-figures:begin -->"
+POD_FIGURES_END = "<!-- chaos-pod-figures:end -->"
 
 
 def write_figures(doc: Path, res: ChaosResult) -> None:
-    text = doc.read_text() if doc.exists() else f"# Reliability\n\n{FIGURES_BEGIN}\n{FIGURES_END}\n"
-    if FIGURES_BEGIN not in text:
-        text += f"\n{FIGURES_BEGIN}\n{FIGURES_END}\n"
-    head, rest = text.split(FIGURES_BEGIN, 1)
-    _, tail = rest.split(FIGURES_END, 1)
-    doc.write_text(f"{head}{FIGURES_BEGIN}\n{render_markdown(res)}\n{FIGURES_END}{tail}")
+    """Replace the figures block of ``doc`` (the pods' block for a ``--pods`` run; appended
+    when missing) with :func:`render_markdown`."""
+    begin, end = (POD_FIGURES_BEGIN, POD_FIGURES_END) if res.config.get("pods") else (FIGURES_BEGIN, FIGURES_END)
+    text = doc.read_text() if doc.exists() else f"# Reliability\n\n{begin}\n{end}\n"
+    if begin not in text:
+        text += f"\n{begin}\n{end}\n"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(f"{head}{begin}\n{render_markdown(res)}\n{end}{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1864,7 +2374,18 @@ def main(argv: list[str] | None = None) -> int:
 
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack on stderr
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kills", type=int, default=50)
+    ap.add_argument("--pods", action="store_true",
+                    help="run the controller as the Deployment of manifests/ on the bed's node (root; hack/deploy.py) "
+                         "instead of supervised subprocesses, and make the pod faults")
+    ap.add_argument("--kills", type=int, default=None,
+                    help="SIGKILL of the leader subprocess (default 50; not with --pods: see --pod-kills)")
+    ap.add_argument("--pod-deletes", type=int, default=None, help="the leader's pod deleted (--pods; default 15)")
+    ap.add_argument("--pod-kills", type=int, default=None,
+                    help="kill -9 of the leader container's process from the host (--pods; default 15)")
+    ap.add_argument("--rollouts", type=int, default=None, help="kubectl rollout restart under load (--pods; default 10)")
+    ap.add_argument("--ooms", type=int, default=None,
+                    help="the memory limit lowered until the pods are OOM-killed, then restored (--pods; default 5)")
+    ap.add_argument("--oom-limit", default=ChaosConfig.oom_limit, help="the lowered memory limit of the oom fault")
     ap.add_argument("--api-restarts", type=int, default=5)
     ap.add_argument("--compactions", type=int, default=5)
     ap.add_argument("--nb-restarts", type=int, default=5)
@@ -1911,7 +2432,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.report:
             write_figures(Path(args.report), res)
         return 0 if res.ok else 1
-    cfg = ChaosConfig(kills=args.kills, api_restarts=args.api_restarts, compactions=args.compactions,
+    def pick(value: int | None, with_pods: int, without: int) -> int:
+        return value if value is not None else (with_pods if args.pods else without)
+
+    cfg = ChaosConfig(kills=pick(args.kills, 0, 50), api_restarts=args.api_restarts, compactions=args.compactions,
                       nb_restarts=args.nb_restarts, kubeovn_restarts=args.kubeovn_restarts,
                       ipam_restarts=args.ipam_restarts, peer_down=args.peer_down, slots=args.slots, initial_networks=args.initial_networks,
                       namespaces=args.namespaces, zones=args.zones, shared_zones=args.shared_zones,
@@ -1919,6 +2443,14 @@ def main(argv: list[str] | None = None) -> int:
                       converge_timeout=args.converge_timeout, workdir=args.workdir, keep_workdir=args.keep)
     cfg.duration = args.duration
     cfg.manage_gateway = args.manage_gateway
+    cfg.pods = args.pods
+    cfg.pod_deletes, cfg.pod_kills = pick(args.pod_deletes, 15, 0), pick(args.pod_kills, 15, 0)
+    cfg.rollouts, cfg.ooms = pick(args.rollouts, 10, 0), pick(args.ooms, 5, 0)
+    cfg.oom_limit = args.oom_limit
+    try:
+        cfg.check()
+    except ValueError as exc:
+        ap.error(str(exc))
     try:
         res = run(cfg)
     except Exception:

@@ -3,7 +3,7 @@
 
 See product-decisions.md §5 and §7. Importable (``LocalCluster``) and a CLI::
 
-    python hack/cluster.py start --dir DIR [--no-watch-cache] [--no-nb] [--no-sb] [--no-peers]
+    python hack/cluster.py start --dir DIR [--no-watch-cache] [--no-nb] [--no-sb] [--no-peers] [--node]
     python hack/cluster.py env   --dir DIR      # shell exports for a running bed
     python hack/cluster.py stop  --dir DIR      # works from any process (pid files)
 
@@ -11,7 +11,10 @@ Binaries come from hack/build-control-plane.sh (cached under ~/.cache); set
 ``PNC_CONTROL_PLANE_BIN`` to use another directory. Unless ``--no-peers`` (or ``--no-sb``) the bed also runs the
 real kube-ovn-controller and in-cluster IPAM provider from hack/build-peers.sh (issue 13;
 ``PNC_PEERS_DIR`` for another build). Nothing listens on anything but 127.0.0.1 and unix
-sockets inside the work directory.
+sockets inside the work directory, except what ``--node`` adds (hack/node.py, issue 17): the
+kubelet listens on this machine's own address (a node IP cannot be a loopback one), and the
+forwarders to the API server and the NB on the node's pod bridge (its gateway address, for
+the pods of that bridge only).
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ from typing import Any, Iterable, Sequence
 
 import yaml
 
+try:  # imported as hack.cluster (tests) or as cluster / run as a script (hack/ on sys.path)
+    from hack.node import FORWARDS, KCM_USER, KUBELET_GROUPS, NODE_COMPONENTS, SCHEDULER_USER, Node, NodeError
+except ImportError:
+    from node import (  # type: ignore[no-redef]
+        FORWARDS, KCM_USER, KUBELET_GROUPS, NODE_COMPONENTS, SCHEDULER_USER, Node, NodeError,
+    )
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HACK_DIR = REPO_ROOT / "hack"
 NB_SCHEMA = Path("/usr/share/ovn/ovn-nb.ovsschema")
@@ -59,9 +69,9 @@ FIELD_MANAGER = "pnc-testbed"
 
 # The real peers (with_peers): kube-ovn-controller and the in-cluster IPAM provider.
 PEERS = ("kube-ovn-controller", "ipam-provider")
-# Components in start order; stop goes in reverse (so the peers stop first, and the SB and
-# ovn-northd before the NB).
-COMPONENTS = ("etcd", "ovsdb-nb", "ovsdb-sb", "ovn-northd", "kube-apiserver", *PEERS)
+# Components in start order; stop goes in reverse (so the peers stop first, then the node's
+# parts, the kubelet first and containerd last, and the SB and ovn-northd before the NB).
+COMPONENTS = ("etcd", "ovsdb-nb", "ovsdb-sb", "ovn-northd", "kube-apiserver", *NODE_COMPONENTS, *PEERS)
 
 # The peers' identities: the service-account users their own manifests bind their
 # ClusterRoles to (Kube-OVN's chart: ServiceAccount kube-system/ovn -> system:ovn; the
@@ -257,8 +267,9 @@ def _write_private(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def _make_pki(certs: Path) -> dict[str, Path]:
-    """A CA, a serving certificate for 127.0.0.1/localhost, and the service-account keys."""
+def _make_pki(certs: Path, extra_ips: Sequence[str] = ()) -> dict[str, Path]:
+    """A CA, a serving certificate for 127.0.0.1/localhost (and ``extra_ips``: the node's
+    gateway, where its pods reach the API server), and the service-account keys."""
     import ipaddress
 
     from cryptography import x509
@@ -312,6 +323,7 @@ def _make_pki(certs: Path) -> dict[str, Path]:
         .add_extension(
             x509.SubjectAlternativeName([
                 x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in extra_ips),
                 x509.DNSName("localhost"),
                 x509.DNSName("kubernetes.default.svc"),
             ]),
@@ -327,6 +339,28 @@ def _make_pki(certs: Path) -> dict[str, Path]:
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
+    # The API server's client certificate towards kubelets (logs, exec): the only credential
+    # the bed's kubelet accepts (hack/node.py).
+    kc_key = ec.generate_private_key(ec.SECP256R1())
+    kc_cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+            x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client"),
+        ]))
+        .issuer_name(ca_name)
+        .public_key(kc_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(later)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+
     paths = {
         "ca": certs / "ca.crt",
         "ca_key": certs / "ca.key",
@@ -334,7 +368,11 @@ def _make_pki(certs: Path) -> dict[str, Path]:
         "serving_key": certs / "apiserver.key",
         "sa_key": certs / "sa.key",
         "sa_pub": certs / "sa.pub",
+        "kubelet_client_cert": certs / "apiserver-kubelet-client.crt",
+        "kubelet_client_key": certs / "apiserver-kubelet-client.key",
     }
+    paths["kubelet_client_cert"].write_bytes(kc_cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(paths["kubelet_client_key"], pem_key(kc_key))
     paths["ca"].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     _write_private(paths["ca_key"], pem_key(ca_key))
     paths["serving_cert"].write_bytes(srv_cert.public_bytes(serialization.Encoding.PEM))
@@ -383,6 +421,17 @@ class LocalCluster:
     :meth:`stop_peer`, :meth:`start_peer`, :meth:`kill_peer`, :meth:`pause_peer` and
     :meth:`resume_peer`. On by default whenever the bed has the NB and SB (``with_peers=None``);
     ``with_peers=False`` gives a bed where a test writes the peers' state by hand.
+
+    ``with_node`` (issue 17 part 2) adds a node: containerd, a kubelet registering Node
+    ``pnc-node``, kube-controller-manager and kube-scheduler (hack/node.py; binaries of
+    ``hack/build-control-plane.sh --node``, images of hack/build-pause.sh; needs root). The
+    bed is then started once that Node is ``Ready`` (``node_ready_seconds``: from the
+    kubelet's spawn); ``node`` is the :class:`node.Node` with its ``name``, ``ip``,
+    ``busybox_image``, ``pod_subnet``, ``gateway`` (where its pods reach the API server and
+    the NB, on the same port numbers as on 127.0.0.1: ``forward_ports``) and ``ctr()``. With
+    a controller manager, namespaces finish deleting and the garbage collector runs; the
+    ServiceAccount admission plugin is then on (pods get their service account's token).
+    hack/deploy.py runs the controller's Deployment on that node (issue 17 part 3).
     """
 
     def __init__(
@@ -398,6 +447,8 @@ class LocalCluster:
         start_timeout: float = 90.0,
         with_peers: bool | None = None,
         peers_dir: Path | str | None = None,
+        with_node: bool = False,
+        node_images: Path | str | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.watch_cache = watch_cache
@@ -407,6 +458,15 @@ class LocalCluster:
         self.with_peers = self.with_sb if with_peers is None else with_peers
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.peers_dir = Path(peers_dir) if peers_dir else default_peers_dir()
+        self.with_node = with_node
+        self.node: Node | None = (
+            Node(self.workdir, self.bin_dir, Path(node_images) if node_images else None) if with_node else None
+        )
+        self.node_ready_seconds: float | None = None
+        self.node_kubeconfigs = {
+            name: self.workdir / f"{name}.kubeconfig" for name in ("kubelet", "kube-scheduler", "kube-controller-manager")
+        }
+        self._node_tokens: dict[str, str] = {}
         # Kube-OVN v1.13 maps columns Debian's OVN schemas do not have.
         self.nb_schema = self.peers_dir / "ovsdb" / "ovn-nb.ovsschema" if self.with_peers else NB_SCHEMA
         self.sb_schema = self.peers_dir / "ovsdb" / "ovn-sb.ovsschema" if self.with_peers else SB_SCHEMA
@@ -474,7 +534,8 @@ class LocalCluster:
         try:
             self._prepare_files()
             # All ports at once, so no two components can be handed the same one.
-            self._ports = dict(zip(("etcd", "etcd-peer", "apiserver", "nb", "sb"), _free_ports(5)))
+            names = ("etcd", "etcd-peer", "apiserver", "nb", "sb", "kubelet", "kubelet-healthz")
+            self._ports = dict(zip(names, _free_ports(len(names))))
             self._start_etcd()
             if self.with_nb:
                 self._start_nb()
@@ -486,12 +547,16 @@ class LocalCluster:
             self._wait_apiserver()
             self._write_kubeconfigs()
             self._write_state()
+            if self.with_node:
+                self._spawn_node()  # the controller manager's ~5 s of set-up overlaps the bootstrap
             if self.with_nb:
                 self._wait_nb()
             if self.with_sb:
                 self._wait_sb()
                 self._wait_northd()
             self._bootstrap()
+            if self.with_node:
+                self._start_node()
             if self.with_peers:
                 self._start_peers()
         except BaseException:
@@ -506,10 +571,21 @@ class LocalCluster:
         pids = self._read_pids()
         for name, proc in self._procs.items():
             pids.setdefault(name, proc.pid)
+        node_running = self.node is not None and any(n in pids for n in NODE_COMPONENTS)
+        if node_running:
+            # No new pods (a ReplicaSet's replacements) while the node's pods are deleted.
+            for name in ("kube-controller-manager", "kube-scheduler"):
+                if name in pids:
+                    self._stop_component(name, pids.pop(name), timeout)
+            self._drain_node(pids)
         for name in reversed(COMPONENTS):
+            if name == "containerd" and node_running:
+                self.node.remove_containers()  # type: ignore[union-attr]
             pid = pids.get(name)
             if pid is not None:
                 self._stop_component(name, pid, timeout)
+        if self.node is not None:
+            self.node.cleanup()
         self._procs.clear()
         self._started = False
 
@@ -542,6 +618,12 @@ class LocalCluster:
             "ovn-northd": "ovn-northd",
             "kube-ovn-controller": "kube-ovn-controller",
             "ipam-provider": "ipam-provider-in-cluster",
+            "containerd": "containerd",
+            "api-forward": "socat",
+            "nb-forward": "socat",
+            "kubelet": "kubelet",
+            "kube-controller-manager": "kube-controller-manager",
+            "kube-scheduler": "kube-scheduler",
         }[name]
         return binary in cmd and str(self.workdir) in cmd
 
@@ -582,6 +664,13 @@ class LocalCluster:
             "with_sb": self.with_sb,
             "with_peers": self.with_peers,
             "peers_dir": str(self.peers_dir),
+            "with_node": self.with_node,
+            "node_name": self.node.name if self.node else None,
+            "node_ip": self.node.ip if self.node else None,
+            "node_pod_subnet": str(self.node.pod_subnet) if self.node and self.node.pod_subnet else None,
+            "node_gateway": self.node.gateway if self.node else None,
+            "node_forward_ports": self.node.forward_ports if self.node else None,
+            "node_ready_seconds": self.node_ready_seconds,
             "start_seconds": self.start_seconds,
         }
 
@@ -607,6 +696,7 @@ class LocalCluster:
             bin_dir=st["bin_dir"],
             with_peers=st.get("with_peers", False),
             peers_dir=st.get("peers_dir"),
+            with_node=st.get("with_node", False),
             detach=True,  # a peer it restarts belongs to the bed, not to this process
         )
         c.server = st["server"]
@@ -618,6 +708,15 @@ class LocalCluster:
         c.sb_tcp = st.get("sb_tcp")
         c.northd_ctl = Path(st["northd_ctl"]) if st.get("northd_ctl") else None
         c.start_seconds = st.get("start_seconds")
+        c.node_ready_seconds = st.get("node_ready_seconds")
+        if c.node is not None:
+            import ipaddress
+
+            c.node.ip = st.get("node_ip") or ""
+            c.node.gateway = st.get("node_gateway") or ""
+            c.node.forward_ports = st.get("node_forward_ports") or {}
+            if st.get("node_pod_subnet"):
+                c.node.pod_subnet = ipaddress.ip_network(st["node_pod_subnet"])  # type: ignore[assignment]
         # A peer may be down on purpose (a test's fault); the bed itself must be up.
         dead = [n for n, pid in c._read_pids().items() if n not in PEERS and not _pid_alive(pid)]
         if dead or not c._read_pids():
@@ -648,6 +747,11 @@ class LocalCluster:
                 raise ClusterError(f"{SB_SCHEMA} missing; run hack/install-deps.sh")
         if self.with_peers:
             self._check_peers()
+        if self.node is not None:
+            try:
+                self.node.check()
+            except NodeError as e:
+                raise ClusterError(str(e)) from e
 
     def _peer_files(self) -> dict[str, Path]:
         """What a bed with peers reads from hack/build-peers.sh's output and its module copies."""
@@ -686,10 +790,17 @@ class LocalCluster:
             else:
                 p.unlink(missing_ok=True)
         for log in ("etcd.log", "kube-apiserver.log", "ovsdb-nb.log", "ovsdb-sb.log", "ovn-northd.log", "audit.log",
-                    *(f"{peer}.log" for peer in PEERS)):
+                    *(f"{peer}.log" for peer in PEERS), *(f"{n}.log" for n in NODE_COMPONENTS),
+                    *(f"{n}.console.log" for n in FORWARDS)):
             (w / log).unlink(missing_ok=True)
         self.kube_cache_dir.mkdir()
-        self.pki = _make_pki(w / "certs")
+        extra_ips: list[str] = []
+        if self.node is not None:
+            try:
+                extra_ips.append(self.node.choose_subnet())
+            except NodeError as e:
+                raise ClusterError(f"node: {e}") from e
+        self.pki = _make_pki(w / "certs", extra_ips)
         self.ca_file = self.pki["ca"]
         self.controller_token = secrets.token_hex(24)
         tokens = [
@@ -704,6 +815,14 @@ class LocalCluster:
             ):
                 groups = ("system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated")
                 tokens.append((self._peer_tokens[name], user, f"{name}-uid", groups))
+        if self.node is not None:
+            self._node_tokens = {name: secrets.token_hex(24) for name in self.node_kubeconfigs}
+            for name, user, groups in (
+                ("kubelet", f"system:node:{self.node.name}", KUBELET_GROUPS),
+                ("kube-scheduler", SCHEDULER_USER, ("system:authenticated",)),
+                ("kube-controller-manager", KCM_USER, ("system:authenticated",)),
+            ):
+                tokens.append((self._node_tokens[name], user, f"{name}-uid", groups))
         lines = [f'{tok},{user},{uid},"{",".join(groups)}"' for tok, user, uid, groups in tokens]
         _write_private(w / "tokens.csv", ("\n".join(lines) + "\n").encode())
         (w / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
@@ -828,9 +947,15 @@ class LocalCluster:
             f"--service-account-key-file={self.pki['sa_pub']}",
             f"--service-account-signing-key-file={self.pki['sa_key']}",
             "--service-cluster-ip-range=10.96.0.0/16",
-            # No controller-manager: no "default" ServiceAccount appears in new namespaces, so
-            # the ServiceAccount admission plugin would refuse every Pod. Tests create Pods.
-            "--disable-admission-plugins=ServiceAccount",
+            # To a kubelet (hack/node.py): its InternalIP (it listens there, not on a hostname),
+            # with the one client certificate it accepts.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--kubelet-client-certificate={self.pki['kubelet_client_cert']}",
+            f"--kubelet-client-key={self.pki['kubelet_client_key']}",
+            # Without a node there is no controller manager: no "default" ServiceAccount appears
+            # in new namespaces, and the ServiceAccount admission plugin would refuse every Pod
+            # (tests create Pods). With one, pods get their service account's token.
+            *(() if self.node is not None else ("--disable-admission-plugins=ServiceAccount",)),
             # The endpoints reconciler would try to publish 127.0.0.1 for the kubernetes
             # Service, which Endpoints validation refuses (loopback); nothing needs it here.
             "--endpoint-reconciler-type=none",
@@ -876,6 +1001,7 @@ class LocalCluster:
             (self.admin_kubeconfig, "admin", self.admin_token),
             (self.controller_kubeconfig, "controller", self.controller_token),
             *((self.peer_kubeconfigs[name], name, tok) for name, tok in self._peer_tokens.items()),
+            *((self.node_kubeconfigs[name], name, tok) for name, tok in self._node_tokens.items()),
         ):
             cfg = {
                 "apiVersion": "v1",
@@ -1136,6 +1262,102 @@ class LocalCluster:
             names = [f"crd/{d['metadata']['name']}" for d in crds]
             self.run_kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
         self.apply_docs(rest, "manifests")
+        if self.node is not None:
+            # Without the Node authorizer, RBAC's system:node ClusterRole is what a kubelet
+            # may do; the API server binds it to no one by default.
+            self.apply_docs([{
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "pnc-testbed-nodes"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}],
+            }], "the nodes' ClusterRoleBinding")
+
+    # the node (hack/node.py) ---------------------------------------------------------
+
+    # containerd, the shims and runc need a PATH with Debian's binaries, and nothing else of ours.
+    NODE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+
+    def _spawn_node(self) -> None:
+        """The node's files; containerd, the controller manager and the scheduler (the API
+        server is ready: their users' RBAC is the API server's own bootstrap policy)."""
+        node = self.node
+        assert node is not None
+        try:
+            node.prepare(
+                ports=(self._ports["kubelet"], self._ports["kubelet-healthz"]),
+                ca_file=self.ca_file,
+                kubeconfigs=self.node_kubeconfigs,
+                sa_key=self.pki["sa_key"],
+                forward_ports={fwd: self._ports[service] for fwd, service in FORWARDS.items()
+                               if service != "nb" or self.with_nb},
+            )
+        except NodeError as e:
+            raise ClusterError(f"node: {e}") from e
+        env = dict(self.NODE_ENV, HOME=str(self.workdir))
+        for name in node.forward_ports:  # socat logs to <name>.log itself (-lf)
+            self._spawn(name, node.command(name), self.workdir / f"{name}.console.log", env=env)
+        for name in ("containerd", "kube-controller-manager", "kube-scheduler"):
+            self._spawn(name, node.command(name), self.workdir / f"{name}.log", env=env)
+
+    def _start_node(self) -> None:
+        """After the bootstrap (the nodes' ClusterRoleBinding): containerd's images, then the
+        kubelet; returns once the Node is Ready and schedulable."""
+        node = self.node
+        assert node is not None
+        try:
+            node.wait_forwarders(lambda name: self._check_alive(name, self.workdir / f"{name}.log"), 10)
+        except NodeError as e:
+            raise ClusterError(f"node: {e}") from e
+        try:
+            node.wait_containerd(lambda: self._check_alive("containerd", self.workdir / "containerd.log"),
+                                 self.start_timeout)
+            node.import_images()
+        except NodeError as e:
+            raise self._fail("containerd", str(e), self.workdir / "containerd.log") from e
+        t0 = time.monotonic()
+        env = dict(self.NODE_ENV, HOME=str(self.workdir))
+        self._spawn("kubelet", node.command("kubelet"), self.workdir / "kubelet.log", env=env)
+        deadline = t0 + self.start_timeout
+        last = ""
+        while time.monotonic() < deadline:
+            for name in NODE_COMPONENTS:
+                self._check_alive(name, self.workdir / f"{name}.log")
+            try:
+                last = node.ready_pending(self._api_get(f"/api/v1/nodes/{node.name}"))
+            except (OSError, ValueError) as e:
+                last = str(e)
+            if not last:
+                self.node_ready_seconds = time.monotonic() - t0
+                return
+            time.sleep(0.05)
+        raise self._fail("kubelet", f"Node {node.name} not Ready after {self.start_timeout:.0f}s ({last})",
+                         self.workdir / "kubelet.log")
+
+    def _drain_node(self, pids: dict[str, int], timeout: float = 30.0) -> None:
+        """Before the node stops: delete every pod bound to it and wait (up to ``timeout``)
+        until the kubelet has stopped their sandboxes, so the runtime tears their networks
+        and namespaces down itself. Best effort: the bed stops either way."""
+        node = self.node
+        assert node is not None
+        if not all(n in pids and _pid_alive(pids[n]) for n in ("kube-apiserver", "kubelet", "containerd")):
+            return
+        try:
+            netns = node.sandbox_netns()
+            self.run_kubectl("delete", "pods", "--all-namespaces", f"--field-selector=spec.nodeName={node.name}",
+                             "--grace-period=0", "--force", "--wait=false", timeout=20)
+        except (ClusterError, subprocess.TimeoutExpired):
+            return
+        # Done when no task runs and the sandboxes' network namespaces are gone (the runtime
+        # removes them after it has killed the sandbox).
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if not node.running_tasks() and not any(os.path.exists(p) for p in netns):
+                    return
+            except subprocess.TimeoutExpired:
+                return
+            time.sleep(0.1)
 
     # the real peers -------------------------------------------------------------
 
@@ -1351,6 +1573,7 @@ class LocalCluster:
             "PNC_NB_TCP": self.nb_tcp or "",
             "PNC_SB_UNIX": self.sb_unix or "",
             "PNC_SB_TCP": self.sb_tcp or "",
+            "PNC_NODE_GATEWAY": self.node.gateway if self.node else "",
             "KUBECONFIG": str(self.admin_kubeconfig),
         }
 
@@ -1359,7 +1582,11 @@ class LocalCluster:
 
 
 def _cmd_stop(workdir: Path) -> int:
-    c = LocalCluster(workdir, with_nb=False)
+    try:
+        with_node = json.loads((Path(workdir) / "state.json").read_text()).get("with_node", False)
+    except (OSError, ValueError):
+        with_node = (Path(workdir) / "node").is_dir()
+    c = LocalCluster(workdir, with_nb=False, with_node=with_node)
     pids = c._read_pids()
     if not pids:
         print(f"nothing running in {c.workdir}", file=sys.stderr)
@@ -1382,6 +1609,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run the real kube-ovn-controller and IPAM provider (hack/build-peers.sh); "
         "default: on when the bed has the NB and SB",
     )
+    s.add_argument("--node", action="store_true",
+                   help="also a node: containerd, kubelet, kube-controller-manager, kube-scheduler (hack/node.py)")
     for name in ("stop", "env"):
         p = sub.add_parser(name)
         p.add_argument("--dir", required=True, type=Path)
@@ -1395,6 +1624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with_sb=not args.no_sb,
             detach=True,
             with_peers=args.peers,
+            with_node=args.node,
         )
         try:
             c.start()
@@ -1402,6 +1632,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
         print(f"started in {c.start_seconds:.1f}s: {c.server} (state in {c.workdir / 'state.json'})", file=sys.stderr)
+        if c.node is not None:
+            print(f"node {c.node.name} ({c.node.ip}) Ready {c.node_ready_seconds:.1f}s after the kubelet's start",
+                  file=sys.stderr)
         for k, v in c.env().items():
             print(f"export {k}={v}")
         return 0

@@ -2,10 +2,19 @@
 in-cluster IPAM provider, the sample zones and networks of hack/sample/, the controller running
 as its own user, and the result as ``kubectl get pxzone,pxnet -A`` and the OVN NB/SB show it.
 
-Usage: ``python hack/demo.py [--keep] [--workdir DIR]`` (``hack/demo.sh`` installs what a
-fresh machine lacks first, the peers included). With ``--keep`` the control plane, the peers
-and the controller stay up; ``python hack/cluster.py stop --dir DIR`` ends the bed and its
-peers (the controller's pid is printed).
+Where the bed's node can start (root, containerd, the node's binaries; hack/node.py) the
+controller runs as it does in a cluster: the Deployment of manifests/ (``kubectl apply -k
+hack/deploy-overlay``, hack/deploy.py) on the bed's node, its image built here by
+hack/build-image.sh (cached), two pods of which one leads; the demo prints
+``kubectl get deploy,pods -n proxmox-network-system -o wide``. Elsewhere, or with
+``--subprocess``, it says why in one line and runs the controller as a subprocess with the
+controller user's kubeconfig, as before issue 17.
+
+Usage: ``python hack/demo.py [--keep] [--workdir DIR] [--subprocess]`` (``hack/demo.sh``
+installs what a fresh machine lacks first, the peers included). With ``--keep`` the control
+plane, the peers and the controller stay up; ``python hack/cluster.py stop --dir DIR`` ends
+the bed, its peers and its node with the controller's pods (a subprocess controller's pid is
+printed).
 """
 
 from __future__ import annotations
@@ -24,12 +33,19 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 
-from cluster import PEERS, LocalCluster, _read_versions, ovsdb_rows, ovsdb_set  # noqa: E402
+from cluster import PEERS, ClusterError, LocalCluster, _read_versions, default_bin_dir, ovsdb_rows, ovsdb_set  # noqa: E402
+from deploy import NAMESPACE, ControllerDeployment, DeployError, build_image  # noqa: E402
+from node import Node, NodeError  # noqa: E402
 
 # Ready reasons that do not change by waiting (a refusal the sample set provokes on purpose).
 SETTLED = {"Ready", "NamespaceNotAllowed", "ZoneExhausted", "ZoneNotFound", "PoolOverlapsSubnet"}
 CHASSIS_ANNOTATION = "ovn.kubernetes.io/chassis"
 KUBE_OVN_FINALIZER = "kubeovn.io/kube-ovn-controller"
+# The sample's "one network too many" for the one-VLAN zone pve-edge, applied once edge-1 holds
+# that VLAN: of two networks applied together either may get the last ID first, and edge-2,
+# which has no Subnet, would then wait at SubnetNotFound with edge-1 ZoneExhausted.
+LATE = ("tenant-beta", "edge-2")
+FIRST = ("tenant-beta", "edge-1")
 
 
 def load_samples() -> list[dict]:
@@ -151,11 +167,43 @@ def kubectl_out(cluster: LocalCluster, *args: str) -> str:
     return cluster.run_kubectl(*args).stdout.decode()
 
 
+def why_no_node(workdir: Path) -> str:
+    """Why the controller cannot run as a pod here ("" when the node can start): what
+    :meth:`node.Node.check` names (root, containerd and its tools, the node's binaries)."""
+    try:
+        Node(workdir, default_bin_dir()).check()
+    except NodeError as e:
+        return str(e)
+    return ""
+
+
+def start_subprocess(cluster: LocalCluster, log_path: Path, keep: bool) -> subprocess.Popen:
+    """The controller as a subprocess with the controller user's kubeconfig (no node here)."""
+    return subprocess.Popen(
+        [
+            sys.executable, "-m", "controller.main",
+            f"--kubeconfig={cluster.controller_kubeconfig}",
+            "--manage-gateway-chassis=true",
+            f"--ovn-nb-address={cluster.nb_tcp}",
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=0",
+            "--log-format=console",
+        ],
+        cwd=REPO,
+        stdout=open(log_path, "wb"),
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        start_new_session=keep,
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default=str(REPO / ".run" / "demo"))
     ap.add_argument("--keep", action="store_true", help="leave the control plane, the peers and the controller running")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--subprocess", action="store_true",
+                    help="run the controller as a subprocess even where the bed's node could start")
     args = ap.parse_args()
     t0 = time.monotonic()
 
@@ -165,18 +213,43 @@ def main() -> int:
             LocalCluster.attach(workdir).stop()
         except Exception:
             pass
+    # The controller as a pod of its Deployment where the node can start, else a subprocess.
+    no_node = "--subprocess given" if args.subprocess else why_no_node(workdir)
+    archive = None
+    if not no_node:
+        try:
+            archive = build_image()  # cached by content; minutes only after a change to the product
+        except DeployError as e:
+            no_node = f"the controller's image did not build ({str(e).splitlines()[-1]})"
+    with_node = not no_node
     print("==> starting etcd, kube-apiserver, OVN NB/SB (Kube-OVN's schemas) and ovn-northd on 127.0.0.1, "
-          "CRDs and RBAC from manifests/, and the real Kube-OVN and IPAM provider", flush=True)
-    cluster = LocalCluster(workdir, detach=args.keep, with_peers=True)
-    cluster.start()
+          "CRDs and RBAC from manifests/, and the real Kube-OVN and IPAM provider"
+          + ("; a node (containerd, kubelet, kube-controller-manager, kube-scheduler)" if with_node else ""),
+          flush=True)
+    cluster = LocalCluster(workdir, detach=args.keep, with_peers=True, with_node=with_node)
+    try:
+        cluster.start()
+    except ClusterError as e:
+        if not with_node:
+            raise
+        no_node, with_node = f"the node did not start ({str(e).splitlines()[0]})", False
+        cluster = LocalCluster(workdir, detach=args.keep, with_peers=True)
+        cluster.start()
     controller = None
     try:
         print(f"    bed up in {cluster.start_seconds:.1f}s at {cluster.server}; the real peers run "
               "(kube-ovn-controller leads with its VPC ovn-cluster up, the provider runs its workers):", flush=True)
+        if cluster.node is not None:
+            print(f"    node {cluster.node.name} ({cluster.node.ip}) Ready {cluster.node_ready_seconds:.1f}s after "
+                  f"its kubelet started; its pods reach the API server and the NB at {cluster.node.gateway} "
+                  "(the bridge's gateway, forwarded to 127.0.0.1)", flush=True)
         print("\n".join(peer_lines(cluster)), flush=True)
         samples = load_samples()
-        print(f"==> applying {len(samples)} sample objects from hack/sample/", flush=True)
-        cluster.apply_docs(samples, "sample objects")
+        late = [d for d in samples if d["kind"] == "ProxmoxNetwork"
+                and (d["metadata"]["namespace"], d["metadata"]["name"]) == LATE]
+        print(f"==> applying {len(samples) - len(late)} sample objects from hack/sample/ "
+              f"({'/'.join(LATE)} comes once {'/'.join(FIRST)} holds its zone's one VLAN)", flush=True)
+        cluster.apply_docs([d for d in samples if not any(d is x for x in late)], "sample objects")
         nodes = [d for d in samples if d["kind"] == "Node"]
         print("==> playing the Proxmox nodes' own agents, which do not run here (kube-ovn-cni, ovn-controller):",
               flush=True)
@@ -193,32 +266,47 @@ def main() -> int:
               "(what kube-ovn-controller "
               "derives from the Nodes' ready labels every 30 s; written now so the demo does not wait)", flush=True)
         log_path = workdir / "controller.log"
-        print(f"==> running proxmox-network-controller as {cluster.controller_user} (log: {log_path})", flush=True)
-        controller = subprocess.Popen(
-            [
-                sys.executable, "-m", "controller.main",
-                f"--kubeconfig={cluster.controller_kubeconfig}",
-                "--manage-gateway-chassis=true",
-                f"--ovn-nb-address={cluster.nb_tcp}",
-                "--metrics-bind-address=0",
-                "--health-probe-bind-address=0",
-                "--log-format=console",
-            ],
-            cwd=REPO,
-            stdout=open(log_path, "wb"),
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONPATH=str(REPO)),
-            start_new_session=args.keep,
-        )
-        expected = sum(1 for d in samples if d["kind"] == "ProxmoxNetwork")
+        deployment = None
         t_controller = time.monotonic()
+        if cluster.node is not None:
+            print("==> running proxmox-network-controller as the Deployment of manifests/ on node "
+                  f"{cluster.node.name} (kubectl apply -k hack/deploy-overlay: the image of hack/build-image.sh, "
+                  "the service account's token, two replicas of which the leader is Ready)", flush=True)
+            deployment = ControllerDeployment(cluster)
+            try:
+                deployment.import_image(archive)  # type: ignore[arg-type]
+                deployment.apply()
+                rolled = deployment.wait_rolled_out(timeout=args.timeout)
+            except DeployError as e:
+                raise SystemExit(str(e)) from e
+            print(f"    2 pods Running, {deployment.holder()} leads and is Ready, {rolled:.1f}s after the apply "
+                  f"(logs: kubectl logs -n {NAMESPACE} <pod>)", flush=True)
+        else:
+            print(f"==> no node for the controller's pods here ({no_node}): running it as a subprocess instead",
+                  flush=True)
+            print(f"==> running proxmox-network-controller as {cluster.controller_user} (log: {log_path})", flush=True)
+            controller = start_subprocess(cluster, log_path, args.keep)
+        expected = sum(1 for d in samples if d["kind"] == "ProxmoxNetwork")
         deadline = t_controller + args.timeout
+        while late:
+            if controller is not None and controller.poll() is not None:
+                print(log_path.read_text()[-4000:], file=sys.stderr)
+                raise SystemExit(f"controller exited with {controller.returncode}")
+            first = json.loads(kubectl_out(cluster, "get", "pxnet", "-n", FIRST[0], FIRST[1], "-o", "json"))
+            if (first.get("status") or {}).get("vlan"):
+                cluster.apply_docs(late, "the late sample network")
+                print(f"    {'/'.join(FIRST)} holds VLAN {first['status']['vlan']}; applied {'/'.join(LATE)}", flush=True)
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{'/'.join(FIRST)} got no VLAN in {args.timeout:.0f}s")
+            time.sleep(0.2)
         while waiting := pending(cluster, expected, chassis):
-            if controller.poll() is not None:
+            if controller is not None and controller.poll() is not None:
                 print(log_path.read_text()[-4000:], file=sys.stderr)
                 raise SystemExit(f"controller exited with {controller.returncode}")
             if time.monotonic() > deadline:
-                raise SystemExit(f"not settled after {args.timeout:.0f}s (waiting for {waiting}); see {log_path} "
+                where = deployment.describe() if deployment is not None else f"see {log_path}"
+                raise SystemExit(f"not settled after {args.timeout:.0f}s (waiting for {waiting}); {where} "
                                  f"and the peers' logs in {workdir}")
             time.sleep(0.2)
         cluster.nbctl("--wait=sb", "sync", timeout=30)  # ovn-northd has caught up with the NB
@@ -267,8 +355,17 @@ def main() -> int:
         print("==> OVN SB (ovn-northd): the chassis-redirect ports that answer the VMs' ARP", flush=True)
         cr = cluster.sbctl("--bare", "--columns=logical_port", "find", "Port_Binding", "type=chassisredirect")
         print("\n".join(sorted(cr.split())) + "\n", flush=True)
+        if deployment is not None:
+            print(f"==> kubectl get deploy,pods -n {NAMESPACE} -o wide   (the controller as pods of its Deployment; "
+                  "READY 1/1 is the leader)", flush=True)
+            print(kubectl_out(cluster, "get", "deploy,pods", "-n", NAMESPACE, "-o", "wide"), flush=True)
         print(f"==> done in {time.monotonic() - t0:.0f}s", flush=True)
-        if args.keep:
+        if args.keep and deployment is not None:
+            print("==> left running (control plane, kube-ovn-controller, IPAM provider, the node with the "
+                  "controller's pods):")
+            print(f"    KUBECONFIG={cluster.admin_kubeconfig} {cluster.kubectl} get pxnet -A")
+            print(f"    stop with: python hack/cluster.py stop --dir {workdir}")
+        elif args.keep:
             print("==> left running (control plane, kube-ovn-controller, IPAM provider, "
                   f"controller pid {controller.pid}):")
             print(f"    KUBECONFIG={cluster.admin_kubeconfig} {cluster.kubectl} get pxnet -A")

@@ -6,7 +6,13 @@
 #     without leaving Debian's own ovsdb-server / ovn-northd running;
 #   * the Python dependencies with the test extra (the tree itself is imported in place);
 #   * kube-apiserver, kubectl and etcd (hack/build-control-plane.sh, cached);
-#   * the real peers (hack/build-peers.sh) and helm (hack/build-helm.sh), cached.
+#   * the real peers (hack/build-peers.sh) and helm (hack/build-helm.sh), cached;
+#   * the bed's node (issue 17): Debian's containerd, runc, containernetworking-plugins,
+#     busybox-static and socat (the pods' way to the bed's loopback services), kubelet,
+#     kube-controller-manager and kube-scheduler
+#     (hack/build-control-plane.sh --node) and the node's images (hack/build-pause.sh), cached;
+#   * the controller's image (issue 17): Debian's mmdebstrap and buildah, then
+#     hack/build-image.sh (cached by content: rebuilt only when the product or its pins change).
 #
 # Prints the control-plane bin directory on stdout (like build-control-plane.sh).
 set -euo pipefail
@@ -54,6 +60,21 @@ stop_debian_ovn() {
   done
 }
 
+# apt-get update and install PACKAGE... without recommends, keeping Debian's services from
+# starting (policy-rc.d exit 101 = "action forbidden") unless a policy is already in place.
+apt_install() {
+  local made_policy=""
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod 755 /usr/sbin/policy-rc.d
+    made_policy=1
+  fi
+  quiet $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  quiet $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
+  [[ -n $made_policy ]] && $SUDO rm -f /usr/sbin/policy-rc.d
+  return 0
+}
+
 install_ovn() {
   if command -v ovsdb-server >/dev/null && command -v ovsdb-tool >/dev/null \
      && command -v ovn-nbctl >/dev/null && [[ -f /usr/share/ovn/ovn-nb.ovsschema ]] \
@@ -63,23 +84,31 @@ install_ovn() {
   # promtool (Debian's prometheus package) checks and unit-tests the alert rules; its
   # prometheus server scrapes the controller in tests/test_prometheus_integration.py.
   log "installing ovn-central, openvswitch-common and prometheus (promtool) from Debian"
-  # Keep Debian's services from starting: policy-rc.d exit 101 = "action forbidden".
-  local made_policy=""
-  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
-    $SUDO chmod 755 /usr/sbin/policy-rc.d
-    made_policy=1
-  fi
-  quiet $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
-  quiet $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    ovn-central openvswitch-common prometheus
-  [[ -n $made_policy ]] && $SUDO rm -f /usr/sbin/policy-rc.d
+  apt_install ovn-central openvswitch-common prometheus
   stop_debian_ovn
   command -v ovsdb-server >/dev/null || die "ovsdb-server still missing after apt-get install"
   command -v ovn-nbctl >/dev/null || die "ovn-nbctl still missing after apt-get install"
   command -v promtool >/dev/null || die "promtool still missing after apt-get install"
   command -v prometheus >/dev/null || die "prometheus still missing after apt-get install"
   [[ -f /usr/share/ovn/ovn-nb.ovsschema ]] || die "/usr/share/ovn/ovn-nb.ovsschema missing"
+}
+
+# The node's runtime and the image's tools. Their services are kept from starting (the bed
+# runs a containerd of its own).
+install_node_tools() {
+  if command -v mmdebstrap >/dev/null && command -v buildah >/dev/null && command -v containerd >/dev/null \
+     && command -v containerd-shim-runc-v2 >/dev/null && command -v runc >/dev/null && command -v ctr >/dev/null \
+     && [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] && dpkg -s busybox-static >/dev/null 2>&1 \
+     && command -v socat >/dev/null \
+     && command -v cc >/dev/null && compgen -G "/usr/lib/*/libc.a" >/dev/null; then
+    return 0
+  fi
+  log "installing mmdebstrap, buildah, containerd, runc, containernetworking-plugins, busybox-static, socat from Debian"
+  apt_install mmdebstrap buildah containerd runc containernetworking-plugins busybox-static socat gcc libc6-dev
+  local t
+  for t in mmdebstrap buildah containerd runc ctr socat; do
+    command -v "$t" >/dev/null || die "$t still missing after apt-get install"
+  done
 }
 
 install_python() {
@@ -112,11 +141,14 @@ PY
 
 install_ovn
 stop_debian_ovn
+install_node_tools
 install_python
-bin="$("$HERE/build-control-plane.sh")" || die "hack/build-control-plane.sh failed"
-for b in kube-apiserver kubectl etcd; do
+bin="$("$HERE/build-control-plane.sh" --node)" || die "hack/build-control-plane.sh --node failed"
+for b in kube-apiserver kubectl etcd kubelet kube-controller-manager kube-scheduler; do
   [[ -x "$bin/$b" ]] || die "$bin/$b missing after build"
 done
 "$HERE/build-peers.sh" >/dev/null || die "hack/build-peers.sh failed"  # kube-ovn-controller, IPAM provider (stdout: control plane only)
 "$HERE/build-helm.sh" >/dev/null || die "hack/build-helm.sh failed"  # helm for the charts' tests (stdout: control plane only)
+"$HERE/build-pause.sh" >/dev/null || die "hack/build-pause.sh failed"  # the node's sandbox and busybox images
+"$HERE/build-image.sh" >/dev/null || die "hack/build-image.sh failed"  # the controller's image (tests/test_image_layout.py)
 echo "$bin"

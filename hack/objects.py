@@ -3,6 +3,8 @@ works on (zones, networks, Kube-OVN Vlans and ProviderNetworks)."""
 
 from __future__ import annotations
 
+import itertools
+import threading
 import uuid
 from typing import Any
 
@@ -14,6 +16,21 @@ KUBEOVN = ("kubeovn.io", "v1")
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+_prefixes = itertools.count(100 * 256)
+_prefix_lock = threading.Lock()
+
+
+def unique_prefix() -> str:
+    """The first three octets of a /24 no other caller in this process got (``10.100.0`` ..
+    ``10.199.255``): tests' Subnets and pools on one bed each get their own range, since two
+    pools sharing an address are ``PoolOverlapsPool`` (issue 15, item 3), in any namespace."""
+    with _prefix_lock:
+        v = next(_prefixes)
+    if v >= 200 * 256:
+        raise RuntimeError("unique_prefix: out of /24s")
+    return f"10.{v >> 8}.{v & 255}"
 
 
 class Admin:

@@ -3,7 +3,8 @@
 
     python hack/server_only_lines.py [--tree DIR] [--json OUT]
 
-Runs the tests that need no server (``pytest -m "not integration"``) of the tree under
+Runs the tests that need no server (``pytest -m "not integration and not image"``: the image
+tests need a built image, not a server, and reach no product line) of the tree under
 ``coverage`` (statement coverage of ``controller/``, ``informers/``, ``ovn/``) and prints,
 per module and in total, the statements those tests never execute: what can only be tested
 against a real API server or NB. ``--tree`` measures another checkout (e.g. a worktree of
@@ -30,7 +31,7 @@ def measure(tree: Path) -> dict[str, dict[str, int]]:
         data = Path(tmp) / ".coverage"
         env = dict(os.environ, COVERAGE_FILE=str(data))
         run = [sys.executable, "-m", "coverage", "run", "--branch", "--source=" + ",".join(PACKAGES),
-               "-m", "pytest", "-q", "-m", "not integration", "-p", "no:cacheprovider", "tests"]
+               "-m", "pytest", "-q", "-m", "not integration and not image", "-p", "no:cacheprovider", "tests"]
         subprocess.run(run, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
         out = Path(tmp) / "cov.json"
         subprocess.run([sys.executable, "-m", "coverage", "json", "-o", str(out)], cwd=tree, env=env, check=True,

@@ -20,6 +20,24 @@ log = structlog.get_logger("informers.informer")
 AddFunc = Callable[[dict], None]
 UpdateFunc = Callable[[dict, dict], None]
 DeleteFunc = Callable[[dict], None]
+TransformFunc = Callable[[dict], dict]
+"""Applied to every object the reflector delivers (list items and watch events) before it
+is cached or handed to a handler (client-go's ``SharedIndexInformer.SetTransform``)."""
+
+
+def strip_managed_fields(obj: dict) -> dict:
+    """``obj`` without ``metadata.managedFields``: server-side-apply bookkeeping that no
+    reconcile reads, often the largest part of a small object (controller-runtime's
+    ``cache.TransformStripManagedFields`` idea). Less memory per cached object, and less
+    to copy and to serialise when a cached object is sent back: an update that carries no
+    managedFields leaves the server's record as it is (the API server then keeps the live
+    object's, so a client that does not know the field cannot clear it).
+
+    Changes ``obj`` in place (a freshly decoded object the informer owns) and returns it."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
 
 @attrs.define(eq=False)
@@ -50,6 +68,8 @@ class SharedIndexInformer:
     * A relist delivers ``on_update(old, new)`` for every object that
       survived it (even unchanged), ``on_add`` for new ones, ``on_delete`` for
       vanished ones, like client-go.
+    * ``transform`` (default :func:`strip_managed_fields`; None keeps objects as served)
+      runs on each object before the store sees it.
     * ``watch_restarts`` (``dict[str, int]``, keys in
       ``reflector.RESTART_REASONS``) and ``relists`` (``int``) are counters
       for metrics.
@@ -65,8 +85,10 @@ class SharedIndexInformer:
         field_selector: str | None = None,
         namespace: str | None = None,
         config: ReflectorConfig | None = None,
+        transform: TransformFunc | None = strip_managed_fields,
     ) -> None:
         self.resource = resource
+        self._transform = transform or (lambda obj: obj)
         self.namespace = namespace
         self.label_selector = label_selector
         self.field_selector = field_selector
@@ -157,6 +179,7 @@ class SharedIndexInformer:
 
     def _on_list(self, objs: list[dict], resource_version: str) -> None:
         """Reflector callback: a full LIST result."""
+        objs = [self._transform(o) for o in objs]
         with self._dispatch_lock:
             events = self.store.replace(objs)
             for ev in events:
@@ -166,6 +189,7 @@ class SharedIndexInformer:
 
     def _on_watch_event(self, event_type: str, obj: dict) -> None:
         """Reflector callback: one ADDED/MODIFIED/DELETED watch event."""
+        obj = self._transform(obj)
         with self._dispatch_lock:
             if event_type == "DELETED":
                 self.store.delete(obj)

@@ -100,15 +100,17 @@ class ThreadSafeStore:
         with self._lock:
             return key in self._items
 
-    def by_index(self, index_name: str, value: str) -> list[dict]:
-        """Objects whose ``index_name`` function returned ``value``.
+    def by_index(self, index_name: str, value: str, ordered: bool = True) -> list[dict]:
+        """Objects whose ``index_name`` function returned ``value``, in key order
+        (``ordered=False``: in no particular order, without the per-call sort, for callers
+        that only aggregate, e.g. a set of IDs).
 
         Raises ``KeyError`` if no index of that name exists (a typo must not
         look like "no objects").
         """
         with self._lock:
             keys = self._index(index_name).get(value, ())
-            return [self._items[k] for k in sorted(keys)]
+            return [self._items[k] for k in (sorted(keys) if ordered else keys)]
 
     def index_keys(self, index_name: str, value: str) -> list[str]:
         """Keys of the objects :meth:`by_index` would return (sorted)."""

@@ -143,8 +143,8 @@ class GatewayApplier:
         self.nb.start()
         return self
 
-    def stop(self) -> None:
-        self.nb.stop()
+    def stop(self, timeout: float = 5.0) -> None:
+        self.nb.stop(timeout)
 
     def synced(self) -> bool:
         return self.nb.synced()
@@ -213,6 +213,11 @@ class GatewayApplier:
             return
         for key in sorted(self._managed_networks()):
             self.enqueue_after(key, self.lost_delay)
+
+    def owns(self, network_key: str) -> bool:
+        """The IDL's copy holds a group owned by ``network_key`` (any thread: one dict
+        lookup; an entry a cache clear left behind answers True until the next sync)."""
+        return self.group_by_network.has(network_key)
 
     def forget(self, network_key: str) -> None:
         """Stop mapping NB events to a network that is gone."""
@@ -360,17 +365,20 @@ class GatewayApplier:
 
         return self.nb.call(take)
 
-    def collect(self, network_exists: Callable[[str, str], bool]) -> int:
+    def collect(self, network_exists: Callable[[str, str], bool], cancel: threading.Event | None = None) -> int:
         """Delete owned groups whose network is gone (§9.6 ``collect``).
 
         :param network_exists: ``(namespace, name)`` -> bool from a fresh API Get
             (Terminating counts as existing); any exception stops the collection and
             is raised (nothing more is collected on a guess).
+        :param cancel: once set, no further group is looked at (the process is stopping).
         :returns: the number of groups deleted.
         :raises NBError: NB not synced or a delete failed.
         """
         deleted = 0
         for uuid, name, network in self.owned_groups():
+            if cancel is not None and cancel.is_set():
+                break
             ns, sep, net = network.partition("/")
             if not sep or not ns or not net:
                 log.info("skipping an owned OVN HA chassis group without a valid network", group=name, network=network)

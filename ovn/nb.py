@@ -89,6 +89,31 @@ class NBClosed(NBError):
     pass
 
 
+def _check_host_port(address: str, kind: str, rest: str) -> None:
+    """``<host>:<port>`` of a tcp/ssl remote, an IPv6 host in brackets (OVS' own syntax,
+    ovsdb-server(1) "Active Database Connection Methods"); the errors name what to fix."""
+    if rest.startswith("["):
+        host, sep, tail = rest[1:].partition("]")
+        if not sep or not host:
+            raise NBError(f'OVSDB address "{address}": missing "]" after the IPv6 host')
+        if not tail.startswith(":") or not tail[1:]:
+            raise NBError(f'OVSDB address "{address}": missing port in address')
+        port = tail[1:]
+    else:
+        if ":" not in rest:
+            raise NBError(f'OVSDB address "{address}": missing port in address')
+        host, port = rest.rsplit(":", 1)
+        if ":" in host:
+            raise NBError(f'OVSDB address "{address}": an IPv6 host must be in brackets, '
+                          f'as in {kind}:[{host}]:{port}')
+        if not host:
+            raise NBError(f'OVSDB address "{address}": missing host in address')
+    if not port.isdigit():
+        raise NBError(f'OVSDB address "{address}": port "{port}" is not a number')
+    if not 0 < int(port) < 65536:
+        raise NBError(f'OVSDB address "{address}": port {int(port)} is out of range (1-65535)')
+
+
 def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
     """Comma-separated (or listed) OVSDB remotes, trimmed, empties skipped."""
     if isinstance(addresses, str):
@@ -102,8 +127,8 @@ def parse_addresses(addresses: str | Iterable[str]) -> list[str]:
         kind, _, rest = a.partition(":")
         if kind not in ("tcp", "ssl", "unix") or not rest:
             raise NBError(f'OVSDB address "{a}": want ssl:<host>:<port>, tcp:<host>:<port> or unix:<path>')
-        if kind in ("tcp", "ssl") and (":" not in rest or not rest.rsplit(":", 1)[1].isdigit()):
-            raise NBError(f'OVSDB address "{a}": missing port in address')
+        if kind in ("tcp", "ssl"):
+            _check_host_port(a, kind, rest)
         out.append(a)
     if not out:
         raise NBError("no OVSDB address given")
@@ -255,6 +280,10 @@ class RowIndex:
                 out.append(row)
         return out
 
+    def has(self, key: str) -> bool:
+        """Some row is filed under ``key`` (no live-table check: callable off the owner thread)."""
+        return bool(self._by_key.get(key))
+
     def all_keys(self) -> list[str]:
         return sorted(self._by_key)
 
@@ -359,8 +388,20 @@ class NBClient:
     def synced(self) -> bool:
         return self._synced.is_set()
 
-    def wait_synced(self, timeout: float | None = None) -> bool:
-        return self._synced.wait(timeout)
+    def wait_synced(self, timeout: float | None = None, cancel: threading.Event | None = None) -> bool:
+        """Wait up to ``timeout`` seconds (None: no bound) for the first full copy of the NB.
+
+        Returns True once synced; False on timeout, when ``cancel`` is set or when the
+        client is stopped (a shutdown never waits behind an unreachable NB: issue 15)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._synced.is_set():
+            if self._stop.is_set() or (cancel is not None and cancel.is_set()):
+                return False
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            self._synced.wait(left)
+        return True
 
     # ------------------------------------------------------------------ API
 

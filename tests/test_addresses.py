@@ -19,7 +19,9 @@ from controller.addresses import (
     check_pool_split,
     covered,
     go_quote,
+    POOL_CIDRS_MAX,
     parse_address_range,
+    pool_cidrs,
     prefix_bits,
 )
 
@@ -544,3 +546,293 @@ def test_gateway_network_and_broadcast_inside_the_pool_are_not_checked():
 def test_excludes_chain_in_any_order_for_the_split():
     excl = ["10.208.64.150..10.208.64.199", "10.208.64.100-10.208.64.149"]
     assert check_pool_split(CIDR, GW, excl, pool("10.208.64.100-10.208.64.199")) is None
+
+
+# -- the pool as CIDRs for admission (issue 15, item 6; docs/admission.md) ----------------------
+
+
+@pytest.mark.parametrize("addresses, expected", [
+    (["10.0.0.10-10.0.0.50"], "10.0.0.10/31,10.0.0.12/30,10.0.0.16/28,10.0.0.32/28,10.0.0.48/31,10.0.0.50/32"),
+    (["10.0.0.0/24"], "10.0.0.0/24"),
+    (["10.0.0.7/30"], "10.0.0.4/30"),                                  # a CIDR is masked (§5.6)
+    (["10.0.0.4", "10.0.0.5-10.0.0.7"], "10.0.0.4/30"),                # adjacent entries merge
+    (["10.0.0.1..10.0.0.1"], "10.0.0.1/32"),
+    (["fd00::10-fd00::1f", "10.0.0.1"], "10.0.0.1/32,fd00::10/124"),   # IPv4 first
+    (["fe80::1%eth0"], "fe80::1/128"),                                 # a prefix has no zone
+    (["::fffe:ffff:ffff-::1:0:0:1"], "::fffe:ffff:ffff/128,::1:0:0:0/127"),  # ::ffff:0:0/96 left out
+    (["::ffff:10.0.0.1"], None),                                       # CEL's cidr() refuses these
+    (["garbage", "10.0.0.9-10.0.0.1"], None),                          # entries that do not parse
+    ([], None),
+])
+def test_pool_cidrs(addresses, expected):
+    assert pool_cidrs({"addresses": addresses}) == expected
+
+
+def test_pool_cidrs_without_addresses_or_with_a_non_list():
+    assert pool_cidrs({}) is None
+    assert pool_cidrs({"addresses": "10.0.0.1"}) is None
+
+
+def test_pool_cidrs_beyond_the_bound_are_left_off():
+    # every other address: one /32 each, no merging
+    many = [f"10.{i // 250}.{i % 250}.1" for i in range(POOL_CIDRS_MAX + 1)]
+    assert pool_cidrs({"addresses": many[:POOL_CIDRS_MAX]}).count(",") == POOL_CIDRS_MAX - 1
+    assert pool_cidrs({"addresses": many}) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 4096)), min_size=1, max_size=6))
+def test_pool_cidrs_cover_exactly_the_pool(ranges):
+    """Every address of the pool is in one of the CIDRs and no other address is."""
+    entries, inside = [], set()
+    for lo, n in ranges:
+        hi = min(lo + n, 2**32 - 1)
+        entries.append(f"{V4(lo)}-{V4(hi)}")
+        inside.add((lo, hi))
+    nets = [ipaddress.ip_network(c) for c in pool_cidrs({"addresses": entries}).split(",")]
+    total = sum(n.num_addresses for n in nets)
+    union = sorted(inside)
+    merged: list[list[int]] = []
+    for lo, hi in union:
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    assert total == sum(hi - lo + 1 for lo, hi in merged)
+    for lo, hi in merged:
+        for a in (lo, hi):
+            assert any(V4(a) in n for n in nets)
+    assert all(any(lo <= int(n.network_address) and int(n.broadcast_address) <= hi for lo, hi in merged) for n in nets)
+
+
+# -- issue 15, item 3: pool address sets, overlaps, the bucket index, address conflicts ------
+
+from controller.addresses import (  # noqa: E402
+    MAX_BUCKETS,
+    WIDE,
+    AddressConflict,
+    address_conflicts_message,
+    find_address_conflicts,
+    find_pool_overlaps,
+    pool_buckets,
+    pool_overlaps_message,
+    pool_spans,
+    shared_spans,
+    span_text,
+)
+
+
+def v4(a: str) -> int:
+    return int(V4(a))
+
+
+def gpool(name, addresses, ns=None, excluded=(), gateway=None):
+    meta = {"name": name}
+    if ns:
+        meta["namespace"] = ns
+    spec = {"addresses": list(addresses), "prefix": 24}
+    if excluded:
+        spec["excludedAddresses"] = list(excluded)
+    if gateway:
+        spec["gateway"] = gateway
+    return {"metadata": meta, "spec": spec}
+
+
+def test_pool_set_is_addresses_minus_excluded_minus_gateway():
+    # capmox-and-ipam.md: the provider hands out addresses minus excludedAddresses, never the gateway.
+    spans = pool_spans({"addresses": ["10.0.0.0/28", "10.0.0.16-10.0.0.20", "10.0.0.30"],
+                        "excludedAddresses": ["10.0.0.5..10.0.0.6", "10.0.0.18"], "gateway": "10.0.0.1"})
+    assert [span_text(s) for s in spans] == [
+        "10.0.0.0", "10.0.0.2-10.0.0.4", "10.0.0.7-10.0.0.17", "10.0.0.19-10.0.0.20", "10.0.0.30"]
+
+
+def test_pool_set_skips_garbage_and_never_raises():
+    assert pool_spans({"addresses": ["not-an-ip", 7, None, "10.0.0.9"], "excludedAddresses": ["x"],
+                       "gateway": "nonsense"}) == ((4, v4("10.0.0.9"), v4("10.0.0.9")),)
+    for bad in (None, "spec", [], {"addresses": "10.0.0.1"}, {"addresses": None}):
+        assert pool_spans(bad) == ()
+
+
+def test_pool_set_keeps_families_apart():
+    spans = pool_spans({"addresses": ["fd00::1-fd00::3", "10.0.0.1"], "excludedAddresses": ["fd00::2"]})
+    assert [span_text(s) for s in spans] == ["10.0.0.1", "fd00::1", "fd00::3"]
+
+
+def test_shared_spans():
+    a = pool_spans({"addresses": ["10.0.0.10-10.0.0.20", "10.0.0.40-10.0.0.50"]})
+    b = pool_spans({"addresses": ["10.0.0.15-10.0.0.45"]})
+    assert [span_text(s) for s in shared_spans(a, b)] == ["10.0.0.15-10.0.0.20", "10.0.0.40-10.0.0.45"]
+    assert shared_spans(a, pool_spans({"addresses": ["10.0.0.21-10.0.0.39"]})) == []
+    # Same numbers, other family: no overlap.
+    assert shared_spans(pool_spans({"addresses": ["::10"]}), pool_spans({"addresses": ["0.0.0.16"]})) == []
+
+
+def test_overlaps_name_kind_and_the_first_shared_range_in_a_stable_order():
+    own = pool_spans({"addresses": ["10.0.0.10-10.0.0.50"]})
+    others = [
+        ("GlobalInClusterIPPool", gpool("shared", ["10.0.0.45"])),
+        ("InClusterIPPool", gpool("b", ["10.0.0.40-10.0.0.60", "10.0.0.12"], ns="tenant-b")),
+        ("InClusterIPPool", gpool("p", ["10.0.0.10-10.0.0.50"], ns="tenant-a")),  # the network's own
+        ("InClusterIPPool", gpool("far", ["10.0.1.10-10.0.1.50"], ns="tenant-a")),
+        ("InClusterIPPool", gpool("a", ["10.0.0.50"], ns="tenant-c")),
+        ("InClusterIPPool", gpool("b", ["10.0.0.40-10.0.0.60", "10.0.0.12"], ns="tenant-b")),  # listed twice
+        ("GlobalInClusterIPPool", gpool("p", ["10.0.0.10"])),  # same name as ours, other kind
+    ]
+    found = find_pool_overlaps(("InClusterIPPool", "tenant-a/p"), own, others)
+    assert [str(o) for o in found] == [
+        "InClusterIPPool tenant-b/b (10.0.0.12 and 1 more range(s))",
+        "InClusterIPPool tenant-c/a (10.0.0.50)",
+        "GlobalInClusterIPPool p (10.0.0.10)",
+        "GlobalInClusterIPPool shared (10.0.0.45)",
+    ]
+
+
+def test_excluded_addresses_end_an_overlap():
+    own = pool_spans({"addresses": ["10.0.0.10-10.0.0.50"]})
+    other = gpool("o", ["10.0.0.40-10.0.0.60"], ns="t", excluded=["10.0.0.40-10.0.0.50"])
+    assert find_pool_overlaps(("InClusterIPPool", "t/p"), own, [("InClusterIPPool", other)]) == []
+
+
+def test_pool_overlaps_message_first_five_then_a_count():
+    own = pool_spans({"addresses": ["10.0.0.0/24"]})
+    others = [("InClusterIPPool", gpool(f"o{i}", [f"10.0.0.{i}"], ns="t")) for i in range(2, 9)]
+    found = find_pool_overlaps(("InClusterIPPool", "t/p"), own, others)
+    assert pool_overlaps_message("p", found) == (
+        'addresses of InClusterIPPool "p" are also in InClusterIPPool t/o2 (10.0.0.2), InClusterIPPool t/o3 '
+        "(10.0.0.3), InClusterIPPool t/o4 (10.0.0.4), InClusterIPPool t/o5 (10.0.0.5), InClusterIPPool t/o6 "
+        "(10.0.0.6) and 2 more; the IPAM provider checks addresses only within one pool, so two machines can be "
+        "given the same address: take the shared addresses out of one of the pools (spec.addresses or "
+        "spec.excludedAddresses)")
+
+
+def test_buckets():
+    assert pool_buckets(pool_spans({"addresses": ["10.10.1.5-10.10.2.3"]})) == ["4/a0a01", "4/a0a02"]
+    assert pool_buckets(pool_spans({"addresses": ["fd00::10-fd00::ff"]})) == ["6/fd00" + "0" * 26]  # fd00::/120
+    assert pool_buckets(pool_spans({"addresses": ["10.0.0.0/20"]})) == [f"4/{0x0a0000 + i:x}" for i in range(16)]
+    assert pool_buckets(pool_spans({"addresses": ["10.0.0.0/19"]})) == [WIDE]
+    assert pool_buckets(pool_spans({"addresses": ["0.0.0.0/0"]})) == [WIDE]
+    # Many small ranges: the total counts.
+    many = [f"10.0.{i}.1" for i in range(MAX_BUCKETS + 1)]
+    assert pool_buckets(pool_spans({"addresses": many})) == [WIDE]
+    assert pool_buckets(()) == []
+
+
+_octet = st.integers(0, 40)
+
+
+@st.composite
+def _pool_specs(draw):
+    """Small IPv4 pools in 10.0.0.0/18 (so buckets are shared and some ranges are wide)."""
+    entries = []
+    for _ in range(draw(st.integers(0, 3))):
+        lo = draw(st.integers(0, 16_000))
+        size = draw(st.sampled_from([0, 1, 5, 200, 300, 5000]))
+        entries.append(f"{V4(v4('10.0.0.0') + lo)}-{V4(v4('10.0.0.0') + min(lo + size, 16_383))}")
+    excluded = [f"{V4(v4('10.0.0.0') + draw(st.integers(0, 16_383)))}" for _ in range(draw(st.integers(0, 2)))]
+    return {"addresses": entries, "excludedAddresses": excluded}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_pool_specs(), min_size=1, max_size=12), st.data())
+def test_index_finds_exactly_the_pairwise_overlaps(specs, data):
+    """The bucket index (candidates from shared buckets and wide pools, then the exact check)
+    agrees with a brute-force pairwise check of address sets."""
+    from controller.network import POOL_INDEXERS, overlap_candidates
+    from informers import ThreadSafeStore
+
+    pools, globals_ = ThreadSafeStore(POOL_INDEXERS), ThreadSafeStore(POOL_INDEXERS)
+    objs = []
+    for i, spec in enumerate(specs):
+        glob = data.draw(st.booleans())
+        obj = {"metadata": {"name": f"p{i}", **({} if glob else {"namespace": "t"})}, "spec": spec}
+        (globals_ if glob else pools).add(obj)
+        objs.append(("GlobalInClusterIPPool" if glob else "InClusterIPPool", obj))
+
+    def addresses(spec):
+        return {(f, a) for f, lo, hi in pool_spans(spec) for a in range(lo, hi + 1)}
+
+    for kind, obj in objs:
+        if kind != "InClusterIPPool":
+            continue
+        own = pool_spans(obj["spec"])
+        name = f"t/{obj['metadata']['name']}"
+        found = find_pool_overlaps((kind, name), own, overlap_candidates(pools, globals_, own))
+        mine = addresses(obj["spec"])
+        expected = sorted(
+            (k, o["metadata"]["name"]) for k, o in objs
+            if (k, o["metadata"]["name"]) != (kind, obj["metadata"]["name"]) and mine & addresses(o["spec"]))
+        assert sorted((o.kind, o.name.rpartition("/")[2]) for o in found) == expected
+
+
+def kube_ovn_ip(name, subnet="sub-a", pod=None, ns="tenant-a", **addresses):
+    spec = {"subnet": subnet, "namespace": ns, "podName": pod if pod is not None else name.split(".")[0]}
+    spec.update(addresses)
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def capi_address(name, address, ns="tenant-a"):
+    return {"metadata": {"name": name, "namespace": ns},
+            "spec": {"address": address, "poolRef": {"kind": "InClusterIPPool", "name": "p"}}}
+
+
+def test_address_conflicts_name_the_pod_the_ip_and_the_ipaddress():
+    own = pool_spans({"addresses": ["10.0.0.10-10.0.0.50", "fd00::10-fd00::20"], "gateway": "10.0.0.1"})
+    ips = [
+        kube_ovn_ip("web-2.tenant-a", v4IpAddress="10.0.0.30"),
+        kube_ovn_ip("web-1.tenant-a", v4IpAddress="10.0.0.20", v6IpAddress="fd00::15", ipAddress="10.0.0.20,fd00::15"),
+        kube_ovn_ip("outside.tenant-a", v4IpAddress="10.0.0.60"),
+        kube_ovn_ip("garbage.tenant-a", v4IpAddress="10.0.0.x", ipAddress=""),
+        kube_ovn_ip("leaked", pod="", v4IpAddress="10.0.0.11"),
+    ]
+    found = find_address_conflicts(own, ips, [capi_address("vm1-inet", "10.0.0.20"), capi_address("x", "bad")])
+    assert [str(c) for c in found] == [
+        "10.0.0.11 (Kube-OVN IP leaked)",
+        "10.0.0.20 (pod tenant-a/web-1, Kube-OVN IP web-1.tenant-a, IPAddress tenant-a/vm1-inet)",
+        "10.0.0.30 (pod tenant-a/web-2, Kube-OVN IP web-2.tenant-a)",
+        "fd00::15 (pod tenant-a/web-1, Kube-OVN IP web-1.tenant-a)",
+    ]
+    assert all(isinstance(c, AddressConflict) for c in found)
+    # The gateway is not the pool's.
+    assert find_address_conflicts(own, [kube_ovn_ip("gw", v4IpAddress="10.0.0.1")]) == []
+    assert find_address_conflicts(own, [{"spec": None}, "nonsense", {}]) == []
+
+
+def test_address_conflicts_message():
+    own = pool_spans({"addresses": ["10.0.0.0/24"]})
+    ips = [kube_ovn_ip(f"pod{i}.t", ns="t", v4IpAddress=f"10.0.0.{i}") for i in range(1, 8)]
+    msg = address_conflicts_message("p", find_address_conflicts(own, ips))
+    assert msg == (
+        'Kube-OVN has given addresses of InClusterIPPool "p" to pods: 10.0.0.1 (pod t/pod1, Kube-OVN IP pod1.t), '
+        "10.0.0.2 (pod t/pod2, Kube-OVN IP pod2.t), 10.0.0.3 (pod t/pod3, Kube-OVN IP pod3.t), 10.0.0.4 (pod "
+        "t/pod4, Kube-OVN IP pod4.t), 10.0.0.5 (pod t/pod5, Kube-OVN IP pod5.t) and 2 more; a machine given one "
+        "of them clashes with the pod: give the pod another address, or take the address out of the pool "
+        "(spec.excludedAddresses)")
+
+
+@pytest.mark.parametrize("layout", ["one-namespace-a-24-each", "one-vpc-packed"])
+def test_overlap_lookups_do_not_grow_with_the_number_of_pools(layout):
+    """The shapes users have at N=2000 (one big namespace, one big VPC, many pools): a pass
+    reads the pools of its own buckets and the wide ones, never all 2000 (counted, not timed)."""
+    from controller.network import POOL_INDEXERS, overlap_candidates
+    from informers import ThreadSafeStore
+
+    n, pools, globals_ = 2000, ThreadSafeStore(POOL_INDEXERS), ThreadSafeStore(POOL_INDEXERS)
+    base = v4("10.0.0.0")
+    for i in range(n):
+        if layout == "one-namespace-a-24-each":
+            first, size = base + 256 * i + 100, 51  # 10.x.y.100-150, a /24 each
+        else:
+            first, size = base + 24 * i, 24  # packed back to back in 10.0.0.0/16
+        pools.add({"metadata": {"name": f"p{i}", "namespace": "big"},
+                   "spec": {"addresses": [f"{V4(first)}-{V4(first + size - 1)}"]}})
+    for j in range(3):  # a few wide shared pools elsewhere
+        globals_.add({"metadata": {"name": f"wide-{j}"}, "spec": {"addresses": [f"172.{16 + j}.0.0/16"]}})
+    # Packed: a pool touches at most 2 buckets, a bucket holds at most ceil(256 / 24) + 1 pools.
+    bound = 1 if layout == "one-namespace-a-24-each" else 2 * 12
+    worst = 0
+    for obj in pools.list():
+        own = pool_spans(obj["spec"])
+        found = overlap_candidates(pools, globals_, own)
+        worst = max(worst, len(found))
+        assert find_pool_overlaps(("InClusterIPPool", f"big/{obj['metadata']['name']}"), own, found) == []
+    assert worst <= bound + 3

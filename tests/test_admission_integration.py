@@ -646,3 +646,239 @@ def test_vm_exemptions(bed):
     admitted(b.try_create(vm(b.namespace(labels={EXEMPT: "true"}), bad)))
     admitted(b.try_create(vm(b.namespace(name=f"cozy-adm-{_hex()}"), bad)))
     admitted(b.try_create(vm("kube-system", bad)))
+
+
+# ============================ proxmox-network-{pod,ip}-addresses (issue 15, item 6) ============================
+#
+# The params are Vlans as the controller keeps them (tests/test_network_integration.py proves the
+# controller writes the annotation): named after the network's Subnet, labelled with the network's
+# namespace, the pool as CIDRs in proxmox.cozystack.io/pool-cidrs. The pool here is
+# 10.77.<x>.16-10.77.<x>.33, which the controller writes as <x>.16/28,<x>.32/31.
+
+PODADDR = "proxmox-network-pod-addresses"
+IPADDR = "proxmox-network-ip-addresses"
+POOL_CIDRS = "proxmox.cozystack.io/pool-cidrs"
+IPADDRESS = "ovn.kubernetes.io/ip_address"
+IPPOOL = "ovn.kubernetes.io/ip_pool"
+UNREADABLE_POD = ("a fixed pod address (Kube-OVN ip_address, ip_pool) must be an IP address in plain form"
+                  " (no IPv4-mapped IPv6, zone or leading zeros); refused: ")
+
+
+def pod_refusal(subnet: str, refused: str) -> str:
+    return (f"the address is in the VM pool of the Proxmox network on Kube-OVN subnet {subnet}: only a pod of that "
+            f"network's namespace on that subnet (ovn.kubernetes.io/logical_switch: {subnet}) may ask for it; "
+            f"refused: {refused}")
+
+
+def ip_refusal(subnet: str, ip: str, ns: str, addresses: str) -> str:
+    return (f"the address is in the VM pool of the Proxmox network on Kube-OVN subnet {subnet}: only an IP of that "
+            f"network's namespace may hold it; IP {ip} (spec.namespace '{ns}') asks for {addresses}")
+
+
+class Pools:
+    """One network's Vlan (the param) in its owning namespace, and a foreign namespace."""
+
+    def __init__(self, b: Bed):
+        self.b = b
+        h = _hex()
+        self.net = secrets.randbelow(200) + 20             # 10.77.<net>.0/24
+        self.subnet = f"sub-{h}"                           # the network's Kube-OVN Subnet = its Vlan
+        self.other_subnet = f"sub2-{h}"                    # a second subnet of the owner's namespace
+        self.owner = b.namespace(annotations={LS: f"{self.subnet},{self.other_subnet}"})
+        self.foreign_switch = f"sw-{h}"
+        self.foreign = b.namespace(annotations={LS: self.foreign_switch})
+        self.vlans: list[str] = []
+        self.ips: list[str] = []
+        self.vlan(self.subnet, self.owner, f"10.77.{self.net}.16/28,10.77.{self.net}.32/31")
+
+    def a(self, host: int) -> str:
+        return f"10.77.{self.net}.{host}"
+
+    def vlan(self, name: str, owner: str, cidrs: str | None, labelled: bool = True) -> None:
+        labels = {"proxmox.cozystack.io/zone": "pxz-adm", "proxmox.cozystack.io/network-name": "net"}
+        if labelled:
+            labels["proxmox.cozystack.io/network-namespace"] = owner
+        meta: dict = {"name": name, "labels": labels}
+        if cidrs is not None:
+            meta["annotations"] = {POOL_CIDRS: cidrs}
+        self.b.apply({"apiVersion": "kubeovn.io/v1", "kind": "Vlan", "metadata": meta,
+                      "spec": {"id": 100 + secrets.randbelow(3000), "provider": f"pn-adm-{_hex()}"}})
+        if name not in self.vlans:
+            self.vlans.append(name)
+
+    def ip(self, ns: str, subnet: str, v4: str = "", name: str | None = None, **spec: str) -> dict:
+        return {"apiVersion": "kubeovn.io/v1", "kind": "IP",
+                "metadata": {"name": name or f"p-{_hex()}.{ns}"},
+                "spec": {"podName": "p", "namespace": ns, "subnet": subnet, "v4IpAddress": v4, **spec}}
+
+    def cleanup(self) -> None:
+        for name in self.ips:
+            self.b.k("patch", "ip", name, "--type=merge", "-p", '{"metadata":{"finalizers":null}}', check=False)
+            self.b.k("delete", "ip", name, "--ignore-not-found", "--wait=false", check=False)
+        for name in self.vlans:
+            self.b.k("delete", "vlan", name, "--ignore-not-found", "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def pools(bed, kubectl):
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/ips.kubeovn.io", "crd/vlans.kubeovn.io")
+    p = Pools(bed)
+    # the API server's param informer has seen the Vlan
+    wait_for(lambda: bed.try_create(pod(p.foreign, {IPADDRESS: p.a(20)})), what="pool enforced", timeout=60)
+    try:
+        yield p
+    finally:
+        p.cleanup()
+
+
+def test_fixed_address_policies_as_shipped(pools, kubectl):
+    """Vlans as params (every Vlan the controller made), Fail, Deny. (The type-checking
+    warnings of status.typeChecking come from kube-controller-manager, which this bed does not run.)"""
+    for name, conds, n in ((PODADDR, ["not-a-platform-namespace", "asks-for-a-fixed-address", "a-vlan-with-a-pool"], 2),
+                           (IPADDR, ["not-of-a-platform-namespace", "not-being-deleted", "on-the-subnet-of-the-vlan",
+                                     "a-vlan-with-a-pool"], 2)):
+        pol = json.loads(kubectl("get", "validatingadmissionpolicy", name, "-o", "json"))
+        assert pol["spec"]["failurePolicy"] == "Fail"
+        assert pol["spec"]["paramKind"] == {"apiVersion": "kubeovn.io/v1", "kind": "Vlan"}
+        assert [c["name"] for c in pol["spec"]["matchConditions"]] == conds
+        assert len(pol["spec"]["validations"]) == n
+        binding = json.loads(kubectl("get", "validatingadmissionpolicybinding", name, "-o", "json"))
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert binding["spec"]["paramRef"] == {
+            "selector": {"matchExpressions": [{"key": "proxmox.cozystack.io/network-namespace", "operator": "Exists"}]},
+            "parameterNotFoundAction": "Allow"}
+    pod_pol = json.loads(kubectl("get", "validatingadmissionpolicy", PODADDR, "-o", "json"))
+    assert pod_pol["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
+
+
+def test_pod_fixed_address_in_another_namespaces_pool_is_refused(pools):
+    p, b = pools, pools.b
+    ns = p.foreign
+    cases = [
+        ({IPADDRESS: p.a(20)}, f"{IPADDRESS}={p.a(20)}"),
+        ({IPADDRESS: p.a(16)}, f"{IPADDRESS}={p.a(16)}"),                       # the pool's first address
+        ({IPADDRESS: p.a(33)}, f"{IPADDRESS}={p.a(33)}"),                       # its last one
+        ({IPADDRESS: f"{p.a(21)},fd00::21"}, f"{IPADDRESS}={p.a(21)}"),          # dual stack
+        ({IPPOOL: f"{p.a(1)}, {p.a(22)}"}, f"{IPPOOL}={p.a(22)}"),               # a StatefulSet's pool
+        ({IPPOOL: f"{p.a(1)},fd00::1;{p.a(23)},fd00::2"}, f"{IPPOOL}={p.a(23)}"),
+        ({f"nad.{ns}.ovn.kubernetes.io/ip_address": p.a(24)}, f"nad.{ns}.ovn.kubernetes.io/ip_address={p.a(24)}"),
+        # the namespace's own default subnet does not help another namespace
+        ({IPADDRESS: p.a(25), LS: p.foreign_switch}, f"{IPADDRESS}={p.a(25)}"),
+    ]
+    for ann, refused in cases:
+        denied(b.try_create(pod(ns, ann)), PODADDR, pod_refusal(p.subnet, refused))
+    for ann in ({IPADDRESS: p.a(15)}, {IPADDRESS: p.a(34)}, {IPADDRESS: "10.78.0.20"}, {IPADDRESS: "fd00::20"},
+                {IPPOOL: "my-kube-ovn-ippool"}, {IPADDRESS: ""}, {"example.com/ip_address": p.a(20)}):
+        admitted(b.try_create(pod(ns, ann)))
+
+
+def test_pod_fixed_address_kube_ovn_would_read_but_cel_cannot_is_refused(pools):
+    """Go's net.ParseIP (Kube-OVN) reads ::ffff:a.b.c.d as a.b.c.d; CEL's ip() refuses it, so
+    such an entry is refused rather than let through unjudged."""
+    p, b = pools, pools.b
+    for ann, shown in (({IPADDRESS: f"::ffff:{p.a(20)}"}, f"{IPADDRESS}=::ffff:{p.a(20)}"),
+                       ({IPPOOL: f"::ffff:{p.a(20)}"}, f"{IPPOOL}=::ffff:{p.a(20)}"),
+                       ({IPADDRESS: "::ffff:a4d:1414"}, f"{IPADDRESS}=::ffff:a4d:1414"),
+                       ({IPPOOL: f"{p.a(1)},not-an-address"}, f"{IPPOOL}=not-an-address")):
+        denied(b.try_create(pod(p.foreign, ann)), PODADDR, UNREADABLE_POD + shown)
+    for ns in (p.owner, p.foreign):  # in every namespace, once a managed pool exists
+        denied(b.try_create(pod(ns, {IPADDRESS: "fe80::1%eth0"})), PODADDR, UNREADABLE_POD + f"{IPADDRESS}=fe80::1%eth0")
+
+
+def test_pod_fixed_address_in_its_own_networks_pool_and_subnet_is_admitted(pools):
+    p, b = pools, pools.b
+    # kube-ovn#2653: no logical_switch: the namespace's first subnet, the network's
+    admitted(b.try_create(pod(p.owner, {IPADDRESS: p.a(20)})))
+    admitted(b.try_create(pod(p.owner, {IPADDRESS: p.a(20), LS: p.subnet})))
+    admitted(b.try_create(pod(p.owner, {IPPOOL: f"{p.a(20)},{p.a(21)}", LS: p.subnet})))
+    admitted(b.try_create(pod(p.owner, {f"nad.{p.owner}.ovn.kubernetes.io/ip_address": p.a(20)})))
+    # the network's namespace, another of its subnets
+    denied(b.try_create(pod(p.owner, {IPADDRESS: p.a(20), LS: p.other_subnet})), PODADDR,
+           pod_refusal(p.subnet, f"{IPADDRESS}={p.a(20)}"))
+    # a namespace whose first subnet is another one
+    ns2 = b.namespace(annotations={LS: f"{p.other_subnet}, {p.subnet}"})
+    denied(b.try_create(pod(ns2, {IPADDRESS: p.a(20)})), PODADDR, pod_refusal(p.subnet, f"{IPADDRESS}={p.a(20)}"))
+
+
+def test_pod_fixed_address_exemptions(pools):
+    p, b = pools, pools.b
+    bad = {IPADDRESS: p.a(20)}
+    admitted(b.try_create(pod(b.namespace(labels={EXEMPT: "true"}), bad)))
+    admitted(b.try_create(pod(b.namespace(name=f"cozy-adm-{_hex()}"), bad)))
+    admitted(b.try_create(pod("kube-system", bad)))
+    denied(b.try_create(pod(b.namespace(labels={EXEMPT: "false"}), bad)), PODADDR, pod_refusal(p.subnet, f"{IPADDRESS}={p.a(20)}"))
+
+
+def test_pools_are_read_live_from_the_vlans(pools):
+    """A Vlan made later is enforced at once (50 ms polls, 10 s at most), a changed pool with
+    its new addresses, a deleted Vlan no more; a Vlan without the annotation or the label, or
+    with entries CEL cannot read, refuses nothing and breaks nothing."""
+    p, b = pools, pools.b
+    h = _hex()
+    sub, owner = f"late-{h}", b.namespace()
+    probe = pod(p.foreign, {IPADDRESS: "10.79.0.5"})
+    admitted(b.try_create(probe))
+    p.vlan(sub, owner, "10.79.0.0/29")
+    err = wait_for(lambda: b.try_create(probe), timeout=10, what="a new Vlan enforced")
+    denied(err, PODADDR, pod_refusal(sub, f"{IPADDRESS}=10.79.0.5"))
+    p.vlan(sub, owner, "garbage, 10.79.0.8/29,,")                            # moved; an unreadable entry skipped
+    wait_for(lambda: b.try_create(probe) is None, timeout=10, what="the old range released")
+    denied(b.try_create(pod(p.foreign, {IPADDRESS: "10.79.0.9"})), PODADDR, pod_refusal(sub, f"{IPADDRESS}=10.79.0.9"))
+    p.vlan(sub, owner, None)                                                  # annotation gone
+    wait_for(lambda: b.try_create(pod(p.foreign, {IPADDRESS: "10.79.0.9"})) is None, timeout=10, what="annotation gone")
+    p.vlan(sub, owner, "10.79.0.8/29", labelled=False)                       # not a network's Vlan
+    admitted(b.try_create(pod(p.foreign, {IPADDRESS: "10.79.0.9"})))
+    b.k("label", "vlan", sub, f"proxmox.cozystack.io/network-namespace={owner}")
+    wait_for(lambda: b.try_create(pod(p.foreign, {IPADDRESS: "10.79.0.9"})), timeout=10, what="labelled again")
+    b.k("delete", "vlan", sub)
+    wait_for(lambda: b.try_create(pod(p.foreign, {IPADDRESS: "10.79.0.9"})) is None, timeout=10, what="Vlan deleted")
+
+
+def test_kube_ovn_ip_in_a_pool(pools):
+    p, b = pools, pools.b
+    ip = p.ip(p.foreign, p.subnet, p.a(20))
+    denied(b.try_create(ip), IPADDR, ip_refusal(p.subnet, ip["metadata"]["name"], p.foreign, p.a(20)))
+    ip = p.ip(p.foreign, p.subnet, ipAddress=f"{p.a(33)},fd00::33", v6IpAddress="fd00::33")
+    denied(b.try_create(ip), IPADDR, ip_refusal(p.subnet, ip["metadata"]["name"], p.foreign, p.a(33)))
+    ip = p.ip("", p.subnet, p.a(20), name=f"n-{_hex()}")                     # no namespace: not the network's
+    denied(b.try_create(ip), IPADDR, ip_refusal(p.subnet, ip["metadata"]["name"], "", p.a(20)))
+    admitted(b.try_create(p.ip(p.owner, p.subnet, p.a(20))))                 # the network's namespace
+    admitted(b.try_create(p.ip(p.foreign, p.subnet, p.a(34))))               # outside the pool
+    admitted(b.try_create(p.ip(p.foreign, p.other_subnet, p.a(20))))         # another logical switch
+    admitted(b.try_create(p.ip(f"cozy-x-{_hex()}", p.subnet, p.a(20))))
+    admitted(b.try_create(p.ip("kube-system", p.subnet, p.a(20))))
+    denied(b.try_create(p.ip(p.foreign, p.subnet, f"::ffff:{p.a(20)}")), IPADDR,
+           f"a Kube-OVN IP on subnet {p.subnet} (a Proxmox network's) must hold IP addresses in plain form "
+           f"(no IPv4-mapped IPv6, zone or leading zeros); refused: ::ffff:{p.a(20)}")
+
+
+def stored_ip(p, kubectl, ns: str, subnet: str, address: str) -> tuple[dict, dict]:
+    """A Kube-OVN IP applied (held by a test finalizer, so it stays for updates) and a copy
+    of it as stored, to edit for an UPDATE."""
+    ip = p.ip(ns, subnet, address)
+    ip["metadata"]["finalizers"] = ["test.proxmox.cozystack.io/hold"]
+    p.b.apply(ip)
+    p.ips.append(ip["metadata"]["name"])
+    return ip, json.loads(kubectl("get", "ip", ip["metadata"]["name"], "-o", "json"))
+
+
+def test_kube_ovn_ip_update_judges_only_what_changed(pools, kubectl):
+    p, b = pools, pools.b
+    # stored on the subnet before it was a managed network's (another subnet, then moved is refused)
+    ip, upd = stored_ip(p, kubectl, p.foreign, p.other_subnet, p.a(20))
+    upd["spec"]["nodeName"] = "node-a"
+    admitted(b.try_replace(upd))                                             # nothing judged changed
+    upd["spec"]["subnet"] = p.subnet
+    denied(b.try_replace(upd), IPADDR, ip_refusal(p.subnet, ip["metadata"]["name"], p.foreign, p.a(20)))
+    # the network's own IP: kept on UPDATE; a new pool address or another namespace is judged
+    own, upd = stored_ip(p, kubectl, p.owner, p.subnet, p.a(21))
+    upd["spec"]["macAddress"] = "00:00:00:00:00:01"
+    admitted(b.try_replace(upd))
+    upd["spec"]["namespace"] = p.foreign
+    denied(b.try_replace(upd), IPADDR, ip_refusal(p.subnet, own["metadata"]["name"], p.foreign, p.a(21)))
+    # being deleted: not judged
+    kubectl("delete", "ip", own["metadata"]["name"], "--wait=false")
+    cur = json.loads(kubectl("get", "ip", own["metadata"]["name"], "-o", "json"))
+    assert cur["metadata"].get("deletionTimestamp")
+    cur["spec"]["namespace"] = p.foreign
+    admitted(b.try_replace(cur))

@@ -11,15 +11,21 @@ replicas with leader election next to the real kube-ovn-controller and IPAM prov
 of creates and deletes, and 5 leader kills, 1 API server restart, 1 etcd compaction, 1 NB
 restart, 1 kill and restart of kube-ovn-controller and 1 of the IPAM provider. The long form
 (``python hack/chaos.py --kills 50 ...``) writes the figures of docs/reliability.md.
+
+The pods' short form (markers ``node`` and ``image`` too; needs root) runs the controller as
+the Deployment of manifests/ on the bed's node and makes each pod fault: the leader's pod
+deleted, ``kill -9`` of its container's process (twice), a rollout restart under load, and
+the memory limit lowered until the kernel OOM-kills the pods, then restored.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
-from hack.chaos import FAULT_KINDS, ChaosConfig, InvariantMonitor, pool_refs, run
+from hack.chaos import BED_FAULT_KINDS, POD_FAULT_KINDS, ChaosConfig, InvariantMonitor, pool_refs, run
 
 pytestmark = pytest.mark.chaos
 
@@ -100,6 +106,18 @@ def test_pool_refs_reads_both_capmox_shapes_and_ipam_objects():
 # --------------------------------------------------------------------------- the short form
 
 
+def run_clean(cfg: ChaosConfig):
+    """Run the harness and print its summary; no invariant violated, everything converged
+    after each fault, nothing left after teardown, no exit the harness did not cause."""
+    res = run(cfg)
+    print("\n" + res.summary())
+    assert res.violations == []
+    assert res.convergence_failures == []
+    assert res.teardown_leftovers == []
+    assert res.unexpected_exits() == []
+    return res
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_chaos_short_form(tmp_path):
@@ -108,19 +126,44 @@ def test_chaos_short_form(tmp_path):
                       slots=20, initial_networks=10,
                       namespaces=3, zones=4, seed=7, workdir=str(tmp_path / "chaos"), load_window=(0.5, 2.5),
                       api_down=2.0, converge_timeout=150.0)
-    res = run(cfg)
-    print("\n" + res.summary())
-    assert res.violations == []
-    assert res.convergence_failures == []
-    assert res.teardown_leftovers == []
-    assert res.unexpected_exits() == []
-    assert {k: res.survived(k) for k in FAULT_KINDS} == {"kill": 5, "api": 1, "compact": 1, "nb": 1, "kubeovn": 1,
-                                                         "ipam": 1}
+    res = run_clean(cfg)
+    assert {k: res.survived(k) for k in ("kill", *BED_FAULT_KINDS, *POD_FAULT_KINDS)} == {
+        "kill": 5, "api": 1, "compact": 1, "nb": 1, "kubeovn": 1, "ipam": 1,
+        "poddelete": 0, "podkill": 0, "rollout": 0, "oom": 0}
     killed = [e for e in res.replica_exits if e["killed"]]
     assert len(killed) == 5  # every kill hit a live leader, and it was replaced
     # The monitor did watch releases happen (it is not vacuously clean).
     assert res.vlan_deletions_checked >= 10
     assert res.ops.get("delete", 0) >= 10 and res.ops.get("consumer", 0) >= 1
+
+
+@pytest.mark.integration
+@pytest.mark.node
+@pytest.mark.image
+@pytest.mark.timeout(900)
+def test_chaos_on_the_deployments_pods_short_form(tmp_path_factory):
+    """The shipped Deployment on the bed's node, each pod fault under load: the Lease moves
+    to another identity, a pod holding it turns Ready, everything converges, the Deployment is
+    whole again; no invariant violated, no container restart the harness did not cause."""
+    if os.geteuid() != 0:
+        pytest.fail("the node needs root (containerd, kubelet)", pytrace=False)
+    # About 4 minutes on 2 cores: the kill -9s wait out the 15 s lease, the OOM kill needs two rollouts.
+    cfg = ChaosConfig(pods=True, kills=0, api_restarts=0, compactions=0, nb_restarts=0, kubeovn_restarts=0,
+                      ipam_restarts=0, pod_deletes=1, pod_kills=2, rollouts=1, ooms=1, slots=12, initial_networks=6,
+                      # A short path: containerd's socket lives under it (a unix socket path has 108 bytes).
+                      namespaces=2, zones=4, seed=11, workdir=str(tmp_path_factory.mktemp("podchaos")),
+                      load_window=(0.5, 2.5),
+                      converge_timeout=150.0)
+    res = run_clean(cfg)
+    assert {k: res.survived(k) for k in POD_FAULT_KINDS} == {"poddelete": 1, "podkill": 2, "rollout": 1, "oom": 1}
+    for f in res.faults:  # another identity led, Ready, after every pod fault
+        assert f.leader_seconds is not None and f.ready_seconds is not None and f.whole_seconds is not None, f
+    exits = res.replica_exits
+    assert sum(1 for e in exits if e["killed"] and e["rc"] == 137) == 2  # restarted in place by the kubelet
+    assert any(e["oom"] and e["reason"] == "OOMKilled" for e in exits)
+    assert len(res.pod_stop_seconds) >= 3  # the deleted pod, the rollout's two
+    assert 0 < res.pod_working_set_max < 256 * 2**20 and res.pod_memory_limit == "256Mi"
+    assert res.vlan_deletions_checked >= 5 and res.ops.get("delete", 0) >= 5
 
 
 def test_monitor_leaves_a_judgement_open_when_a_relist_hides_when_the_consumer_went():

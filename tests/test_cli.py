@@ -62,6 +62,13 @@ def test_doctor_reports_an_unreadable_cluster_without_a_traceback(capsys):
     (" , ", "no OVSDB address given"),
     ("http://nb:6641", 'OVSDB address "http://nb:6641": want ssl:<host>:<port>'),
     ("tcp:nb", 'OVSDB address "tcp:nb": missing port in address'),
+    # issue 15, item 8: IPv6 hosts in brackets (ovsdb-server(1)), a port that is not a number says so
+    ("tcp:::1:6641", 'OVSDB address "tcp:::1:6641": an IPv6 host must be in brackets, as in tcp:[::1]:6641'),
+    ("tcp:127.0.0.1:notaport", 'OVSDB address "tcp:127.0.0.1:notaport": port "notaport" is not a number'),
+    ("ssl:[::1:6641", 'OVSDB address "ssl:[::1:6641": missing "]" after the IPv6 host'),
+    ("ssl:[::1]", 'OVSDB address "ssl:[::1]": missing port in address'),
+    ("tcp::6641", 'OVSDB address "tcp::6641": missing host in address'),
+    ("tcp:nb:70000", 'OVSDB address "tcp:nb:70000": port 70000 is out of range (1-65535)'),
 ])
 def test_bad_nb_address_stops_the_start(address, message, capsys):
     """reference-behaviour.md §10: the address list is checked before anything starts."""
@@ -71,6 +78,12 @@ def test_bad_nb_address_stops_the_start(address, message, capsys):
     lines = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
     errors = [ln for ln in lines if ln["event"] == "unable to set up the OVN NB client"]
     assert len(errors) == 1 and errors[0]["error"].startswith(message)
+
+
+def test_bracketed_ipv6_nb_address_is_accepted():
+    from ovn.nb import parse_addresses
+
+    assert parse_addresses("ssl:[fd00::10]:6641,tcp:[::1]:6641") == ["ssl:[fd00::10]:6641", "tcp:[::1]:6641"]
 
 
 def test_bad_nb_address_is_not_checked_with_management_off(capsys):

@@ -247,7 +247,11 @@ def test_zone_admission_block_is_optional(zone):
 def test_zone_status(zone):
     st = schema(zone)["properties"]["status"]
     props = st["properties"]
-    assert set(props) == {"observedGeneration", "conditions", "totalVLANs", "allocatedVLANs", "freeVLANs", "networks"}
+    assert set(props) == {"observedGeneration", "conditions", "totalVLANs", "allocatedVLANs", "freeVLANs", "networks",
+                          "vlansHeldForReuse"}  # issue 15, item 5
+    held = props["vlansHeldForReuse"]
+    assert held["type"] == "array" and held["items"]["required"] == ["vlan", "until"]
+    assert held["items"]["properties"]["until"] == {"type": "string", "format": "date-time"}
     assert props["observedGeneration"] == {**props["observedGeneration"], "type": "integer", "format": "int64"}
     for f in ("totalVLANs", "allocatedVLANs", "freeVLANs", "networks"):
         assert (props[f]["type"], props[f]["format"]) == ("integer", "int32")

@@ -42,7 +42,7 @@ from controller.kube import KubeWriter
 from informers import Resource
 from hack.audit import write_marker, writes_before
 from hack.cluster import LocalCluster, ovsdb_rows
-from hack.objects import Admin, reason, unique, wait_condition
+from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
 from tests.support.ovsdb import ha_chassis_groups
 from tests.support.peers import (ADDRESS_V, IPAM, IPAM_PROVIDER, KUBE_OVN, KUBE_OVN_FINALIZER, KUBEOVN, OURS,
                                  POOL_V, WAIT, Ctl, Trunk, kube_get, kube_ovn_ip, kube_ovn_ready, make_vpc,
@@ -97,7 +97,6 @@ def running(ctl: Ctl) -> Iterator[Ctl]:
 
 
 _ranges = itertools.count(1300, 10)
-_octets = itertools.count(31)
 
 
 class Net:
@@ -108,7 +107,7 @@ class Net:
     def __init__(self, t: "Tenant", name: str, vpc: str) -> None:
         self.t, self.a, self.ns = t, t.a, t.ns
         self.name, self.sub, self.pool, self.vpc = name, unique(name), f"{name}-pool", vpc
-        self.prefix = f"10.{next(_octets)}.0"
+        self.prefix = unique_prefix()
         self.lrp, self.group = f"{vpc}-{self.sub}", f"px-{vpc}-{self.sub}"
 
     def create(self) -> None:
@@ -543,18 +542,30 @@ def test_b15_pool_deleted_while_addresses_are_in_use(bed, admin, trunk, running,
     n.delete()
     held = (f'1 address(es) of pool "{n.pool}" are allocated and 0 ProxmoxMachine(s) reference it; '
             f"1 IPAddress(es) and 1 IPAddressClaim(s) name the pool; the pool is being deleted and still carries "
-            f'{PROTECT_POOL}; VLAN {vid} and subnet "{n.sub}" are kept until they are gone')
+            f"{PROTECT_POOL}; held by IPAddressClaim pm-1-net1-inet, IPAddress pm-1-net1-inet; "
+            f'VLAN {vid} and subnet "{n.sub}" are kept until they are gone')
     wait_for(lambda: reason(n.get(), "Ready") == ("False", "InUse", held), timeout=WAIT, what="InUse with ProtectPool")
     pool = ipam("inclusterippools", n.pool, POOL_V)
     assert pool["metadata"]["deletionTimestamp"] and PROTECT_POOL in pool["metadata"]["finalizers"]
     assert n.vlan()["metadata"]["finalizers"] == [OURS] and OURS in n.finalizers()
 
     # clusterctl move: the Cluster paused, the claim deleted; the provider skips it.
+    skipping = "IPAddressClaim linked to a cluster that is paused, skipping reconciliation"
     co.patch_namespaced_custom_object(*CAPI, ns, "clusters", "pm", {"spec": {"paused": True}})
+    # The provider must have seen the pause before the delete (else, on a loaded machine, it
+    # releases the claim first): touch the claim until it says it skips it.
+    offset = log_size(bed, IPAM_PROVIDER)
+    touches = itertools.count()
+
+    def touched_and_skipped() -> bool:
+        co.patch_namespaced_custom_object(IPAM, ADDRESS_V, ns, "ipaddressclaims", "pm-1-net1-inet", {
+            "metadata": {"labels": {"test.proxmox.cozystack.io/touch": str(next(touches))}}})
+        return skipping in log_since(bed, IPAM_PROVIDER, offset)
+
+    wait_for(touched_and_skipped, timeout=WAIT, interval=0.5, what="the provider seeing the pause")
     offset = log_size(bed, IPAM_PROVIDER)
     co.delete_namespaced_custom_object(IPAM, ADDRESS_V, ns, "ipaddressclaims", "pm-1-net1-inet")
-    wait_for(lambda: "IPAddressClaim linked to a cluster that is paused, skipping reconciliation"
-             in log_since(bed, IPAM_PROVIDER, offset), timeout=WAIT,
+    wait_for(lambda: skipping in log_since(bed, IPAM_PROVIDER, offset), timeout=WAIT,
              what="the provider skipping the paused cluster's claim")
     ctl.resync()
     assert ipam("ipaddressclaims", "pm-1-net1-inet")["metadata"]["deletionTimestamp"]

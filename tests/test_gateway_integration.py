@@ -186,6 +186,87 @@ def test_network_gets_its_group_and_keeps_it_in_shape(admin, admin_client, clust
         r.cleanup()
 
 
+def _refuse_status_vlan(admin_client, ns: str, sfx: str) -> tuple[str, str]:
+    """A ValidatingAdmissionPolicy that refuses every network status write in ``ns`` that
+    records a VLAN: the status write after the group is lost (as when the leader is killed
+    between the two, or the write gets a 409). Returns (policy, binding)."""
+    adm = k8s.AdmissionregistrationV1Api(admin_client)
+    policy, binding = f"test-lose-status-{sfx}", f"test-lose-status-{sfx}"
+    adm.create_validating_admission_policy({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": policy},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{
+                     "apiGroups": ["proxmox.cozystack.io"], "apiVersions": ["*"], "operations": ["UPDATE"],
+                     "resources": ["proxmoxnetworks/status"]}]},
+                 "validations": [{"expression": "!has(object.status) || !has(object.status.vlan) || "
+                                                "object.status.vlan == 0",
+                                  "message": "test: the status write that records the VLAN is lost"}]}})
+    adm.create_validating_admission_policy_binding({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": binding},
+        "spec": {"policyName": policy, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}})
+    return policy, binding
+
+
+def test_a_group_whose_status_write_was_lost_goes_with_the_network(admin, admin_client, cluster, unique_namespace):
+    """The pass that writes a network's group writes its status (with the VLAN) after it; when
+    that write is lost, the stored status never shows the VLAN, and §6 step 3 as written
+    ("status.vlan ≠ 0") would skip the release and leave the group behind until the next
+    collection (5 min). The deletion asks the NB cache too: the group goes before the
+    finalizer (chaos short form, a group left after teardown; docs/architecture.md)."""
+    env = Env(admin, unique_namespace)
+    trunk = Trunk(admin_client, env.provider)
+    ns, net, sub, pool = unique_namespace, "lost", unique("sub"), "p"
+    r = Router(cluster.nbctl, sub)
+    adm = k8s.AdmissionregistrationV1Api(admin_client)
+    policy = binding = ""
+    trunk.join("worker1")
+    try:
+        # Kube-OVN's side first (Subnet bound and Ready, router port), as a load creates them.
+        r.create()
+        env.subnet(sub, sub, vpc=VPC)
+        env.subnet_conditions(sub, ("Validated", "True", ""), ("Ready", "True", ""))
+        env.pool(pool)
+        admin.create_network(ns, net, env.zone, sub, pool)
+        policy, binding = _refuse_status_vlan(admin_client, ns, secrets.token_hex(3))
+
+        def refused() -> bool:
+            try:
+                admin.co.patch_namespaced_custom_object_status(
+                    "proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", net, {"status": {"vlan": 1}},
+                    dry_run="All")
+            except k8s.ApiException as exc:
+                return "the status write that records the VLAN is lost" in str(exc.body)
+            return False
+
+        wait_for(refused, timeout=30, what="the policy refuses status writes with a VLAN")
+        with running_controller(cluster, manage_gateway=True, ovn_nb_address=cluster.nb_tcp,
+                                subnet_prune_timeout=PRUNE, gateway_collect_period=3600.0) as mgr:
+            wait_for(lambda: r.group_rows() and r.pointer(), timeout=40, what="the network's group written")
+            assert r.group_rows()[0]["external_ids"] == {"owner": "proxmox-network", "network": f"{ns}/{net}"}
+            assert "vlan" not in (admin.network(ns, net).get("status") or {})
+            wait_for(lambda: mgr.collector.runs >= 1, timeout=30, what="the collector's start run")
+
+            admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", net)
+            env.delete_subnet(sub)
+            env.vlan_subnets(sub, [])
+            env.gone(net)
+            assert r.group_rows() == [] and r.pointer() == ""
+            assert not env.vlan_exists(sub)
+            # The release did it, not the collector (its next run is an hour away).
+            assert mgr.collector.runs == 1
+            assert mgr.metrics.gateway_groups_collected._value.get() == 0
+    finally:
+        if binding:
+            adm.delete_validating_admission_policy_binding(binding)
+        if policy:
+            adm.delete_validating_admission_policy(policy)
+        trunk.leave("worker1")
+        r.cleanup()
+
+
 def test_subnet_without_vpc_and_foreign_group(admin, admin_client, cluster, unique_namespace):
     env = Env(admin, unique_namespace)
     trunk = Trunk(admin_client, env.provider)
@@ -244,15 +325,16 @@ def test_collector_deletes_groups_of_networks_that_are_gone(admin, cluster, uniq
                 cluster.nbctl("--if-exists", "destroy", "HA_Chassis_Group", u)
 
 
-class NBBed:
-    """The cluster, with nbctl/nb pointing at a private NB server this test may stop."""
-
-    def __init__(self, cluster, server: NBServer) -> None:
-        self.cluster = cluster
-        self.server = server
-
-    def nbctl(self, *args: str) -> str:
-        return self.server.nbctl(*args)
+def private_nb_bed(admin: Admin, admin_client, ns: str, tmp_path) -> tuple[NBServer, Env, Trunk, str, Router]:
+    """A private NB server (this test may stop or pause it), a zone and ``Env`` for ``ns``,
+    trunk node worker1, and a new Subnet name with its router port's helper (not created).
+    Returns (server, env, trunk, subnet, router)."""
+    server = NBServer(tmp_path / "nb").start()
+    env = Env(admin, ns)
+    trunk = Trunk(admin_client, env.provider)
+    trunk.join("worker1")
+    sub = unique("sub")
+    return server, env, trunk, sub, Router(server.nbctl, sub)
 
 
 def _time(value: str) -> dt.datetime:
@@ -265,12 +347,8 @@ def test_nb_outage_grace_survives_a_restart_and_recovers(admin, admin_client, cl
     stays Ready for the grace, then NBUnavailable; a restart in between keeps the
     deadline; recovery restores it."""
     grace = 8.0
-    server = NBServer(tmp_path / "nb").start()
-    env = Env(admin, unique_namespace)
-    trunk = Trunk(admin_client, env.provider)
-    trunk.join("worker1")
-    ns, net, sub = unique_namespace, "out", unique("sub")
-    r = Router(server.nbctl, sub)
+    server, env, trunk, sub, r = private_nb_bed(admin, admin_client, unique_namespace, tmp_path)
+    ns, net = unique_namespace, "out"
     key = NetworkKey(ns, net)
     opts = dict(manage_gateway=True, ovn_nb_address=server.remote, nb_grace_period=grace)
     try:

@@ -937,3 +937,28 @@ def test_retry_after_is_read_from_header_or_status():
     e.headers = {"Retry-After": "3"}
     assert retry_after_seconds(e) == 3.0
     assert retry_after_seconds(ApiException(status=500, reason="x", body="not json")) == 0.0
+
+
+def test_cached_objects_carry_no_managed_fields_unless_the_transform_is_off():
+    """The default transform drops ``metadata.managedFields`` from list items and watch
+    events before the store or a handler sees them (client-go SetTransform; nothing we
+    reconcile reads them); ``transform=None`` keeps objects exactly as served."""
+    mf = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:data": {}}}]
+
+    def served(name: str) -> dict:
+        o = obj(name, rv="1")
+        o["metadata"]["managedFields"] = list(mf)
+        return o
+
+    inf = SharedIndexInformer(CM, NullTransport())
+    events = recorder(inf)
+    inf._on_list([served("a")], "10")
+    inf._on_watch_event("ADDED", served("b"))
+    for key in ("ns/a", "ns/b"):
+        assert "managedFields" not in inf.store.get(key)["metadata"]
+        assert inf.store.get(key)["metadata"]["name"] == key[3:]
+    assert all("managedFields" not in e[2]["metadata"] for e in events)
+
+    raw = SharedIndexInformer(CM, NullTransport(), transform=None)
+    raw._on_list([served("a")], "10")
+    assert raw.store.get("ns/a")["metadata"]["managedFields"] == mf

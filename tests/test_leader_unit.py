@@ -566,6 +566,48 @@ def test_stop_before_acquiring_calls_no_callback():
     assert api.spec()["holderIdentity"] == "b"
 
 
+def test_a_standby_that_stops_acquiring_never_takes_over_a_released_lease():
+    """Issue 17: a rollout SIGTERMs both pods; the old leader releases, and the standby,
+    still shutting down, must not take the lease (it would hold it until it is killed)."""
+    api, clock = FakeLeaseApi(), FakeClock()
+    a, _, ra = lead(api, clock)
+    b, client, rb = make(api, clock, "b")
+    b.step()
+    b.stop_acquiring()
+    a.stop()
+    a.step()
+    assert api.spec()["holderIdentity"] == ""
+    before = len(client.requests)
+    assert b.step() == math.inf
+    assert b.finished and not b.is_leader and rb.started == rb.stopped == 0
+    assert len(client.requests) == before  # not even a read
+    assert api.spec()["holderIdentity"] == ""
+
+
+def test_an_acquire_in_flight_when_acquiring_stops_hands_the_lease_back():
+    api, clock = FakeLeaseApi(), FakeClock()
+    seed_lease(api, "")  # released
+    b, client, rb = make(api, clock, "b")
+    client.meddle(0, "after", b.stop_acquiring)  # SIGTERM while the GET is on its way back
+    assert b.step() == math.inf
+    assert b.finished and not b.is_leader and rb.started == rb.stopped == 0
+    spec = api.spec()
+    assert spec["holderIdentity"] == "" and spec["leaseDurationSeconds"] == 1
+    assert [w["spec"]["holderIdentity"] for _, w in api.writes[1:]] == ["b", ""]  # won, then given back
+
+
+def test_a_leader_that_stops_acquiring_keeps_renewing_until_stopped():
+    api, clock = FakeLeaseApi(), FakeClock()
+    a, _, ra = lead(api, clock)
+    a.stop_acquiring()
+    clock.advance(2)
+    a.step()
+    assert a.is_leader and ra.stopped == 0
+    a.stop()
+    a.step()
+    assert a.finished and ra.stopped == 1 and api.spec()["holderIdentity"] == ""
+
+
 # -- run() on a thread (real time, small durations) -------------------------------------
 
 def run_thread(el):

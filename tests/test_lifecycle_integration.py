@@ -27,7 +27,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from hack.cluster import LocalCluster
-from hack.objects import Admin, reason, unique, wait_condition
+from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
 from tests.support.controller import running_controller
 from tests.support.peers import ADDRESS_V, IPAM_PROVIDER, OURS, Trunk, kube_get, lose_subnet_delete
 from hack.wait import wait_for
@@ -70,14 +70,25 @@ class Env:
     def __init__(self, admin: Admin, ns: str) -> None:
         self.a = admin
         self.ns = ns
+        # A /24 per Subnet (pools of one range anywhere on the bed are PoolOverlapsPool):
+        # ``p`` is the newest Subnet's, which the next pool takes by default.
+        self.p = unique_prefix()
+        self._subnets = 0
         self.provider = unique("pn")[:12]
         self.zone = unique("zone")
         admin.create_provider_network(self.provider)
         admin.create_zone(self.zone, self.provider, ["1200-1299"])
 
     # Kube-OVN ------------------------------------------------------------------------
-    def subnet(self, name: str, vlan: str, cidr="10.20.0.0/24", gateway="10.20.0.1",
-               exclude=("10.20.0.1", "10.20.0.200..10.20.0.250"), vpc="vpc1", finalizers=()) -> dict:
+    def subnet(self, name: str, vlan: str, cidr=None, gateway=None, exclude=None, vpc="vpc1", finalizers=()) -> dict:
+        """Defaults: a /24 of its own (``self.p`` then), gateway .1, ``excludeIps`` .1 and .200-.250."""
+        if cidr is None:
+            if self._subnets:
+                self.p = unique_prefix()
+            self._subnets += 1
+        p = self.p
+        cidr, gateway = cidr or f"{p}.0/24", gateway or f"{p}.1"
+        exclude = (f"{p}.1", f"{p}.200..{p}.250") if exclude is None else exclude
         body = {"apiVersion": "kubeovn.io/v1", "kind": "Subnet",
                 "metadata": {"name": name, "finalizers": list(finalizers)},
                 "spec": {"vlan": vlan, "cidrBlock": cidr, "gateway": gateway, "excludeIps": list(exclude), "vpc": vpc}}
@@ -102,8 +113,10 @@ class Env:
         self.a.set_vlan_status(vlan, {"subnets": subnets})
 
     # IPAM ----------------------------------------------------------------------------
-    def pool(self, name: str, addresses=("10.20.0.200-10.20.0.250",), prefix=24, gateway="10.20.0.1",
-             total=51, used=0) -> dict:
+    def pool(self, name: str, addresses=None, prefix=24, gateway=None, total=51, used=0) -> dict:
+        """Defaults: .200-.250 and gateway .1 of the newest Subnet's /24."""
+        addresses = (f"{self.p}.200-{self.p}.250",) if addresses is None else addresses
+        gateway = gateway or f"{self.p}.1"
         body = {"apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
                 "metadata": {"name": name, "namespace": self.ns},
                 "spec": {"addresses": list(addresses), "prefix": prefix, "gateway": gateway}}
@@ -156,6 +169,7 @@ def ready_network(env: Env, net: str, sub: str, pool: str) -> dict:
 def test_subnet_and_pool_reasons(admin, ctl, unique_namespace):
     # By hand: Kube-OVN's Ready/Validated messages and a full pool's count on command; the real peers overwrite them.
     env = Env(admin, unique_namespace)
+    p = env.p
     ns, net, sub, pool = unique_namespace, "n", unique("sub"), "p"
     admin.create_network(ns, net, env.zone, sub, pool)
     obj = env.wait(net, "VLANAllocated", "Allocated")
@@ -175,7 +189,7 @@ def test_subnet_and_pool_reasons(admin, ctl, unique_namespace):
     env.patch_subnet(sub, {"vlan": sub})
     obj = env.wait(net, "SubnetReady", "SubnetNotReady")
     assert reason(obj, "SubnetReady")[2] == "Kube-OVN has not reported the subnet Ready yet"
-    assert (obj["status"]["cidr"], obj["status"]["gateway"], obj["status"]["prefix"]) == ("10.20.0.0/24", "10.20.0.1", 24)
+    assert (obj["status"]["cidr"], obj["status"]["gateway"], obj["status"]["prefix"]) == (f"{p}.0/24", f"{p}.1", 24)
     assert wait_for(lambda: FINALIZER in (env.get_subnet(sub)["metadata"].get("finalizers") or []))
     assert reason(obj, "IPPoolReady") == ("True", "Ready", "pool lies inside the subnet's excludeIps")
 
@@ -195,19 +209,19 @@ def test_subnet_and_pool_reasons(admin, ctl, unique_namespace):
     assert nsobj.metadata.annotations["proxmox.cozystack.io/networks"] == f"vmbr1/{vid}/{pool}"
 
     cases = [
-        ("pool", {"prefix": 23}, "PoolPrefixMismatch", "pool prefix /23 differs from subnet 10.20.0.0/24"),
-        ("pool", {"prefix": 24, "gateway": "10.20.0.254"}, "PoolGatewayMismatch",
-         'pool gateway "10.20.0.254" differs from subnet gateway "10.20.0.1"'),
-        ("pool", {"gateway": "10.20.0.1", "addresses": ["10.20.0.x"]}, "PoolAddressInvalid",
-         '"10.20.0.x" is not an address, range or CIDR'),
-        ("pool", {"addresses": ["10.21.0.5"]}, "PoolOutsideSubnet", 'pool address "10.21.0.5" is outside 10.20.0.0/24'),
-        ("pool", {"addresses": ["10.20.0.100-10.20.0.210"]}, "PoolOverlapsSubnet",
-         'pool address "10.20.0.100-10.20.0.210" is not in the subnet\'s excludeIps, so Kube-OVN may hand it to a pod'),
-        ("pool", {"addresses": ["10.20.0.200-10.20.0.250"]}, "Ready", "pool lies inside the subnet's excludeIps"),
+        ("pool", {"prefix": 23}, "PoolPrefixMismatch", f"pool prefix /23 differs from subnet {p}.0/24"),
+        ("pool", {"prefix": 24, "gateway": f"{p}.254"}, "PoolGatewayMismatch",
+         f'pool gateway "{p}.254" differs from subnet gateway "{p}.1"'),
+        ("pool", {"gateway": f"{p}.1", "addresses": [f"{p}.x"]}, "PoolAddressInvalid",
+         f'"{p}.x" is not an address, range or CIDR'),
+        ("pool", {"addresses": ["10.21.0.5"]}, "PoolOutsideSubnet", f'pool address "10.21.0.5" is outside {p}.0/24'),
+        ("pool", {"addresses": [f"{p}.100-{p}.210"]}, "PoolOverlapsSubnet",
+         f'pool address "{p}.100-{p}.210" is not in the subnet\'s excludeIps, so Kube-OVN may hand it to a pod'),
+        ("pool", {"addresses": [f"{p}.200-{p}.250"]}, "Ready", "pool lies inside the subnet's excludeIps"),
         ("subnet", {"excludeIps": ["bogus"]}, "SubnetExcludeIPsInvalid", '"bogus" is not an address, range or CIDR'),
-        ("subnet", {"excludeIps": ["10.20.0.200..10.20.0.250"], "cidrBlock": "10.20.0.0/33"}, "SubnetCIDRInvalid",
-         'subnet cidrBlock "10.20.0.0/33": netip.ParsePrefix("10.20.0.0/33"): prefix length out of range'),
-        ("subnet", {"cidrBlock": "10.20.0.0/24"}, "Ready", "pool lies inside the subnet's excludeIps"),
+        ("subnet", {"excludeIps": [f"{p}.200..{p}.250"], "cidrBlock": f"{p}.0/33"}, "SubnetCIDRInvalid",
+         f'subnet cidrBlock "{p}.0/33": netip.ParsePrefix("{p}.0/33"): prefix length out of range'),
+        ("subnet", {"cidrBlock": f"{p}.0/24"}, "Ready", "pool lies inside the subnet's excludeIps"),
     ]
     for what, spec, expected, message in cases:
         (env.patch_pool(pool, spec) if what == "pool" else env.patch_subnet(sub, spec))
@@ -279,7 +293,6 @@ def trunk(peers_admin: Admin) -> Trunk:
 
 
 _ranges = itertools.count(1400, 10)
-_octets = itertools.count(20)
 
 
 class PeerEnv:
@@ -299,7 +312,7 @@ class PeerEnv:
 
     def subnet(self, name: str, vlan: str) -> str:
         """A Subnet on Vlan ``vlan``; returns its first three octets."""
-        p = self.prefixes.setdefault(name, f"10.{next(_octets)}.0")
+        p = self.prefixes.setdefault(name, unique_prefix())
         self.a.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
             "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name},
             "spec": {"vlan": vlan, "cidrBlock": f"{p}.0/24", "gateway": f"{p}.1", "protocol": "IPv4",
@@ -375,7 +388,7 @@ def test_vm_holds_the_network_until_the_last_consumer_is_gone(peers_bed, peers_a
     env.delete_network(net)
 
     in_use = (f'0 address(es) of pool "{pool}" are allocated and 1 ProxmoxMachine(s) reference it; '
-              f'VLAN {vid} and subnet "{sub}" are kept until they are gone')
+              f'held by ProxmoxMachine m1; VLAN {vid} and subnet "{sub}" are kept until they are gone')
     obj = env.wait(net, "Ready", "InUse")
     assert reason(obj, "Ready") == ("False", "InUse", in_use)
 
@@ -393,8 +406,8 @@ def test_vm_holds_the_network_until_the_last_consumer_is_gone(peers_bed, peers_a
         admin.network(ns, net)), what="the machines gone from the message")
     assert reason(obj, "Ready") == ("False", "InUse",
         f'0 address(es) of pool "{pool}" are allocated and 0 ProxmoxMachine(s) reference it; '
-        f'1 IPAddress(es) and 0 IPAddressClaim(s) name the pool; VLAN {vid} and subnet "{sub}" are kept until they '
-        f"are gone")
+        f'1 IPAddress(es) and 0 IPAddressClaim(s) name the pool; held by IPAddress m2-net1-00-inet (its '
+        f'IPAddressClaim m2-net1-00-inet not found); VLAN {vid} and subnet "{sub}" are kept until they are gone')
     assert FINALIZER in admin.vlan(sub)["metadata"]["finalizers"]
     assert FINALIZER in kube_get(admin, "subnets", sub)["metadata"]["finalizers"]
 

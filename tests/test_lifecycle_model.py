@@ -13,7 +13,7 @@ lock, the assumed set, ``split_listed_subnets``/``track_timers``/``release``),
 ``controller.allocator`` and ``controller.prune`` — and ``controller.kube.KubeWriter``, whose
 transport (``request``) is the only thing replaced: :class:`FakeApiServer` answers the
 same HTTP paths with Kubernetes semantics (409 on a create of a taken name or a stale
-resourceVersion, 422 on a failed JSON-patch ``test``, finalizers keep a deleted object
+resourceVersion, 422 (no details) on a failed JSON-patch ``test``, finalizers keep a deleted object
 until the last one is removed).
 
 What is fake: the caches (real ``ThreadSafeStore`` objects fed only when the machine
@@ -45,14 +45,20 @@ from controller import names
 from controller.kube import ApiError, KubeWriter
 from controller.manager import subnet_index_vlan, zone_index_provider
 from controller.network import (
+    ADDRESS_INDEXERS,
+    POOL_INDEXERS,
     Listers,
     NetworkReconciler,
     index_namespace,
-    network_index_pool,
-    network_index_subnet,
-    network_index_zone,
+    network_indexers,
 )
-from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
+from controller.vlans import (
+    VlanManager,
+    vlan_index_edited,
+    vlan_index_provider,
+    vlan_index_provider_id,
+    vlan_index_zone,
+)
 from controller.zone import ZoneReconciler
 from informers import Resource, ThreadSafeStore
 
@@ -62,6 +68,7 @@ PROVIDER = "physnet1"
 # the allocator must serialise per provider, not per zone.
 ZONES = {"z1": ["100-102"], "z2": ["101-103"]}
 PRUNE_TIMEOUT = 60.0
+REUSE_DELAY = 45.0  # --vlan-reuse-delay of the model's controllers
 N = 4  # network slots over the two zones; 4 VLANs in all, one hand-made: IDs compete and are reused
 KUBEOVN_FIN = "kube-ovn-controller"
 
@@ -155,6 +162,8 @@ class FakeApiServer:
         self.rv = 0
         self.violations: list[str] = []
         self.releases = 0
+        self.clock = lambda: _dt.datetime(2026, 1, 1, tzinfo=_dt.timezone.utc)  # the machine's clock
+        self.released_at: dict[int, list[_dt.datetime]] = {}  # our Vlans' IDs -> release times
         # Workers of one controller call in from several threads (concurrent_workers).
         self.lock = threading.RLock()
 
@@ -209,6 +218,8 @@ class FakeApiServer:
         """§6: the moment a Vlan goes, nothing may still use it."""
         self.releases += 1
         labels = vlan["metadata"].get("labels") or {}
+        if labels.get(names.LABEL_NETWORK_NAME):
+            self.released_at.setdefault(vlan["spec"]["id"], []).append(self.clock())
         ns, net = labels.get(names.LABEL_NETWORK_NAMESPACE), labels.get(names.LABEL_NETWORK_NAME)
         vname = vlan["metadata"]["name"]
         # The owning network may be gone already (zone orphan collection): its pool is named
@@ -247,6 +258,13 @@ class FakeApiServer:
             m = body["metadata"]
             if self.find(plural, m["name"], ns) is not None:
                 raise ApiError(409, "AlreadyExists", f'{plural} "{m["name"]}" already exists')
+            if plural == "vlans":
+                # product-decisions.md §8: no ID is handed out again inside its reuse delay.
+                vid, now = body["spec"]["id"], self.clock()
+                for at in self.released_at.get(vid, []):
+                    if now < at + _dt.timedelta(seconds=REUSE_DELAY):
+                        self.violations.append(f"VLAN {vid} reused {(now - at).total_seconds():.0f}s after its "
+                                               f"release (delay {REUSE_DELAY:.0f}s)")
             body = copy.deepcopy(body)
             if ns:
                 body["metadata"]["namespace"] = ns
@@ -273,7 +291,9 @@ class FakeApiServer:
                 new = _merge(cur, body)
             if cur["metadata"].get("deletionTimestamp") and len(new["metadata"].get("finalizers") or []) > len(
                     cur["metadata"].get("finalizers") or []):
-                raise ApiError(422, "Invalid", "no new finalizers can be added if the object is being deleted")
+                # A validation error: details name the object and the field, as kube-apiserver's do.
+                raise ApiError(422, "Invalid", "no new finalizers can be added if the object is being deleted",
+                               {"name": cur["metadata"]["name"], "causes": [{"field": "metadata.finalizers"}]})
             return self.put(plural, new)
         raise AssertionError(f"unexpected {method} {path}")
 
@@ -297,17 +317,16 @@ class FakeWriter(KubeWriter):
 
 def new_stores() -> dict[str, ThreadSafeStore]:
     return {
-        "networks": ThreadSafeStore({"zone": network_index_zone, "subnet": network_index_subnet,
-                                     "ippool": network_index_pool, "namespace": index_namespace}),
+        "networks": ThreadSafeStore(network_indexers()),
         "zones": ThreadSafeStore({"provider": zone_index_provider}),
         "vlans": ThreadSafeStore({"provider": vlan_index_provider, "provider_id": vlan_index_provider_id,
-                                  "zone": vlan_index_zone}),
+                                  "zone": vlan_index_zone, "edited": vlan_index_edited}),
         "namespaces": ThreadSafeStore(),
         "provider_networks": ThreadSafeStore(),
         "subnets": ThreadSafeStore({"vlan": subnet_index_vlan}),
-        "pools": ThreadSafeStore({"namespace": index_namespace}),
+        "pools": ThreadSafeStore(POOL_INDEXERS),
         "machines": ThreadSafeStore({"namespace": index_namespace}),
-        "addresses": ThreadSafeStore({"namespace": index_namespace}),
+        "addresses": ThreadSafeStore(ADDRESS_INDEXERS),
         "claims": ThreadSafeStore({"namespace": index_namespace}),
     }
 
@@ -324,7 +343,8 @@ class Controller:
         listers = Listers(**self.stores)
         self.mono = [0.0]
         self.vlans = VlanManager(self.stores["vlans"], self.stores["zones"], self.writer,
-                                 monotonic=lambda: self.mono[0])
+                                 monotonic=lambda: self.mono[0], networks=self.stores["networks"],
+                                 reuse_delay=REUSE_DELAY, now=clock)
         consumers = {"pools": POOLS, "machines": MACHINES, "addresses": ADDRESSES, "claims": CLAIMS}
         self.net = NetworkReconciler(listers, self.writer, self.vlans, manage_gateway=False, now=clock,
                                      prune_timeout=PRUNE_TIMEOUT, consumer_resources=consumers)
@@ -367,6 +387,7 @@ class Lifecycle(RuleBasedStateMachine):
         # A Vlan made by hand on the provider, not ours (B01): its ID is never handed out.
         self.api.put("vlans", {"metadata": {"name": "legacy-db"}, "spec": {"id": 101, "provider": PROVIDER}})
         self.api.events.clear()
+        self.api.clock = self.clock
         self.ctl = Controller(self.api, self.clock)
         self.pending: list[tuple[str, str, dict]] = []  # events not yet delivered to this controller
         self.gen = [0] * N
@@ -463,6 +484,44 @@ class Lifecycle(RuleBasedStateMachine):
     def handmade_vlan_leaves(self, i):
         if self.api.find("vlans", f"ops-{i}") is not None:
             self.api.delete("vlans", f"ops-{i}")
+        self._sync_events()
+
+    @rule(i=slot, to=st.sampled_from([100, 102, 103]))
+    def someone_edits_the_vlan_id(self, i, to):
+        """A person changes our Vlan's spec.id (issue 15, item 2), to an ID nothing holds,
+        on a settled cluster and seen at once: an edit racing an allocation from a lagging
+        cache is the hand-made-duplicate race above (B01), reported, not prevented."""
+        self.deliver(10_000)
+        v = self.api.find("vlans", self.subnet(i))
+        if v is None or v["metadata"].get("deletionTimestamp"):
+            return
+        held = {(o.get("spec") or {}).get("id") for o in self.api.items("vlans")}
+        held |= {(n.get("status") or {}).get("vlan") for n in self.api.items("proxmoxnetworks")}
+        if to in held:
+            return
+        v["spec"]["id"] = to
+        v["metadata"]["generation"] = int(v["metadata"].get("generation") or 1) + 1
+        self.api.put("vlans", v)
+        self._sync_events()
+        self.deliver(10_000)
+
+    @rule(i=slot, accept=st.booleans())
+    def operator_resolves_the_edit(self, i, accept):
+        """The runbook's two ways out: put the ID back, or accept the new one."""
+        n = self.api.find("proxmoxnetworks", self.net(i), NS)
+        v = self.api.find("vlans", self.subnet(i))
+        if n is None or v is None:
+            return
+        recorded = (n.get("status") or {}).get("vlan")
+        if not recorded or recorded == v["spec"]["id"]:
+            return
+        if accept:
+            n["metadata"].setdefault("annotations", {})[names.ANNOTATION_ACCEPT_VLAN_ID] = str(v["spec"]["id"])
+            self.api.put("proxmoxnetworks", n)
+        else:
+            v["spec"]["id"] = recorded
+            v["metadata"]["generation"] = int(v["metadata"].get("generation") or 1) + 1
+            self.api.put("vlans", v)
         self._sync_events()
 
     # -- Kube-OVN ------------------------------------------------------------------------
@@ -590,6 +649,29 @@ class Lifecycle(RuleBasedStateMachine):
         assert len(ids) == len(set(ids)), f"duplicate IDs: {sorted(ids)}"
 
     @invariant()
+    def no_id_is_held_twice_counting_the_records(self):
+        """An edited Vlan leaves its network on the allocated ID (status.vlan) and the Vlan
+        on the new one: no other network may be given either (product-decisions.md §8)."""
+        vlans = {v["metadata"]["name"]: v for v in self.api.items("vlans")}
+        seen: dict[int, str] = {101: "legacy-db"}
+        for n in self.api.items("proxmoxnetworks"):
+            ids = set()
+            rec = (n.get("status") or {}).get("vlan")
+            if rec:
+                ids.add(rec)
+            v = vlans.get(n["spec"]["subnet"])
+            labels = (v or {}).get("metadata", {}).get("labels") or {}
+            if v is not None and labels.get(names.LABEL_NETWORK_NAME) == n["metadata"]["name"]:
+                ids.add(v["spec"]["id"])
+            for vid in ids:
+                assert vid not in seen, f"VLAN {vid} held by {seen[vid]} and {n['metadata']['name']}"
+                seen[vid] = n["metadata"]["name"]
+
+    @invariant()
+    def no_vlan_reused_inside_its_delay(self):
+        assert not [v for v in self.api.violations if "reused" in v]
+
+    @invariant()
     def no_two_networks_hold_one_vlan(self):
         held = []
         for n in self.api.items("proxmoxnetworks"):
@@ -700,7 +782,7 @@ def test_fake_api_server_speaks_kubernetes():
     try:
         w.add_finalizer(vlans, stale, "other/x")  # resourceVersion test fails
     except ApiError as err:
-        assert err.status == 422
+        assert err.test_failed and err.conflict  # the writer's PatchTestFailed, from the 422
     else:
         raise AssertionError("stale patch must fail")
     w.remove_finalizer(vlans, api.find("vlans", "a"), names.FINALIZER)

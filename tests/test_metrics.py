@@ -29,6 +29,10 @@ SERIES: dict[str, tuple[str, frozenset[str]]] = {
     "cozy_proxmox_network_ippool_addresses": ("gauge", frozenset({"namespace", "network", "state"})),
     "cozy_proxmox_network_consumers": ("gauge", frozenset({"namespace", "network"})),
     "cozy_proxmox_network_deleting": ("gauge", frozenset({"namespace", "network"})),
+    "cozy_proxmox_network_vlan_changed_externally": ("gauge", frozenset({"namespace", "network"})),  # issue 15
+    "cozy_proxmox_network_stuck_holders": ("gauge", frozenset({"namespace", "network"})),  # issue 15
+    "cozy_proxmox_network_pool_overlaps": ("gauge", frozenset({"namespace", "network"})),  # issue 15, item 3
+    "cozy_proxmox_network_address_conflicts": ("gauge", frozenset({"namespace", "network"})),  # issue 15, item 3
     "cozy_proxmox_network_gateway_chassis": ("gauge", frozenset({"namespace", "network"})),
     "cozy_proxmox_network_gateway_ready": ("gauge", frozenset({"namespace", "network"})),
     "cozy_proxmox_gateway_groups_collected_total": ("counter", frozenset()),
@@ -98,6 +102,9 @@ def populate(m: Metrics) -> None:
     m.set_network("tenant-a", "net-1", "zone-a", 101, True, {"total": 20, "used": 5, "free": 15}, False)
     m.set_gateway_chassis("tenant-a", "net-1", 2)
     m.set_gateway_ready("tenant-a", "net-1", True)
+    m.set_vlan_changed("tenant-a", "net-1", False)
+    m.set_stuck_holders("tenant-a", "net-1", 0)
+    m.set_pool_conflicts("tenant-a", "net-1", 0, 0)
     m.gateway_group_collected()
     m.gateway_nb_error()
     m.gateway_nb_transaction("ensure")
@@ -225,6 +232,10 @@ PER_NETWORK = (
     "cozy_proxmox_network_ippool_addresses",
     "cozy_proxmox_network_consumers",
     "cozy_proxmox_network_deleting",
+    "cozy_proxmox_network_vlan_changed_externally",
+    "cozy_proxmox_network_stuck_holders",
+    "cozy_proxmox_network_pool_overlaps",
+    "cozy_proxmox_network_address_conflicts",
     "cozy_proxmox_network_gateway_chassis",
     "cozy_proxmox_network_gateway_ready",
 )
@@ -234,6 +245,9 @@ def _full_network(m: Metrics, ns: str, name: str, vlan: int) -> None:
     m.set_network(ns, name, "z", vlan, True, {"total": 8, "used": 1, "free": 7}, False)
     m.set_gateway_chassis(ns, name, 3)
     m.set_gateway_ready(ns, name, True)
+    m.set_vlan_changed(ns, name, False)
+    m.set_stuck_holders(ns, name, 1)
+    m.set_pool_conflicts(ns, name, 2, 1)
 
 
 def test_forget_network_removes_all_its_series_and_nothing_else():
@@ -254,8 +268,9 @@ def test_forget_network_removes_all_its_series_and_nothing_else():
         left = series_of(m, name)
         assert not any(dict(k).get("namespace") == "ns" and dict(k).get("network") == "net" for k in left)
         assert {(dict(k)["namespace"], dict(k)["network"]) for k in left} == {("ns", "other"), ("ns2", "net")}
-    # 1 ready + 3 pool + consumers + deleting + 2 gateway
-    assert len(gone) == 8
+    # 1 ready + 3 pool + consumers + deleting + vlan changed + stuck holders + pool overlaps
+    # + address conflicts + 2 gateway
+    assert len(gone) == 12
     # forgetting twice, or a network never seen, is harmless
     m.forget_network("ns", "net")
     m.forget_network("nope", "nope")

@@ -27,6 +27,7 @@ from controller.namespaces import (
     desired_value,
     keys_for_namespace,
     keys_for_network,
+    lists_zone_bridge,
     open_pending,
 )
 from controller.gateway import GatewayOutcome
@@ -199,7 +200,7 @@ class Bed:
         overlay = RecentWrites(self.stores["networks"])
         self.nsr = NamespaceReconciler(self.stores["networks"], self.stores["namespaces"], self.writer, overlay,
                                        enqueue=self.ns_queue.append, enqueue_network=self.net_queue.append,
-                                       write_window=1.0, monotonic=self.clock)
+                                       write_window=1.0, monotonic=self.clock, zones=self.stores["zones"])
         self.vlans = VlanManager(self.stores["vlans"], self.stores["zones"], self.writer)
         self.net = NetworkReconciler(Listers(**self.stores), self.writer, self.vlans, manage_gateway=False,
                                      namespaces=self.nsr, recent=overlay)
@@ -239,6 +240,21 @@ class Bed:
         result = self.nsr.reconcile(NS)
         self.deliver()
         return result
+
+    def listed_then_released(self, name: str) -> None:
+        """``name`` created, allocated and listed (two network passes around a namespace
+        pass), then deleted and released (Vlan deleted, our finalizer removed): gone from the
+        API server; its NotFound pass not run yet."""
+        self.create(name)
+        self.deliver()
+        self.network_pass(name)
+        self.namespace_pass()
+        self.network_pass(name)
+        assert self.annotation() == "vmbr1/100/p"
+        self.api.delete("proxmoxnetworks", name, NS)
+        self.deliver()
+        self.network_pass(name)
+        assert self.api.find("proxmoxnetworks", name, NS) is None
 
     def annotation(self) -> str | None:
         return ((self.api.find("namespaces", NS)["metadata"].get("annotations")) or {}).get(ANN)
@@ -328,16 +344,7 @@ def test_a_restarted_controller_writes_nothing():
 
 def test_the_notfound_pass_removes_the_triple_and_the_key_when_empty():
     bed = Bed()
-    bed.create("a")
-    bed.deliver()
-    bed.network_pass("a")
-    bed.namespace_pass()
-    bed.network_pass("a")
-    assert bed.annotation() == "vmbr1/100/p"
-    bed.api.delete("proxmoxnetworks", "a", NS)
-    bed.deliver()
-    bed.network_pass("a")  # the release: Vlan deleted, our finalizer removed
-    assert bed.api.find("proxmoxnetworks", "a", NS) is None
+    bed.listed_then_released("a")
     bed.ns_queue.clear()
     bed.network_pass("a")  # NotFound
     assert bed.ns_queue == [NS]
@@ -364,6 +371,28 @@ def test_a_hand_edit_is_repaired_and_a_namespace_without_networks_is_left_alone(
     bed.clock.t = 5.0
     assert bed.namespace_pass().requeue_after == 600.0  # and again within NAMESPACE_SYNC_PERIOD
     assert bed.annotation() == "vmbr1/100/p"
+
+
+def test_a_leftover_of_a_killed_leader_is_removed_with_no_memory_of_the_departure():
+    """The network went, and the leader that released it died before the namespace pass:
+    the next leader (a fresh reconciler, no departure mark) finds a namespace without
+    networks whose annotation lists a triple on the zone's bridge, and deletes the key."""
+    bed = Bed()
+    bed.listed_then_released("a")  # then the leader dies before its NotFound pass
+    assert bed.annotation() == "vmbr1/100/p"
+    again = Bed(bed.api)
+    assert again.nsr.reconcile(NS).requeue_after is None
+    assert again.annotation() is None
+
+
+def test_lists_zone_bridge():
+    assert lists_zone_bridge("vmbr1/100/p", ["vmbr1"])
+    assert lists_zone_bridge("??,vmbr2/7/q", ["vmbr1", "vmbr2"])
+    assert not lists_zone_bridge("vmbr9/100/p", ["vmbr1"])
+    assert not lists_zone_bridge("??", ["vmbr1"])
+    assert not lists_zone_bridge("vmbr1", ["vmbr1"])  # not a triple
+    assert not lists_zone_bridge("", ["vmbr1"]) and not lists_zone_bridge(None, ["vmbr1"])
+    assert not lists_zone_bridge("vmbr1/100/p", [])
 
 
 def test_without_a_queue_the_pass_writes_annotation_then_status():
@@ -430,6 +459,9 @@ class RecordingGateway:
     def ensure(self, key, vpc, subnet, trunk, siblings) -> GatewayOutcome:
         self.evaluated.append(key)
         return GatewayOutcome(state=GatewayState(CHASSIS_ASSIGNED, "assigned", 1))
+
+    def owns(self, key: str) -> bool:
+        return key in self.evaluated  # a group was written for it
 
     def release(self, key) -> str:
         return ""

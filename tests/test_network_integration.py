@@ -11,7 +11,7 @@ import pytest
 
 from hack.audit import format_writes, write_marker, writes_before
 from tests.support.controller import running_controller
-from hack.objects import Admin, reason, unique
+from hack.objects import PX, Admin, reason, unique
 from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
@@ -169,6 +169,24 @@ def test_zone_invalid_and_exhausted(admin, ctl, provider, unique_namespace):
 
     ex = wait_reason(admin, ns, "second", "ZoneExhausted")
     assert reason(ex, "VLANAllocated")[2] == f'zone "{small}" has no free VLAN in 400'
+
+
+def test_an_id_freed_by_another_zone_on_the_provider_goes_to_the_waiting_network_at_once(
+        admin, ctl, provider, unique_namespace):
+    """Two zones on one provider with overlapping ranges (product-decisions.md §8): zone B's
+    network holds 420, so zone A (range 420 only) is exhausted. Deleting B's network frees 420
+    on the provider, and A's waiting network gets it from that event, not from its 5-minute
+    requeue (§5.10): well inside the 30 s this test waits."""
+    ns = unique_namespace
+    za, zb = unique("za"), unique("zb")
+    admin.create_zone(zb, provider, ["420-421"])
+    admin.create_network(ns, "b1", zb, unique("s"))
+    assert wait_reason(admin, ns, "b1", "Allocated")["status"]["vlan"] == 420
+    admin.create_zone(za, provider, ["420"])
+    admin.create_network(ns, "a1", za, unique("s"))
+    wait_reason(admin, ns, "a1", "ZoneExhausted")
+    admin.co.delete_namespaced_custom_object(*PX, ns, "proxmoxnetworks", "b1")
+    assert wait_reason(admin, ns, "a1", "Allocated")["status"]["vlan"] == 420
 
 
 def test_namespace_selector_refuses_and_creates_nothing(admin, ctl, provider, unique_namespace):
@@ -423,3 +441,66 @@ def test_a_self_made_duplicate_already_bound_stays_a_conflict(admin, ctl, provid
         assert [admin.vlan(s)["spec"]["id"] for s in (subs["older"], subs["newer"])] == [740, 740]
     finally:
         admin.co.delete_cluster_custom_object("kubeovn.io", "v1", "subnets", subs["newer"])
+
+
+POOL_CIDRS = "proxmox.cozystack.io/pool-cidrs"
+
+
+def _create_pool(admin, ns, name, addresses):
+    admin.co.create_namespaced_custom_object("ipam.cluster.x-k8s.io", "v1alpha2", ns, "inclusterippools", {
+        "apiVersion": "ipam.cluster.x-k8s.io/v1alpha2", "kind": "InClusterIPPool",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"addresses": addresses, "prefix": 24, "gateway": "10.66.0.1"}})
+
+
+def _pool_cidrs(admin, sub):
+    return (admin.vlan(sub)["metadata"].get("annotations") or {}).get(POOL_CIDRS)
+
+
+def test_the_vlan_carries_the_pool_as_cidrs_and_a_resync_or_restart_rewrites_nothing(admin, cluster, provider,
+                                                                                       unique_namespace):
+    """Issue 15, item 6: the network's Vlan carries its pool's addresses as CIDRs for the
+    fixed-address admission policies (docs/admission.md); it follows the pool, a hand edit is
+    put back, and neither a full resync nor a restart writes it again (audit log)."""
+    ns = unique_namespace
+    zname = unique("zone")
+    admin.create_zone(zname, provider, ["1200-1209"])
+    sub = unique("s")
+    # 10.66.0.100-10.66.0.150, by hand: .100-.103 /30, .104-.111 /29, .112-.127 /28, .128-.143 /28,
+    # .144-.147 /30, .148-.149 /31, .150 /32
+    _create_pool(admin, ns, "pool", ["10.66.0.100-10.66.0.150"])
+    admin.create_network(ns, "n", zname, sub, "pool")
+    want = "10.66.0.100/30,10.66.0.104/29,10.66.0.112/28,10.66.0.128/28,10.66.0.144/30,10.66.0.148/31,10.66.0.150/32"
+    with running_controller(cluster) as ctl:
+        wait_reason(admin, ns, "n", "Allocated")
+        wait_for(lambda: _pool_cidrs(admin, sub) == want, what="pool-cidrs written")
+        # the pool changes: the annotation follows
+        admin.co.patch_namespaced_custom_object("ipam.cluster.x-k8s.io", "v1alpha2", ns, "inclusterippools", "pool",
+                                                {"spec": {"addresses": ["10.66.0.200/29", "10.66.0.208"]}})
+        wait_for(lambda: _pool_cidrs(admin, sub) == "10.66.0.200/29,10.66.0.208/32", what="pool-cidrs follow the pool")
+        # a hand edit is put back on the next pass
+        admin.co.patch_cluster_custom_object("kubeovn.io", "v1", "vlans", sub,
+                                             {"metadata": {"annotations": {POOL_CIDRS: "0.0.0.0/0"}}})
+        ctl.enqueue_all()
+        wait_for(lambda: _pool_cidrs(admin, sub) == "10.66.0.200/29,10.66.0.208/32", what="hand edit put back")
+        for _ in range(2):  # let every in-flight pass finish
+            done = ctl.resyncs_completed
+            ctl.enqueue_all()
+            wait_for(lambda: ctl.resyncs_completed > done, what="resync complete")
+        before = write_marker(cluster)
+        done = ctl.resyncs_completed
+        ctl.enqueue_all()
+        wait_for(lambda: ctl.resyncs_completed > done, what="resync complete")
+        marker = write_marker(cluster)
+        writes = writes_before(cluster, cluster.controller_user, marker, since_marker=before)
+        assert writes == [], format_writes(writes)
+    before = write_marker(cluster)
+    with running_controller(cluster) as ctl:  # a restart: the same value is found, nothing is written
+        for _ in range(2):  # every key passed over at least once after the start
+            done = ctl.resyncs_completed
+            ctl.enqueue_all()
+            wait_for(lambda: ctl.resyncs_completed > done, what="resync complete")
+        marker = write_marker(cluster)
+    writes = writes_before(cluster, cluster.controller_user, marker, since_marker=before)
+    assert [w for w in writes if w.resource == "vlans"] == [], format_writes(writes)
+    assert _pool_cidrs(admin, sub) == "10.66.0.200/29,10.66.0.208/32"

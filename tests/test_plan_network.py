@@ -38,6 +38,7 @@ from controller.actions import (
     ReleaseVlan,
     RemoveFinalizer,
     RequestTriple,
+    SetPoolCidrs,
     SetPruneTimers,
     SplitListed,
     WriteStatus,
@@ -59,6 +60,9 @@ SUBNET, POOL, VPC, VID = "sub-a", "pool-a", "vpc-x", 101
 LRP = f"{VPC}-{SUBNET}"
 TRIPLE = f"{BRIDGE}/{VID}/{POOL}"
 DELETED_AT = "2026-10-07T07:30:00Z"
+# The default pool() (10.0.0.10-10.0.0.50) as the fewest CIDRs covering exactly it, worked out
+# by hand: .10-.11 /31, .12-.15 /30, .16-.31 /28, .32-.47 /28, .48-.49 /31, .50 /32.
+POOL_CIDRS = "10.0.0.10/31,10.0.0.12/30,10.0.0.16/28,10.0.0.32/28,10.0.0.48/31,10.0.0.50/32"
 ASSIGNED = (f'router port "{LRP}" has HA chassis group "px-{LRP}" with 2 chassis (ch1=100, ch2=90); '
             "the highest priority is active")
 
@@ -92,15 +96,20 @@ def namespace(labels=None):
 
 
 def vlan(name=SUBNET, vid=VID, *, owner=(NS, NAME), provider=PROVIDER, finalizers=(FIN,), subnets=(),
-         conflict=None, annotations=None, uid="uid-vlan", created="2026-10-07T07:00:00Z", deleting=None):
+         conflict=None, annotations=None, uid="uid-vlan", created="2026-10-07T07:00:00Z", deleting=None,
+         pool_cidrs=POOL_CIDRS):
+    """A Vlan as the controller keeps it; ``pool_cidrs`` is its admission annotation (None: absent)."""
     meta: dict[str, Any] = {
         "name": name, "uid": uid, "creationTimestamp": created, "resourceVersion": "11",
         "labels": {names.LABEL_ZONE: ZONE, names.LABEL_NETWORK_NAMESPACE: owner[0],
                    names.LABEL_NETWORK_NAME: owner[1]},
         "finalizers": list(finalizers),
     }
-    if annotations:
-        meta["annotations"] = dict(annotations)
+    ann = dict(annotations or {})
+    if pool_cidrs is not None:
+        ann[names.ANNOTATION_POOL_CIDRS] = pool_cidrs
+    if ann:
+        meta["annotations"] = ann
     if deleting:
         meta["deletionTimestamp"] = deleting
     status: dict[str, Any] = {"subnets": list(subnets)}
@@ -270,10 +279,23 @@ def test_no_vlan_plans_an_allocation_then_reports_it():
     made = vlan()
     s = live(vlan=None, holders=())
     p = drive(s, {"allocate": {"vlan": made, "holders": (made,), "allocated_now": True}})
-    assert p.applied[0] == AllocateVlan(s.network, s.zone)
+    # The pool is in the cache: the Vlan is created with its CIDRs (issue 15 item 6), so no
+    # second write follows the create.
+    assert p.applied[0] == AllocateVlan(s.network, s.zone, ((names.ANNOTATION_POOL_CIDRS, POOL_CIDRS),))
+    assert p.of(SetPoolCidrs) == []
     assert p.crm("VLANAllocated") == ("True", "Allocated", f"VLAN {VID} on bridge {BRIDGE}")
     ev = [a for a in p.of(Event) if a.reason == "VLANAllocated"]
     assert len(ev) == 1 and ev[0].type == "Normal" and str(VID) in ev[0].message
+
+
+def test_an_allocation_before_the_pool_is_known_carries_no_cidrs_and_the_next_step_writes_them():
+    made = vlan(pool_cidrs=None)
+    s = live(vlan=None, holders=(), pool=None)
+    p = drive(s, {"allocate": {"vlan": made, "holders": (made,), "allocated_now": True}})
+    assert p.applied[0] == AllocateVlan(s.network, s.zone)
+    assert p.of(SetPoolCidrs) == []  # nothing to write while the pool is absent
+    later = drive(live(vlan=made, holders=(made,)))
+    assert later.of(SetPoolCidrs) == [SetPoolCidrs(made, POOL_CIDRS)]
 
 
 @pytest.mark.parametrize("reason, message", [
@@ -319,6 +341,83 @@ def test_vlan_name_taken(owner, shown):
     assert p.crm("VLANAllocated") == ("False", "VLANNameTaken",
                                       f'Kube-OVN Vlan "{SUBNET}" exists and belongs to {shown}')
     assert not p.of(AdoptVlan) and not p.of(AllocateVlan)
+
+
+# -- issue 15, item 7: bad input ends in a condition; the oldest claimant wins ------------------
+
+
+@pytest.mark.parametrize("subnet, why", [
+    ("Sub_A", "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+              "and must start and end with an alphanumeric character"),
+    ("-sub", "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+             "and must start and end with an alphanumeric character"),
+    ("a" * 254, "must be no more than 253 characters (it has 254)"),
+])
+def test_a_subnet_name_the_api_server_refuses_is_a_condition_not_a_create(subnet, why):
+    net = network()
+    net["spec"]["subnet"] = subnet
+    p = drive(live(network=net, vlan=None, holders=()))
+    shown = subnet if len(subnet) <= 64 else subnet[:64] + "..."
+    msg = (f'spec.subnet "{shown}" cannot name a Kube-OVN Vlan or Subnet: {why}; '
+           "spec.subnet is immutable: recreate the network with the name of the Kube-OVN Subnet")
+    assert p.crm("VLANAllocated") == ("False", "SubnetNameInvalid", msg)
+    assert p.crm("Ready") == ("False", "SubnetNameInvalid", msg)
+    assert not p.of(AllocateVlan)
+    # No retry until the spec changes: the pass succeeds and comes back only as every
+    # network does (the periodic check), not with a write's backoff.
+    assert p.last.requeue_after == drive(live()).last.requeue_after
+
+
+def test_a_253_character_dotted_name_is_a_valid_vlan_name():
+    net = network()
+    net["spec"]["subnet"] = ".".join(["a" * 63] * 4)[:253].rstrip(".")
+    made = vlan()
+    p = drive(live(network=net, vlan=None, holders=()), {"allocate": {"vlan": made, "holders": (made,)}})
+    assert p.of(AllocateVlan)
+
+
+def rival(ns, name, created, uid):
+    r = network(uid=uid)
+    r["metadata"].update({"namespace": ns, "name": name, "creationTimestamp": created})
+    return r
+
+
+def test_an_older_network_naming_the_subnet_keeps_it_whatever_the_order():
+    me = network()
+    me["metadata"]["creationTimestamp"] = "2026-10-07T07:10:00Z"
+    older = rival("tenant-b", "net-b", "2026-10-07T07:05:00Z", "uid-b")
+    p = drive(live(network=me, vlan=None, holders=(), rivals=(me, older)))
+    assert p.crm("VLANAllocated") == (
+        "False", "VLANNameTaken",
+        f'Subnet "{SUBNET}" is claimed by network tenant-b/net-b, created first (2026-10-07T07:05:00Z); '
+        "one Subnet extends to one network")
+    assert not p.of(AllocateVlan)
+    # The older one allocates with the newer one in its cache.
+    s = live(network=older, vlan=None, holders=(), rivals=(me, older))
+    made = vlan(owner=("tenant-b", "net-b"))
+    assert drive(s, {"allocate": {"vlan": made, "holders": (made,)}}).of(AllocateVlan)
+
+
+def test_same_creation_second_is_ordered_by_namespace_then_name():
+    at = "2026-10-07T07:05:00Z"
+    me = rival(NS, NAME, at, "uid-net")
+    before = rival("a-first", "zz", at, "uid-a")  # "a-first" < "tenant-a"
+    assert drive(live(network=me, vlan=None, holders=(), rivals=(before, me))).crm("VLANAllocated")[1] == "VLANNameTaken"
+    after = rival(NS, "net-z", at, "uid-z")
+    made = vlan()
+    assert drive(live(network=me, vlan=None, holders=(), rivals=(after, me)),
+                 {"allocate": {"vlan": made, "holders": (made,)}}).of(AllocateVlan)
+
+
+def test_a_network_that_holds_its_vlan_keeps_it_when_an_older_rival_appears():
+    # Never release on a guess: the newer one already took the Vlan; the older one reads
+    # VLANNameTaken (the Vlan belongs to the other).
+    me = network()
+    me["metadata"]["creationTimestamp"] = "2026-10-07T07:10:00Z"
+    older = rival("tenant-b", "net-b", "2026-10-07T07:05:00Z", "uid-b")
+    p = drive(live(network=me, rivals=(me, older)))
+    assert p.crm("VLANAllocated")[1] == "Allocated"
+    assert not p.of(ReleaseVlan)
 
 
 def test_vlan_provider_mismatch():
@@ -369,16 +468,64 @@ def test_mtu_is_copied_from_the_zone():
     assert "mtu" not in drive(live(network=network({"mtu": 9000}))).status
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product-decisions.md §8: a Vlan whose spec.id differs from status.vlan was changed by someone else: "
-    "VLANChangedExternally, never written back, never followed silently. plan_network._Live.fill sets "
-    "status.vlan = the Vlan's spec.id and reports Allocated"))
+def edited(vid: int):
+    """Our Vlan after someone changed its spec.id by hand (the edit bumps the generation)."""
+    v = vlan(vid=vid)
+    v["metadata"]["generation"] = 2
+    return v
+
+
+CHANGED = (f'Vlan "{SUBNET}" was changed to VLAN 107 by someone else, but VLAN {VID} was allocated to this '
+           f'network and its VMs still use it; put spec.id of Vlan "{SUBNET}" back to {VID}, or accept VLAN 107 '
+           'by annotating this network proxmox.cozystack.io/accept-vlan-id="107"')
+
+
 def test_vlan_id_changed_under_the_network_is_not_followed():
+    # product-decisions.md §8: the allocation record is status.vlan; never written back,
+    # never followed silently.
+    v = edited(107)
+    recorded = {"vlan": VID, "vlanName": SUBNET, "bridge": BRIDGE}
+    p = drive(live(vlan=v, holders=(v,), network=network(recorded)))
+    assert p.crm("VLANAllocated") == ("False", "VLANChangedExternally", CHANGED)
+    assert p.crm("Ready") == ("False", "VLANChangedExternally", CHANGED)
+    assert p.status["vlan"] == VID  # the record (and so the namespace triple) keeps the allocated ID
+    assert not [a for a in p.applied if isinstance(a, (AdoptVlan, AllocateVlan, ReleaseVlan, RequestTriple))]
+    assert p.of(WriteStatus)[-1].event == EventSpec("Warning", "VLANChangedExternally", CHANGED)
+    assert Metric("set_vlan_changed", (NS, NAME, True)) in p.applied
+
+
+def test_vlan_id_put_back_is_allocated_again():
+    recorded = {"vlan": VID, "vlanName": SUBNET, "bridge": BRIDGE}
+    v = edited(VID)  # generation 3 after the second edit: same ID as recorded
+    v["metadata"]["generation"] = 3
+    p = drive(live(vlan=v, holders=(v,), network=network(recorded)))
+    assert p.crm("VLANAllocated")[:2] == ("True", "Allocated")
+    assert Metric("set_vlan_changed", (NS, NAME, False)) in p.applied
+
+
+@pytest.mark.parametrize("value, follows", [("107", True), (" 107 ", True), ("105", False), ("", False)])
+def test_the_operator_accepts_the_new_id_with_the_annotation(value, follows):
+    net = network({"vlan": VID, "vlanName": SUBNET, "bridge": BRIDGE})
+    net["metadata"]["annotations"] = {names.ANNOTATION_ACCEPT_VLAN_ID: value}
+    v = edited(107)
+    p = drive(live(vlan=v, holders=(v,), network=net, annotation=f"{TRIPLE},{BRIDGE}/107/{POOL}"))
+    if follows:
+        assert p.crm("VLANAllocated") == ("True", "Allocated", f"VLAN 107 on bridge {BRIDGE}")
+        assert p.status["vlan"] == 107
+    else:
+        assert p.crm("VLANAllocated")[1] == "VLANChangedExternally"
+        assert p.status["vlan"] == VID
+
+
+def test_a_vlan_the_controller_made_anew_is_followed():
+    # A repaired duplicate is a new Vlan (generation 1) with a new ID: the controller's own
+    # allocation, even when the status write of that pass was lost.
     v = vlan(vid=107)
+    v["metadata"]["generation"] = 1
     p = drive(live(vlan=v, holders=(v,), network=network({"vlan": VID, "vlanName": SUBNET, "bridge": BRIDGE}),
                    annotation=f"{TRIPLE},{BRIDGE}/107/{POOL}"))
-    assert p.crm("VLANAllocated")[:2] == ("False", "VLANChangedExternally")
-    assert p.status["vlan"] == VID
+    assert p.crm("VLANAllocated")[:2] == ("True", "Allocated")
+    assert p.status["vlan"] == 107
 
 
 # -- duplicates (product-decisions.md §7, §8) --------------------------------------------------
@@ -591,10 +738,182 @@ def test_pool_without_address_counts_keeps_the_previous_usage():
     assert p.status["ipPool"] == {"total": 41, "used": 1, "free": 40}
 
 
+# -- issue 15, item 3: PoolOverlapsPool, AddressConflict ------------------------------------
+
+OVERLAP_TAIL = ("; the IPAM provider checks addresses only within one pool, so two machines can be given the "
+                "same address: take the shared addresses out of one of the pools (spec.addresses or "
+                "spec.excludedAddresses)")
+CONFLICT_TAIL = ("; a machine given one of them clashes with the pod: give the pod another address, or take the "
+                 "address out of the pool (spec.excludedAddresses)")
+
+
+def other_pool(name, addresses, ns="tenant-b"):
+    meta = {"name": name, **({"namespace": ns} if ns else {})}
+    return {"metadata": meta, "spec": {"addresses": list(addresses), "prefix": 24, "gateway": "10.0.0.1"}}
+
+
+def kube_ovn_ip(name, address, pod="web-1", ns=NS):
+    return {"metadata": {"name": name},
+            "spec": {"podName": pod, "namespace": ns, "subnet": SUBNET, "v4IpAddress": address}}
+
+
+def test_pool_overlapping_other_pools():
+    others = (("InClusterIPPool", pool()),  # the network's own pool, as the index returns it
+              ("InClusterIPPool", other_pool("pool-b", ["10.0.0.40-10.0.0.60"])),
+              ("GlobalInClusterIPPool", other_pool("shared", ["10.0.0.45"], ns=None)),
+              ("InClusterIPPool", other_pool("far", ["10.0.0.51-10.0.0.60"])))
+    p = drive(live(other_pools=others))
+    message = ('addresses of InClusterIPPool "pool-a" are also in InClusterIPPool tenant-b/pool-b '
+               "(10.0.0.40-10.0.0.50), GlobalInClusterIPPool shared (10.0.0.45)" + OVERLAP_TAIL)
+    assert p.crm("IPPoolReady") == ("False", "PoolOverlapsPool", message)
+    assert p.crm("Ready") == ("False", "PoolOverlapsPool", message)
+    assert Metric("set_pool_conflicts", (NS, NAME, 2, 0)) in p.applied
+
+
+def test_pool_overlapping_nothing_but_itself_is_ready():
+    p = drive(live(other_pools=(("InClusterIPPool", pool()), ("InClusterIPPool", other_pool("x", ["10.0.1.1"])))))
+    assert p.crm("IPPoolReady")[:2] == ("True", "Ready")
+    assert Metric("set_pool_conflicts", (NS, NAME, 0, 0)) in p.applied
+
+
+def test_same_pool_name_in_another_namespace_is_another_pool():
+    p = drive(live(other_pools=(("InClusterIPPool", other_pool(POOL, ["10.0.0.50"], ns="tenant-b")),)))
+    assert p.crm("IPPoolReady")[:2] == ("False", "PoolOverlapsPool")
+    assert "InClusterIPPool tenant-b/pool-a (10.0.0.50)" in p.crm("IPPoolReady")[2]
+
+
+def test_address_held_by_a_kube_ovn_ip():
+    addr = {"metadata": {"name": "vm1-inet", "namespace": NS},
+            "spec": {"address": "10.0.0.20", "poolRef": {"kind": "InClusterIPPool", "name": POOL}}}
+    p = drive(live(kube_ovn_ips=(kube_ovn_ip("web-1.tenant-a", "10.0.0.20"),
+                                 kube_ovn_ip("db.tenant-a", "10.0.0.200", pod="db")),
+                   pool_addresses=(addr,)))
+    message = ('Kube-OVN has given addresses of InClusterIPPool "pool-a" to pods: 10.0.0.20 (pod tenant-a/web-1, '
+               "Kube-OVN IP web-1.tenant-a, IPAddress tenant-a/vm1-inet)" + CONFLICT_TAIL)
+    assert p.crm("IPPoolReady") == ("False", "AddressConflict", message)
+    assert p.crm("Ready") == ("False", "AddressConflict", message)
+    assert Metric("set_pool_conflicts", (NS, NAME, 0, 1)) in p.applied
+
+
+def test_pool_precedence_split_then_overlap_then_conflict_then_exhausted():
+    overlap = (("InClusterIPPool", other_pool("pool-b", ["10.0.0.10"])),)
+    conflict = (kube_ovn_ip("web-1.tenant-a", "10.0.0.11"),)
+    # A split failure first (the pool's own fault); the gauges still count.
+    p = drive(live(pool=pool(prefix=25), other_pools=overlap, kube_ovn_ips=conflict))
+    assert p.crm("IPPoolReady")[:2] == ("False", "PoolPrefixMismatch")
+    assert Metric("set_pool_conflicts", (NS, NAME, 1, 1)) in p.applied
+    # Then the overlap, then the conflict, and only then the True reasons.
+    assert drive(live(other_pools=overlap, kube_ovn_ips=conflict)).crm("IPPoolReady")[1] == "PoolOverlapsPool"
+    assert drive(live(kube_ovn_ips=conflict, pool=pool(ip=(41, 41, 0)))).crm("IPPoolReady")[1] == "AddressConflict"
+
+
+def test_pool_clashes_wait_for_the_bound_subnet():
+    p = drive(live(subnet=subnet(bound_to="other"), other_pools=(("InClusterIPPool", other_pool("b", ["10.0.0.10"])),)))
+    assert p.crm("IPPoolReady")[:2] == ("Unknown", "SubnetUnavailable")
+
+
+def test_a_converged_overlap_writes_nothing_more():
+    s = live(other_pools=(("InClusterIPPool", other_pool("pool-b", ["10.0.0.10"])),))
+    assert not drive(converged(s)).of(WriteStatus)
+
+
+def test_garbage_in_other_pools_and_ips_is_no_crash():
+    others = (("InClusterIPPool", {"metadata": {"name": "g", "namespace": "x"}, "spec": {"addresses": ["garbage", 5]}}),
+              ("GlobalInClusterIPPool", {"metadata": {"name": "h"}, "spec": None}),
+              ("InClusterIPPool", {"metadata": {}}))
+    ips = ({"metadata": {"name": "weird"}, "spec": {"v4IpAddress": "10.0.0.x,", "ipAddress": 7}}, {})
+    p = drive(live(other_pools=others, kube_ovn_ips=ips))
+    assert p.crm("IPPoolReady")[:2] == ("True", "Ready")
+
+
 def test_pool_ready():
     p = drive(live())
     assert p.crm("IPPoolReady") == ("True", "Ready", "pool lies inside the subnet's excludeIps")
     assert p.status["ipPool"] == {"total": 41, "used": 3, "free": 38}
+
+
+# =============================================================================================
+# Issue 15, item 6: the pool's addresses on the Vlan, for admission (docs/admission.md)
+# =============================================================================================
+
+CIDRS_KEY = names.ANNOTATION_POOL_CIDRS
+
+
+def test_a_vlan_without_the_pool_cidrs_gets_them_before_the_status():
+    v = vlan(pool_cidrs=None)
+    p = drive(live(vlan=v, holders=(v,)))
+    assert p.of(SetPoolCidrs) == [SetPoolCidrs(v, POOL_CIDRS)]
+    assert p.index(lambda a: isinstance(a, SetPoolCidrs)) < p.index(lambda a: isinstance(a, WriteStatus))
+    assert p.crm("Ready")[0] == "True"
+    assert p.snapshot.vlan["metadata"]["annotations"] == {CIDRS_KEY: POOL_CIDRS}
+
+
+def test_a_vlan_with_the_right_pool_cidrs_is_not_written():
+    s = converged(live())
+    plan = plan_network(s)
+    assert not [a for a in plan.actions if isinstance(a, SetPoolCidrs)]
+    assert plan.writes == ()
+
+
+@pytest.mark.parametrize("addresses,expected", [
+    # ranges, CIDRs and single addresses (reference-behaviour.md §5.6 syntax), worked out by hand
+    (["10.0.0.100..10.0.0.103"], "10.0.0.100/30"),
+    (["10.0.0.7/30", " 10.0.0.20 "], "10.0.0.4/30,10.0.0.20/32"),
+    (["10.0.0.21", "10.0.0.20"], "10.0.0.20/31"),                      # merged, ascending
+    (["10.0.0.10-10.0.0.12", "fd00::1-fd00::3"], "10.0.0.10/31,10.0.0.12/32,fd00::1/128,fd00::2/127"),
+])
+def test_the_pool_cidrs_follow_the_pool(addresses, expected):
+    p = drive(live(pool=pool(addresses=addresses, prefix=24)))
+    assert [a.value for a in p.of(SetPoolCidrs)] == [expected]
+
+
+def test_a_pool_without_a_usable_address_removes_the_pool_cidrs():
+    p = drive(live(pool=pool(addresses=["not-an-address"])))
+    assert [a.value for a in p.of(SetPoolCidrs)] == [None]
+    assert p.crm("IPPoolReady")[1] == "PoolAddressInvalid"
+    v = vlan(pool_cidrs=None)
+    assert drive(live(vlan=v, holders=(v,), pool=pool(addresses=[]))).of(SetPoolCidrs) == []
+
+
+def test_an_absent_pool_leaves_the_pool_cidrs_as_they_are():
+    v = vlan(pool_cidrs="10.9.9.0/24")
+    p = drive(live(vlan=v, holders=(v,), pool=None))
+    assert p.of(SetPoolCidrs) == []
+    assert p.crm("IPPoolReady")[1] == "PoolNotFound"
+
+
+@pytest.mark.parametrize("kw", [
+    {"owner": ("tenant-b", "net-b")},                    # VLANNameTaken: not this network's Vlan
+    {"deleting": "2026-10-07T07:59:00Z"},                # Terminating
+], ids=["foreign", "terminating"])
+def test_no_pool_cidrs_on_a_vlan_that_is_not_ours_to_write(kw):
+    v = vlan(pool_cidrs=None, **kw)
+    assert drive(live(vlan=v, holders=(v,))).of(SetPoolCidrs) == []
+
+
+def test_an_adopted_vlan_gets_the_pool_cidrs_after_the_adoption():
+    v = vlan(finalizers=(), pool_cidrs=None)
+    p = drive(live(vlan=v, holders=(v,)))
+    (adopt,), (cidrs,) = p.of(AdoptVlan), p.of(SetPoolCidrs)
+    assert p.applied.index(adopt) < p.applied.index(cidrs)
+    assert FIN in cidrs.vlan["metadata"]["finalizers"]  # patched on top of the adopted Vlan
+    assert cidrs.value == POOL_CIDRS
+
+
+def test_the_pool_cidrs_are_written_while_the_vlan_id_was_changed_by_hand():
+    """VLANChangedExternally stops the pass, but the pool is still the network's."""
+    v = vlan(vid=109, pool_cidrs=None)
+    v["metadata"]["generation"] = 2
+    p = drive(live(vlan=v, holders=(v,), network=network({"vlan": VID})))
+    assert p.crm("VLANAllocated")[1] == "VLANChangedExternally"
+    assert [a.value for a in p.of(SetPoolCidrs)] == [POOL_CIDRS]
+
+
+def test_a_deleting_network_never_writes_the_pool_cidrs():
+    net = network({"vlan": VID}, deleting=DELETED_AT)
+    v = vlan(pool_cidrs=None)
+    p = drive(live(network=net, vlan=v, holders=(v,), consumers=Consumers(machines=1)))
+    assert p.of(SetPoolCidrs) == []
 
 
 # =============================================================================================
@@ -782,16 +1101,55 @@ def test_in_use_from_the_fresh_consumer_list():
     assert not p.of(Get)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "product-decisions.md §8: holders are named in InUse (first five, then a count). "
-    "controller.consumers.Consumers carries counts only, so the InUse message names no holder"))
-def test_in_use_names_the_holders():
-    machines = [{"metadata": {"name": f"pm-{i}", "namespace": NS},
-                 "spec": {"network": {"default": {"ipv4PoolRef": {"kind": "InClusterIPPool", "name": POOL}}}}}
-                for i in range(7)]
+def machine(name, **meta):
+    return {"metadata": {"name": name, "namespace": NS, **meta},
+            "spec": {"network": {"default": {"ipv4PoolRef": {"kind": "InClusterIPPool", "name": POOL}}}}}
+
+
+def claim(name, address="", **meta):
+    out = {"metadata": {"name": name, "namespace": NS, **meta},
+           "spec": {"poolRef": {"kind": "InClusterIPPool", "name": POOL}}}
+    if address:
+        out["status"] = {"addressRef": {"name": address}}
+    return out
+
+
+def address(name, claim_name="", **meta):
+    spec = {"poolRef": {"kind": "InClusterIPPool", "name": POOL}}
+    if claim_name:
+        spec["claimRef"] = {"name": claim_name}
+    return {"metadata": {"name": name, "namespace": NS, **meta}, "spec": spec}
+
+
+def test_in_use_names_the_first_five_holders_then_a_count():
+    # product-decisions.md §8: holders are named in InUse (first five, then a count).
+    machines = [machine(f"pm-{i}") for i in range(7)]
     p = drive(deleting(consumers=count_consumers(None, POOL, machines, [], [])))
-    msg = p.crm("Ready")[2]
-    assert all(f"pm-{i}" in msg for i in range(5)) and "pm-5" not in msg
+    assert p.crm("Ready") == ("False", "InUse", (
+        f'0 address(es) of pool "{POOL}" are allocated and 7 ProxmoxMachine(s) reference it; held by '
+        "ProxmoxMachine pm-0, ProxmoxMachine pm-1, ProxmoxMachine pm-2, ProxmoxMachine pm-3, ProxmoxMachine pm-4 "
+        f'and 2 more; VLAN {VID} and subnet "{SUBNET}" are kept until they are gone'))
+    assert Metric("set_stuck_holders", (NS, NAME, 0)) in p.applied
+
+
+def test_in_use_says_what_is_odd_about_each_holder():
+    # Issue 15, item 4 (cluster-api-ipam-provider-in-cluster PR #317: a claim stuck
+    # Terminating on a finalizer whose owner is gone).
+    stuck = claim("vm-0-eth0", address="vm-0-eth0", deletionTimestamp="2026-10-07T07:40:00Z",
+                  finalizers=["ipam.cluster.x-k8s.io/ReleaseAddress"],
+                  ownerReferences=[{"kind": "ProxmoxMachine", "name": "vm-0", "uid": "u0"}])
+    c = count_consumers(None, POOL, [machine("vm-1")],
+                        [address("vm-0-eth0", "vm-0-eth0"), address("lost", "gone-claim")],
+                        [stuck, claim("vm-1-eth0")])
+    p = drive(deleting(consumers=c))
+    assert p.crm("Ready")[2] == (
+        f'0 address(es) of pool "{POOL}" are allocated and 1 ProxmoxMachine(s) reference it; '
+        "2 IPAddress(es) and 2 IPAddressClaim(s) name the pool; held by ProxmoxMachine vm-1, "
+        "IPAddressClaim vm-0-eth0 (deleting since 2026-10-07T07:40:00Z on finalizer "
+        "ipam.cluster.x-k8s.io/ReleaseAddress; owner ProxmoxMachine vm-0 not found), "
+        "IPAddressClaim vm-1-eth0 (no IPAddress), IPAddress lost (its IPAddressClaim gone-claim not found), "
+        f'IPAddress vm-0-eth0; VLAN {VID} and subnet "{SUBNET}" are kept until they are gone')
+    assert Metric("set_stuck_holders", (NS, NAME, 3)) in p.applied
 
 
 def test_deletion_wait_leaves_observed_generation_and_other_conditions_alone():
@@ -848,6 +1206,21 @@ def test_gateway_release_only_with_management_and_a_vlan(manage, vid):
     assert net_finalizer_removed(p)
 
 
+def test_a_group_whose_status_write_was_lost_is_released():
+    """§6 step 3 skips the release when status.vlan was never written, but the pass that
+    writes the group can lose the status write after it (the leader killed in between, a
+    409): when the NB cache shows a group owned by the network it is released first, and an
+    NB error holds the finalizer (chaos short form: a group left after teardown)."""
+    s = deleting({}, manage_gateway=True, gateway_enabled=True, owns_group=True)
+    p = drive(s, clear())
+    assert ReleaseGateway(KEY) in p.applied
+    assert net_finalizer_removed(p)
+    p = drive(s, clear(gateway_release="NB timed out"))
+    assert p.crm("Ready")[:2] == ("False", "GatewayReleasePending")
+    assert not net_finalizer_removed(p)
+    assert not p.of(ReleaseVlan)
+
+
 def test_release_order():
     s = deleting(manage_gateway=True, gateway_enabled=True)
     p = drive(s, clear())
@@ -880,6 +1253,15 @@ def test_vlan_gone_skips_to_the_network_finalizer():
 def test_vlan_owned_by_someone_else_is_never_released(owner):
     p = drive(deleting(), clear(fresh_vlan=vlan(owner=owner)))
     assert not p.of(ReleaseVlan) and not p.of(SetPruneTimers)
+    assert net_finalizer_removed(p)
+
+
+def test_a_vlan_the_network_never_took_over_is_not_touched_at_deletion():
+    # Issue 15, item 7: a hand-made Vlan with our labels, refused (here: wrong provider,
+    # never adopted, so without our finalizer), is neither patched nor deleted.
+    refused = vlan(provider="physnet9", finalizers=())
+    p = drive(deleting(), clear(fresh_vlan=refused))
+    assert not p.of(ReleaseVlan) and not p.of(SetPruneTimers) and not p.of(SplitListed)
     assert net_finalizer_removed(p)
 
 

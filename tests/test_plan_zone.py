@@ -411,3 +411,49 @@ def test_property_zone_plan_is_deterministic_and_leaves_the_snapshot_alone(case)
     assert plan_zone(s) == plan_zone(s)
     drive(s, canned)
     assert s == before
+
+
+# =============================================================================================
+# The VLAN reuse delay (product-decisions.md §8; issue 15, item 5)
+# =============================================================================================
+
+def released(z, **entries):
+    """``z`` carrying the reuse-delay record ``{"102": until, ...}``."""
+    out = copy.deepcopy(z)
+    value = ",".join(f"{vid[1:]}@{ts(until)}" for vid, until in sorted(entries.items(), key=lambda kv: int(kv[0][1:])))
+    out["metadata"]["annotations"] = {names.ANNOTATION_RELEASED_VLANS: value}
+    return out
+
+
+def test_held_ids_are_not_free_and_are_shown_with_their_end():
+    until = T0 + dt.timedelta(minutes=4)
+    z = released(zone(), v102=until, v104=T0 + dt.timedelta(minutes=9))
+    p = drive(snap([vlan("v-a", 101)], z=z, zones=(z,)))
+    assert p.status["vlansHeldForReuse"] == [{"vlan": 102, "until": ts(until)},
+                                             {"vlan": 104, "until": ts(T0 + dt.timedelta(minutes=9))}]
+    assert p.counts == (10, 1, 7, 1)  # 101 used, 102 and 104 held
+    assert p.ready == ("True", "Ready", "7 of 10 VLANs free; trunk ready on 2 node(s); 2 released ID(s) held by "
+                                        f"the VLAN reuse delay, free again from {ts(until)}")
+    assert p.last.requeue_after == 240.0  # back when the first one expires
+    assert not [a for a in p.applied if type(a).__name__ == "PruneReleasedVlans"]
+
+
+def test_a_record_on_another_zone_of_the_provider_holds_the_id_here_too():
+    other = released(zone("zone-b"), v103=T0 + dt.timedelta(minutes=5))
+    z = zone()
+    p = drive(snap([], z=z, zones=(z, other)))
+    assert p.counts[2] == 9
+    assert "vlansHeldForReuse" not in p.status  # shown on the zone that recorded it
+
+
+def test_expired_entries_are_pruned_first_then_the_status_is_written():
+    z = released(zone(), v102=T0 - dt.timedelta(seconds=1), v103=T0 + dt.timedelta(minutes=1))
+    p = drive(snap([], z=z, zones=(z,)))
+    first = p.applied[0]
+    assert type(first).__name__ == "PruneReleasedVlans"
+    assert first.value == f"103@{ts(T0 + dt.timedelta(minutes=1))}"
+    assert p.status["vlansHeldForReuse"] == [{"vlan": 103, "until": ts(T0 + dt.timedelta(minutes=1))}]
+    # Everything expired: the annotation goes.
+    z = released(zone(), v102=T0)
+    p = drive(snap([], z=z, zones=(z,)))
+    assert p.applied[0].value is None and "vlansHeldForReuse" not in p.status

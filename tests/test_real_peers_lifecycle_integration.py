@@ -403,14 +403,14 @@ def test_claim_holds_the_network_in_use_exactly_while_the_provider_keeps_its_add
 
     sc.delete_network()
     held = (f'1 address(es) of pool "{sc.pool}" are allocated and 0 ProxmoxMachine(s) reference it; '
-            f'1 IPAddress(es) and 1 IPAddressClaim(s) name the pool; VLAN {vid} and subnet "{sc.sub}" '
-            f"are kept until they are gone")
+            f"1 IPAddress(es) and 1 IPAddressClaim(s) name the pool; held by IPAddressClaim vm-1-net1, "
+            f'IPAddress vm-1-net1; VLAN {vid} and subnet "{sc.sub}" are kept until they are gone')
     obj = sc.wait("Ready", "InUse")
     assert reason(obj, "Ready") == ("False", "InUse", held)
 
     # The pool deleted meanwhile: the provider keeps it with ProtectPool while its address exists.
     co.delete_namespaced_custom_object(IPAM, POOL_V, sc.ns, "inclusterippools", sc.pool)
-    protected = held.replace("; VLAN", f"; the pool is being deleted and still carries {PROTECT_POOL}; VLAN")
+    protected = held.replace("; held by", f"; the pool is being deleted and still carries {PROTECT_POOL}; held by")
     wait_for(lambda: reason(sc.network(), "Ready")[2] == protected, timeout=WAIT, what="InUse naming ProtectPool")
     assert PROTECT_POOL in get("inclusterippools", sc.pool, POOL_V)["metadata"]["finalizers"]
 

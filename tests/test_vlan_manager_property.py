@@ -211,8 +211,8 @@ class InterleavingStore(ThreadSafeStore):
         self._deliver()
         return out
 
-    def by_index(self, index_name, value):
-        out = super().by_index(index_name, value)
+    def by_index(self, index_name, value, ordered=True):
+        out = super().by_index(index_name, value, ordered)
         self._deliver()
         return out
 
@@ -295,8 +295,8 @@ def test_a_vlan_moving_from_the_assumed_set_into_the_cache_mid_read_keeps_its_id
     armed = [False]
 
     class AfterProviderList(InterleavingStore):
-        def by_index(self, index_name, value):
-            out = ThreadSafeStore.by_index(self, index_name, value)
+        def by_index(self, index_name, value, ordered=True):
+            out = ThreadSafeStore.by_index(self, index_name, value, ordered)
             if armed[0] and index_name == "provider":
                 armed[0] = False
                 api.deliver(100, store, mgr)
@@ -383,3 +383,31 @@ def test_real_threads_with_a_watch_thread_delivering_late_and_out_of_order():
         sys.setswitchinterval(old)
     assert sorted(results.values()) == list(range(1, n + 1))
     assert len(store) == n
+
+
+def test_an_id_changed_by_hand_leaves_the_allocated_one_used_too():
+    # product-decisions.md §8: both IDs count as used until the operator resolves it; the
+    # allocated one is the owner network's status.vlan, read from the cluster (restart-proof).
+    from controller import names
+
+    from controller.vlans import vlan_index_edited
+
+    store = ThreadSafeStore({"provider": vlan_index_provider, "provider_id": vlan_index_provider_id,
+                             "zone": vlan_index_zone, "edited": vlan_index_edited})
+    nets = ThreadSafeStore()
+    api = FakeVlanApi()
+    labels = {names.LABEL_NETWORK_NAMESPACE: "t", names.LABEL_NETWORK_NAME: "n1", names.LABEL_ZONE: "z"}
+    mgr = VlanManager(store, ThreadSafeStore(), api, networks=nets)  # type: ignore[arg-type]
+    # A Vlan as the controller made it (generation 1): the cached record counts.
+    store.add({"metadata": {"name": "s1", "labels": labels, "generation": 1}, "spec": {"id": 102, "provider": PROVIDER}})
+    nets.add({"metadata": {"namespace": "t", "name": "n1"}, "status": {"vlan": 102}})
+    assert mgr.used_ids(PROVIDER) == {102}
+    # Edited by hand (generation 2) while the network cache lags (it does not show the
+    # record yet): the record is read fresh from the API server.
+    store.update({"metadata": {"name": "s1", "labels": labels, "generation": 2}, "spec": {"id": 107, "provider": PROVIDER}})
+    nets.update({"metadata": {"namespace": "t", "name": "n1"}, "status": {}})
+    api.objects["n1"] = {"metadata": {"namespace": "t", "name": "n1"}, "status": {"vlan": 102}}
+    assert mgr.used_ids(PROVIDER) == {102, 107}
+    # Accepted (the record follows): one ID again.
+    api.objects["n1"]["status"]["vlan"] = 107
+    assert mgr.used_ids(PROVIDER) == {107}

@@ -87,6 +87,15 @@ class NBServer:
                 self.proc.wait(5)
         self.proc = None
 
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open, nothing is answered (a hung NB)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def nbctl(self, *args: str, timeout: float = 10) -> str:
         r = subprocess.run(["ovn-nbctl", f"--db={self.unix}", f"--timeout={int(timeout)}", *args],
                            capture_output=True, text=True, timeout=timeout + 5)

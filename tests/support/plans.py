@@ -17,7 +17,16 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from controller import names
-from controller.actions import Get, Plan, ReleaseVlan, SetPruneTimers, SplitListed, WriteStatus
+from controller.actions import (
+    Get,
+    Plan,
+    PruneReleasedVlans,
+    ReleaseVlan,
+    SetPoolCidrs,
+    SetPruneTimers,
+    SplitListed,
+    WriteStatus,
+)
 from controller.apply import fill
 
 S = TypeVar("S")
@@ -78,8 +87,12 @@ def fold(s, a, canned: Mapping[str, Any]):
         return fill(s, a.into, canned[a.into])
     if isinstance(a, SetPruneTimers):
         return fill(s, a.into, with_annotation(a.vlan, names.ANNOTATION_DELETED_SUBNETS, a.value))
+    if isinstance(a, SetPoolCidrs):
+        return fill(s, a.into, with_annotation(a.vlan, names.ANNOTATION_POOL_CIDRS, a.value))
     if isinstance(a, ReleaseVlan):
         return fill(s, a.into, True)
+    if isinstance(a, PruneReleasedVlans):
+        return fill(s, a.into, with_annotation(a.zone, names.ANNOTATION_RELEASED_VLANS, a.value))
     if isinstance(a, WriteStatus):
         return fill(s, a.into, {**copy.deepcopy(dict(a.obj)), "status": copy.deepcopy(dict(a.status))})
     return s
