@@ -217,7 +217,10 @@ def test_a_rollout_replaces_both_pods_at_once_and_has_no_deadline_to_miss(deploy
     wait_for(lambda: not ({p["metadata"]["name"] for p in deployed.pods()} & before) and not deployed.pending(),
              timeout=WAIT, interval=0.1, what="two new pods, one of them leading")
     took = time.monotonic() - t0
-    dep = deployed.deployment()
+    # kube-controller-manager writes the Deployment's status after the pods change: awaited.
+    dep = wait_for(lambda: (d := deployed.deployment())["status"].get("updatedReplicas") == 2
+                   and d["status"].get("availableReplicas") == 1 and d,
+                   timeout=WAIT, what="the Deployment's status counts the new pods")
     assert dep["spec"]["progressDeadlineSeconds"] == 2**31 - 1
     conditions = {c["type"]: c for c in dep["status"].get("conditions") or []}
     assert "Progressing" not in conditions, conditions  # no deadline: the controller keeps no such condition

@@ -81,7 +81,8 @@ def test_a_vlan_id_changed_by_hand_is_never_followed_and_both_ids_stay_used(admi
         assert admin.vlan(sub)["spec"]["id"] == 1405  # never written back
         wait_for(lambda: bed.events("VLANChangedExternally"), timeout=30, what="the Warning Event")
         assert bed.events("VLANChangedExternally")[0]["type"] == "Warning"
-        assert mgr.metrics.network_vlan_changed.labels(unique_namespace, "a")._value.get() == 1
+        wait_for(lambda: mgr.metrics.network_vlan_changed.labels(unique_namespace, "a")._value.get() == 1,
+                 timeout=30, what="the gauge of changed Vlan IDs")
         assert "/1400/" in bed.annotation() and "/1405/" not in bed.annotation()
     # A restart changes nothing: the record is in the cluster.
     with running_controller(cluster):
@@ -133,7 +134,8 @@ def test_in_use_names_a_claim_stuck_terminating_across_a_restart(admin_client, c
             admin.co.delete_namespaced_custom_object(*PX, ns, "proxmoxnetworks", "a")
             obj = bed.wait("a", "InUse", ctype="Ready")
             assert reason(obj, "Ready") == ("False", "InUse", held.format(sub=sub))
-            assert mgr.metrics.network_stuck_holders.labels(ns, "a")._value.get() == 1
+            wait_for(lambda: mgr.metrics.network_stuck_holders.labels(ns, "a")._value.get() == 1, timeout=30,
+                     what="the gauge of stuck holders")
         with running_controller(cluster) as mgr:
             mgr.enqueue_all()
             wait_for(lambda: mgr.metrics.network_stuck_holders.labels(ns, "a")._value.get() == 1, timeout=30,

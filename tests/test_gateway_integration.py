@@ -152,8 +152,11 @@ def test_network_gets_its_group_and_keeps_it_in_shape(admin, admin_client, clust
             trunk.leave("worker1")
             wait_for(lambda: r.chassis() == {"ch-worker5": 100, "ch-worker2": 90}, timeout=15,
                      what="active moved to worker5")
-            obj = env.wait(net, "Ready", "Ready")
-            assert reason(obj, "GatewayReady")[2] == assigned(r.lrp, r.group, [("ch-worker5", 100), ("ch-worker2", 90)])
+            # The status follows the NB transaction just seen: awaited, not read once.
+            want = assigned(r.lrp, r.group, [("ch-worker5", 100), ("ch-worker2", 90)])
+            wait_for(lambda: reason(admin.network(ns, net), "GatewayReady")[2] == want, timeout=30,
+                     what="GatewayReady names the moved chassis")
+            assert reason(admin.network(ns, net), "Ready")[:2] == ("True", "Ready")
 
             # Steady state: a full resync writes nothing to the NB.
             n = mgr.gateway.applier.transactions

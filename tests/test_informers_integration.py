@@ -231,7 +231,9 @@ def test_blackholed_connection_detected_by_read_timeout(cluster, proxy, unique_n
 
         want = api_state(core, unique_namespace)
         wait_for(lambda: cache_state(inf) == want, what="cache caught up")
-        assert rec.snapshot() == want and rec.problems == []
+        # Handlers run just after the store changes: awaited too.
+        wait_for(lambda: rec.snapshot() == want, what="handlers caught up")
+        assert rec.problems == []
         assert inf.is_running()
     finally:
         proxy.cut()  # frozen connections would otherwise linger
@@ -338,7 +340,9 @@ def test_watch_from_compacted_rv_gets_410_and_relists(nocache_cluster, factories
         wait_for(lambda: inf.relists >= 1, what="relist")
         want = api_state(core, ns)
         wait_for(lambda: cache_state(inf) == want, what="converged")
-        assert rec.snapshot() == want and rec.problems == []
+        # Handlers run just after the store changes: awaited too.
+        wait_for(lambda: rec.snapshot() == want, what="handlers caught up")
+        assert rec.problems == []
         with rec.lock:
             kinds = {e[0] for e in rec.events}
         assert kinds == {"update"}, rec.events  # no synthesized add/delete for unchanged objects

@@ -383,7 +383,9 @@ def test_vm_holds_the_network_until_the_last_consumer_is_gone(peers_bed, peers_a
     ns, net, sub, pool = env.ns, "vmnet", unique("sub"), "vmpool"
     obj = env.ready_network(net, sub, pool)
     vid = obj["status"]["vlan"]
-    assert obj["status"]["ipPool"] == {"total": 51, "used": 0, "free": 51}  # counted by the provider
+    # Counted by the provider: Ready does not wait for the pool's status, so this can come later.
+    wait_for(lambda: env.a.network(ns, net)["status"].get("ipPool") == {"total": 51, "used": 0, "free": 51},
+             timeout=60, what="the provider's count of the pool")
     co.create_namespaced_custom_object(CAPMOX, "v1alpha1", ns, "proxmoxmachines", machine_v1alpha1(ns, "m1", pool))
     env.delete_network(net)
 

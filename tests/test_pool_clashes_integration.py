@@ -134,6 +134,12 @@ def no_writes_on(bed: LocalCluster, user: str, resources: set[str]) -> None:
     assert touched == [], touched
 
 
+def await_gauge(ctl: Ctl, family: str, ns: str, name: str, value: float) -> None:
+    """The gauge reaches ``value`` (it is set by the action after the status write, so a
+    status seen by the test can come a moment before it)."""
+    wait_for(lambda: gauge(ctl, family, ns, name) == value, timeout=30, what=f"{family} of {ns}/{name} == {value}")
+
+
 def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, zone, ctl):
     ns, other_ns = namespace(admin, "pools-a"), namespace(admin, "pools-b")
     n = Net(admin, zone, ns)
@@ -147,7 +153,7 @@ def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, 
     assert reason(obj, "IPPoolReady") == ("False", "PoolOverlapsPool", msg)
     assert reason(obj, "Ready") == ("False", "PoolOverlapsPool", msg)
     assert obj["status"]["vlan"] in range(600, 650)  # the VLAN is kept
-    assert gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net") == 1
+    await_gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net", 1)
 
     # One in another namespace, and a GlobalInClusterIPPool: InClusterIPPools first, by name.
     create_pool(admin, "other", [f"{p}.100"], p, ns=other_ns)
@@ -157,7 +163,7 @@ def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, 
     msg = (f'addresses of InClusterIPPool "vm-pool" are also in InClusterIPPool {first}, InClusterIPPool {second}, '
            f"GlobalInClusterIPPool {glob} ({p}.120-{p}.121 and 1 more range(s))" + OVERLAP_TAIL)
     n.wait("IPPoolReady", "PoolOverlapsPool", msg)
-    assert gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net") == 3
+    await_gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net", 3)
 
     # The twin moves off the pool, the other goes: only the global pool is left.
     admin.co.patch_namespaced_custom_object(IPAM, POOL_V, ns, "inclusterippools", "twin",
@@ -170,7 +176,7 @@ def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, 
     admin.co.delete_cluster_custom_object(IPAM, POOL_V, "globalinclusterippools", glob)
     obj = n.wait("Ready", "Ready")
     assert reason(obj, "IPPoolReady") == ("True", "Ready", "pool lies inside the subnet's excludeIps")
-    assert gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net") == 0
+    await_gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net", 0)
     # Never edited by us: the twin's spec is what the admin wrote.
     twin = admin.co.get_namespaced_custom_object(IPAM, POOL_V, ns, "inclusterippools", "twin")
     assert twin["spec"]["addresses"] == [f"{p}.151-{p}.160"]
@@ -187,7 +193,7 @@ def test_many_overlapping_pools_are_named_five_then_a_count(admin, zone, ctl):
     msg = f'addresses of InClusterIPPool "vm-pool" are also in {named} and 2 more' + OVERLAP_TAIL
     obj = n.wait("IPPoolReady", "PoolOverlapsPool", msg)
     assert reason(obj, "Ready") == ("False", "PoolOverlapsPool", msg)
-    assert gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net") == 7
+    await_gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net", 7)
 
 
 def test_a_pod_on_an_address_of_the_pool_is_an_address_conflict(admin, peers_bed, zone, ctl):
@@ -216,7 +222,7 @@ def test_a_pod_on_an_address_of_the_pool_is_an_address_conflict(admin, peers_bed
            f"Kube-OVN IP web-1.{ns}, IPAddress {ns}/m1-net1-inet)" + CONFLICT_TAIL)
     obj = n.wait("IPPoolReady", "AddressConflict", msg)
     assert reason(obj, "Ready") == ("False", "AddressConflict", msg)
-    assert gauge(ctl, "cozy_proxmox_network_address_conflicts", ns, "net") == 1
+    await_gauge(ctl, "cozy_proxmox_network_address_conflicts", ns, "net", 1)
     # The controller deletes nothing: pod, IP, claim and address are all still there.
     assert admin.core.read_namespaced_pod("web-1", ns).metadata.deletion_timestamp is None
     assert kube_get(admin, "ips", f"web-1.{ns}") is not None
@@ -228,4 +234,4 @@ def test_a_pod_on_an_address_of_the_pool_is_an_address_conflict(admin, peers_bed
     wait_for(lambda: kube_get(admin, "ips", f"web-1.{ns}") is None, timeout=WAIT, what="Kube-OVN releasing the IP")
     obj = n.wait("Ready", "Ready")
     assert reason(obj, "IPPoolReady")[:2] == ("True", "Ready")
-    assert gauge(ctl, "cozy_proxmox_network_address_conflicts", ns, "net") == 0
+    await_gauge(ctl, "cozy_proxmox_network_address_conflicts", ns, "net", 0)

@@ -1,6 +1,6 @@
 """A stopping process writes nothing more, and its Lease goes only once no pass can write
 (product-decisions.md §4.5: only the leader writes; issue 17, the rollout under load: a
-leader whose pass was still running at the end of its 1.5 s stop budget used to release
+leader whose pass was still running at the end of its stop budget used to release
 the Lease anyway, so the pass's later writes could land under the next leader).
 
 No server: the executor, the worker and the manager's join are driven directly.

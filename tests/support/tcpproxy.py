@@ -91,6 +91,8 @@ class _Conn:
                         except (KeyError, ValueError):
                             pass
                 for key, _ in sel.select(timeout=1.0):
+                    if self.proxy._blackhole and not self.blackholed:
+                        break  # set while selecting: unregister before reading anything more
                     sock = key.fileobj
                     if sock is self._wake_r:
                         try:
