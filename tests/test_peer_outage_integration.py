@@ -90,6 +90,13 @@ class Process:
         self._out.close()
 
 
+def exits_at_once(proc: Process) -> None:
+    """SIGTERM: exit code 0 within EXIT_WITHIN (issue 15)."""
+    rc, took = proc.terminate()
+    assert rc == 0
+    assert took < EXIT_WITHIN, f"exit took {took:.2f} s"
+
+
 @pytest.fixture
 def lease(cluster):
     """The controller's Lease, removed before and after (no holder left for other tests)."""
@@ -163,9 +170,7 @@ def test_leader_started_with_the_nb_down_keeps_leading_and_recovers(admin_client
         assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
         # SIGTERM with the NB down again: out in < 2 s, exit code 0, no thread left behind.
         server.stop()
-        rc, took = proc.terminate()
-        assert rc == 0
-        assert took < EXIT_WITHIN, f"exit took {took:.2f} s"
+        exits_at_once(proc)
         assert not proc.events("thread did not stop")
     finally:
         first.close()
@@ -196,9 +201,7 @@ def test_api_server_down_at_start_retries_with_backoff_and_stops_at_once(cluster
         assert (at[2] - at[1]).total_seconds() >= delays[1] - 0.05
         assert all(str(dead) in ln["error"] or "refused" in ln["error"].lower() for ln in retries)
         assert proc.proc.poll() is None  # still trying, not exited
-        rc, took = proc.terminate()
-        assert rc == 0
-        assert took < EXIT_WITHIN, f"exit took {took:.2f} s"
+        exits_at_once(proc)
         assert not proc.events("unable to start manager")
     finally:
         proc.close()
@@ -212,9 +215,7 @@ def test_sigterm_while_the_workers_wait_for_the_nb_exits_at_once(cluster, tmp_pa
                    "--manage-gateway-chassis=true", f"--ovn-nb-address={server.remote}")
     try:
         wait_for(lambda: proc.events("started leading; starting workers"), timeout=60, what="leading")
-        rc, took = proc.terminate()
-        assert rc == 0
-        assert took < EXIT_WITHIN, f"exit took {took:.2f} s"
+        exits_at_once(proc)
         assert not proc.events("thread did not stop")
         assert not proc.events("leadership lost")
     finally:
@@ -254,9 +255,7 @@ def test_sigterm_with_a_pass_stuck_on_the_nb_leaves_the_lease_to_expire(admin_cl
         trunk.join("worker2")  # a trunk Node joins: the network's next pass writes its group, to a hung NB
         wait_for(lambda: longest_running(port, NETWORK_WORKQUEUE_NAME) > 0.5, timeout=30,
                  what="a network pass waiting on the NB")
-        rc, took = proc.terminate()
-        assert rc == 0
-        assert took < EXIT_WITHIN, f"exit took {took:.2f} s"
+        exits_at_once(proc)
         assert proc.events("thread did not stop")
         assert proc.events("a worker is still running; the lease is left to expire")
         spec = (lease() or {}).get("spec", {})
