@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,12 +26,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.gateway import FAILING_SINCE
 from controller.kube import ApiError, KubeWriter
 from controller.leader import DEFAULT_LEASE_NAME, lease_path
 from controller.metrics import NETWORK_WORKQUEUE_NAME
+from hack.cluster import LocalCluster
 from hack.objects import Admin, reason
 from hack.wait import wait_for
 from tests.support.ovsdb import NBServer, free_port
@@ -266,3 +269,50 @@ def test_sigterm_with_a_pass_stuck_on_the_nb_leaves_the_lease_to_expire(admin_cl
         server.resume()
         trunk.leave("worker1", "worker2")
         server.stop()
+
+
+def test_a_leader_started_without_the_ipam_and_capmox_crds_allocates_and_stops_at_once(tmp_path):
+    """Issue 15 part 1, the IPAM and capmox CRDs missing: on a bed of its own that has every
+    CRD but theirs, discovery says once per kind that it is not served, the leader's workers
+    start, a network gets its VLAN and reads its pool as not found (nothing can hold it), and
+    SIGTERM ends the process at once."""
+    crds = tmp_path / "crds"
+    crds.mkdir()
+    for f in (ROOT / "tests" / "fixtures" / "crds").glob("*.yaml"):
+        if not f.name.startswith(("ipam-", "capmox-")):
+            shutil.copy(f, crds / f.name)
+    bed = LocalCluster(tmp_path / "bed", with_nb=False, with_peers=False,
+                       manifest_dirs=[ROOT / "manifests" / "crds", ROOT / "manifests" / "rbac", crds])
+    bed.start()
+    api = bed.api_client("admin")
+    proc = None
+    try:
+        admin = Admin(api)
+        admin.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name="tenant")))
+        admin.create_provider_network("pn-nocrds", ready=True, ready_nodes=["node-a"])
+        admin.create_zone("zone-nocrds", "pn-nocrds", ["1600-1609"])
+        proc = Process(bed.controller_kubeconfig, tmp_path / "controller.log", "--leader-elect=true",
+                       "--manage-gateway-chassis=false")
+        wait_for(lambda: proc.events("started leading; starting workers"), timeout=60, what="leading")
+        admin.create_network("tenant", "net", "zone-nocrds", "sub-nocrds")
+        obj = wait_for(lambda: (o := admin.network("tenant", "net")).get("status", {}).get("vlan") and o,
+                       timeout=60, what="the VLAN allocated")
+        assert obj["status"]["vlan"] == 1600  # the lowest free ID of the zone (spec §6)
+        assert reason(obj, "VLANAllocated")[:2] == ("True", "Allocated")
+        wait_for(lambda: (reason(admin.network("tenant", "net"), "IPPoolReady") or ("",))[:2]
+                 == ("False", "PoolNotFound"), timeout=60, what="the pool reported not found")
+        assert reason(admin.network("tenant", "net"), "IPPoolReady")[2] == \
+            'InClusterIPPool "pool" does not exist in this namespace'
+        missing = {(ln["group"], ln["resource"]) for ln in proc.events("kind not served; treated as having no objects")}
+        assert missing == {("ipam.cluster.x-k8s.io", "inclusterippools"), ("ipam.cluster.x-k8s.io", "ipaddresses"),
+                           ("ipam.cluster.x-k8s.io", "ipaddressclaims"),
+                           ("ipam.cluster.x-k8s.io", "globalinclusterippools"),
+                           ("infrastructure.cluster.x-k8s.io", "proxmoxmachines")}
+        assert proc.proc.poll() is None
+        exits_at_once(proc)
+        assert not proc.events("leadership lost") and not proc.events("unable to start manager")
+    finally:
+        if proc is not None:
+            proc.close()
+        api.close()
+        bed.stop()
