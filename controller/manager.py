@@ -59,10 +59,7 @@ from controller.network import (
 )
 from controller.vlans import (
     VlanManager,
-    vlan_index_edited,
-    vlan_index_provider,
-    vlan_index_provider_id,
-    vlan_index_zone,
+    vlan_indexers,
 )
 from controller.zone import ZoneReconciler
 from informers.backoff import Backoff
@@ -178,8 +175,7 @@ class Manager:
             indexers=network_indexers(),
         )
         self.zones = f.informer(names.PROXMOX_NETWORK_ZONES, indexers={"provider": zone_index_provider})
-        self.vlan_informer = f.informer(names.VLANS, indexers={"provider": vlan_index_provider, "provider_id": vlan_index_provider_id,
-                                                          "zone": vlan_index_zone, "edited": vlan_index_edited})
+        self.vlan_informer = f.informer(names.VLANS, indexers=vlan_indexers())
         self.namespaces = f.informer(names.NAMESPACES)
         self.provider_networks = f.informer(names.PROVIDER_NETWORKS)
         self.subnets = f.informer(names.SUBNETS, indexers={"vlan": subnet_index_vlan, "vpc": subnet_index_vpc})

@@ -136,6 +136,13 @@ def vlan_index_edited(vlan: Mapping[str, Any]) -> list[str]:
     return [allocator.vlan_provider(vlan)] if edited(vlan) else []
 
 
+def vlan_indexers() -> dict[str, Callable[[Mapping[str, Any]], list[str]]]:
+    """The indexes of the Vlan cache, by name (the manager's informer and any store
+    standing in for it): :meth:`VlanManager.used_ids` reads ``provider`` and ``edited``."""
+    return {"provider": vlan_index_provider, "provider_id": vlan_index_provider_id,
+            "zone": vlan_index_zone, "edited": vlan_index_edited}
+
+
 def vlan_index_zone(vlan: Mapping[str, Any]) -> list[str]:
     """Indexer ``zone``: the ``proxmox.cozystack.io/zone`` label, when set."""
     z = ((vlan.get("metadata") or {}).get("labels") or {}).get(names.LABEL_ZONE)
@@ -363,11 +370,7 @@ class VlanManager:
             # The owners' records too: a Vlan whose ID was changed by hand leaves its VMs on
             # the allocated ID, which stays used until the operator resolves it (issue 15).
             # Only an edited Vlan (index ``edited``) can have a record naming another ID.
-            try:
-                edited = self.vlans.by_index("edited", provider)
-            except KeyError:  # a store without the index (tests): every cached Vlan
-                edited = cached
-            for v in (*assumed, *edited):
+            for v in (*assumed, *self.vlans.by_index("edited", provider)):
                 rid = self._recorded(v)
                 if rid:
                     used.add(rid)

@@ -54,10 +54,7 @@ from controller.network import (
 )
 from controller.vlans import (
     VlanManager,
-    vlan_index_edited,
-    vlan_index_provider,
-    vlan_index_provider_id,
-    vlan_index_zone,
+    vlan_indexers,
 )
 from controller.zone import ZoneReconciler
 from informers import Resource, ThreadSafeStore
@@ -319,8 +316,7 @@ def new_stores() -> dict[str, ThreadSafeStore]:
     return {
         "networks": ThreadSafeStore(network_indexers()),
         "zones": ThreadSafeStore({"provider": zone_index_provider}),
-        "vlans": ThreadSafeStore({"provider": vlan_index_provider, "provider_id": vlan_index_provider_id,
-                                  "zone": vlan_index_zone, "edited": vlan_index_edited}),
+        "vlans": ThreadSafeStore(vlan_indexers()),
         "namespaces": ThreadSafeStore(),
         "provider_networks": ThreadSafeStore(),
         "subnets": ThreadSafeStore({"vlan": subnet_index_vlan}),

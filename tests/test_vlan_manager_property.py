@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from tests.support.vlans import ensure
 from controller.kube import ApiError
-from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
+from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone, vlan_indexers
 from informers import ThreadSafeStore
 
 PROVIDER = "physnet1"
@@ -390,10 +390,7 @@ def test_an_id_changed_by_hand_leaves_the_allocated_one_used_too():
     # allocated one is the owner network's status.vlan, read from the cluster (restart-proof).
     from controller import names
 
-    from controller.vlans import vlan_index_edited
-
-    store = ThreadSafeStore({"provider": vlan_index_provider, "provider_id": vlan_index_provider_id,
-                             "zone": vlan_index_zone, "edited": vlan_index_edited})
+    store = ThreadSafeStore(vlan_indexers())
     nets = ThreadSafeStore()
     api = FakeVlanApi()
     labels = {names.LABEL_NETWORK_NAMESPACE: "t", names.LABEL_NETWORK_NAME: "n1", names.LABEL_ZONE: "z"}
