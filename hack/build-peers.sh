@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# Build the real peers of the test bed from their Go modules (issue 13):
+# Build the real peers of the test bed (issues 13 and 24):
 #
 #   * sigs.k8s.io/cluster-api-ipam-provider-in-cluster  -> bin/ipam-provider-in-cluster
+#     (its Go module, from the module proxy)
 #   * github.com/kubeovn/kube-ovn                       -> bin/kube-ovn-controller
+#     (v1.15.24: the tag's `git archive` in ../shared/peers, checked against SHA256SUMS before
+#     it is unpacked; its dependencies from the module proxy, checksum database on.
+#     PNC_KUBE_OVN_VERSION=v1.13.0: the module proxy's v1.13.0, as before issue 24)
+#   * Kube-OVN's own Open vSwitch and OVN (hack/build-ovn.sh; not for v1.13.0, whose bed
+#     runs Debian's OVN)
 #
 # and stage what a bed needs to run them: their CRDs (the IPAM provider's, cluster-api's
-# IPAddress / IPAddressClaim / Cluster, Kube-OVN's) and the OVSDB schemas Kube-OVN embeds
-# (Debian's OVN schemas are older than the ones Kube-OVN v1.13 maps). Versions come from
-# hack/versions.env. Everything lands in
+# IPAddress / IPAddressClaim / Cluster, Kube-OVN's, rendered by helm where the chart
+# templates them), Kube-OVN's ClusterRole and the OVSDB schemas Kube-OVN embeds. Versions
+# come from hack/versions.env. Everything lands in
 #
 #   ~/.cache/proxmox-network-controller/peers/<versions>/
 #       bin/ipam-provider-in-cluster  bin/kube-ovn-controller
 #       crds/ipam/*.yaml  crds/cluster-api/*.yaml  crds/kube-ovn/kube-ovn-crd.yaml
+#       rbac/kube-ovn/ovn-CR.yaml
 #       ovsdb/ovn-nb.ovsschema  ovsdb/ovn-sb.ovsschema
 #
 # so a second run only checks that they exist. Prints the bin directory on stdout (the rest
@@ -21,6 +28,9 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "$HERE/versions.env"
+KUBE_OVN_VERSION="${PNC_KUBE_OVN_VERSION:-$KUBE_OVN_VERSION}"
+ROOT="$(cd "$HERE/.." && pwd)"
+SOURCES="${PNC_PEER_SOURCES:-$ROOT/../shared/peers}"
 CACHE="${PNC_CACHE_DIR:-$HOME/.cache/proxmox-network-controller}/peers"
 OUT="$CACHE/ipam-$IPAM_PROVIDER_VERSION-capi-$CLUSTER_API_VERSION-kube-ovn-$KUBE_OVN_VERSION"
 BIN="$OUT/bin"
@@ -90,7 +100,7 @@ expected_files() {
     crds/cluster-api/ipam.cluster.x-k8s.io_ipaddresses.yaml \
     crds/cluster-api/ipam.cluster.x-k8s.io_ipaddressclaims.yaml \
     crds/cluster-api/cluster.x-k8s.io_clusters.yaml \
-    crds/kube-ovn/kube-ovn-crd.yaml \
+    crds/kube-ovn/kube-ovn-crd.yaml rbac/kube-ovn/ovn-CR.yaml \
     ovsdb/ovn-nb.ovsschema ovsdb/ovn-sb.ovsschema
 }
 
@@ -165,36 +175,71 @@ verified_kube_ovn_dir() {
   mod_dir "github.com/kubeovn/kube-ovn@$KUBE_OVN_VERSION"
 }
 
+# kube_ovn_source_dir: a writable Kube-OVN source tree at KUBE_OVN_VERSION (path on stdout).
+kube_ovn_source_dir() {
+  local work="$SRC/kube-ovn@$KUBE_OVN_VERSION"
+  if [[ $KUBE_OVN_VERSION == "$KUBE_OVN_LEGACY_VERSION" ]]; then
+    local dir
+    dir="$(verified_kube_ovn_dir)"
+    # Its go.mod has replace directives (forked libovsdb, arp, kubevirt client, k8s.io pins),
+    # which only count in the main module: build inside a writable copy of the module itself.
+    writable_copy "$dir" "$work"
+  else
+    local tarball="$SOURCES/kube-ovn-$KUBE_OVN_VERSION.tar.gz"
+    [[ -f $tarball ]] || die "$tarball missing (../shared/peers/README.md says where it comes from)"
+    (cd "$SOURCES" && grep -E "  kube-ovn-$KUBE_OVN_VERSION\.tar\.gz\$" SHA256SUMS | sha256sum -c --quiet -) >/dev/null 2>&1 \
+      || die "$tarball does not match $SOURCES/SHA256SUMS"
+    if [[ ! -f "$work/.copied" ]]; then
+      rm -rf "$work" "$work.tmp"
+      mkdir -p "$work.tmp"
+      tar -xzf "$tarball" -C "$work.tmp" --strip-components=1
+      mv "$work.tmp" "$work"
+      touch "$work/.copied"
+    fi
+  fi
+  echo "$work"
+}
+
 build_kube_ovn() {
-  local dir work commit
-  dir="$(verified_kube_ovn_dir)"
-  # Its go.mod has replace directives (forked libovsdb, arp, kubevirt client, k8s.io pins),
-  # which only count in the main module: build inside a writable copy of the module itself.
-  # Its own go.sum verifies its dependencies.
-  work="$SRC/kube-ovn@$KUBE_OVN_VERSION"
-  writable_copy "$dir" "$work"
+  local work commit="$KUBE_OVN_COMMIT"
+  work="$(kube_ovn_source_dir)"
+  if [[ $KUBE_OVN_VERSION == "$KUBE_OVN_LEGACY_VERSION" ]]; then
+    commit="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["Origin"]["Hash"])' \
+      "$(go env GOMODCACHE)/cache/download/github.com/kubeovn/kube-ovn/@v/$KUBE_OVN_VERSION.info" 2>/dev/null || echo unknown)"
+  fi
   cd "$work"
   if [[ ! -x "$BIN/kube-ovn-controller" ]]; then
     log "building kube-ovn-controller $KUBE_OVN_VERSION (low priority, one job; long on 2 cores)"
-    commit="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["Origin"]["Hash"])' \
-      "$(go env GOMODCACHE)/cache/download/github.com/kubeovn/kube-ovn/@v/$KUBE_OVN_VERSION.info" 2>/dev/null || echo unknown)"
-    local pkg=github.com/kubeovn/kube-ovn/versions
-    # ./cmd is the one multi-call binary (cmd/cmdmain.go dispatches on the base name of
-    # argv[0]): it must be called kube-ovn-controller. CGO_ENABLED=0 as in Kube-OVN's own
-    # Makefile: libcap's psx then uses the Go runtime's AllThreadsSyscall instead of libpsx
-    # (both link and run here; without cgo the binary is static and needs no gcc).
+    local pkg=github.com/kubeovn/kube-ovn/versions main=./cmd/controller
+    # v1.13's ./cmd is one multi-call binary; from v1.15 the controller is its own main
+    # package (./cmd/controller). Both dispatch on the base name of argv[0]: the binary must
+    # be called kube-ovn-controller. CGO_ENABLED=0 as in Kube-OVN's own Makefile: libcap's
+    # psx then uses the Go runtime's AllThreadsSyscall instead of libpsx (static, no gcc).
+    [[ $KUBE_OVN_VERSION == "$KUBE_OVN_LEGACY_VERSION" ]] && main=./cmd
     CGO_ENABLED=0 quiet "${LOWPRIO[@]}" go build -trimpath \
       -ldflags "-s -w -X $pkg.VERSION=$KUBE_OVN_VERSION -X $pkg.COMMIT=$commit" \
-      -o "$BIN/kube-ovn-controller.tmp" ./cmd
+      -o "$BIN/kube-ovn-controller.tmp" "$main"
     mv "$BIN/kube-ovn-controller.tmp" "$BIN/kube-ovn-controller"
   fi
-  # The chart's CRD file is plain YAML in this version; refuse a templated one rather than
-  # stage something kube-apiserver cannot read.
-  local crd=charts/kube-ovn/templates/kube-ovn-crd.yaml
-  if grep -q '{{' "$crd"; then
-    die "$crd has Helm template directives in $KUBE_OVN_VERSION: render it before staging"
+  # The chart's CRD file and ClusterRole: plain YAML in v1.13, Helm-templated from v1.15
+  # (rendered with the chart's defaults by the helm of hack/build-helm.sh).
+  local crd=charts/kube-ovn/templates/kube-ovn-crd.yaml role=charts/kube-ovn/templates/ovn-CR.yaml
+  mkdir -p "$OUT/crds/kube-ovn" "$OUT/rbac/kube-ovn"
+  if grep -q '{{' "$crd" "$role"; then
+    local helm
+    helm="$("$HERE/build-helm.sh")/helm" || die "hack/build-helm.sh failed"
+    "$helm" template kube-ovn charts/kube-ovn --namespace kube-system \
+      --show-only templates/kube-ovn-crd.yaml > "$OUT/crds/kube-ovn/kube-ovn-crd.yaml.tmp" \
+      || die "helm template of $crd failed"
+    "$helm" template kube-ovn charts/kube-ovn --namespace kube-system \
+      --show-only templates/ovn-CR.yaml > "$OUT/rbac/kube-ovn/ovn-CR.yaml.tmp" \
+      || die "helm template of $role failed"
+    mv "$OUT/crds/kube-ovn/kube-ovn-crd.yaml.tmp" "$OUT/crds/kube-ovn/kube-ovn-crd.yaml"
+    mv "$OUT/rbac/kube-ovn/ovn-CR.yaml.tmp" "$OUT/rbac/kube-ovn/ovn-CR.yaml"
+  else
+    stage "$crd" "$OUT/crds/kube-ovn"
+    stage "$role" "$OUT/rbac/kube-ovn"
   fi
-  stage "$crd" "$OUT/crds/kube-ovn"
   # The OVSDB schemas Kube-OVN's generated models were made from (libovsdb modelgen keeps
   # them as a Go raw string, `var schema = \`{…}\``, in model.go).
   mkdir -p "$OUT/ovsdb"
@@ -211,7 +256,12 @@ build_kube_ovn() {
 
 command -v go >/dev/null || die "go not found on PATH"
 command -v python3 >/dev/null || die "python3 not found on PATH"
+build_ovn() {  # Kube-OVN's OVS and OVN (cached by hack/build-ovn.sh itself); none for v1.13
+  [[ $KUBE_OVN_VERSION == "$KUBE_OVN_LEGACY_VERSION" ]] && return 0
+  "$HERE/build-ovn.sh" >/dev/null || die "hack/build-ovn.sh failed"
+}
 if complete; then
+  build_ovn
   echo "$BIN"; exit 0
 fi
 mkdir -p "$BIN" "$SRC"
@@ -221,6 +271,7 @@ trap 'rm -rf "$NOMOD"' EXIT
 rm -f "$OUT/.complete"
 build_ipam
 build_kube_ovn
+build_ovn
 complete_list="$(expected_files)"
 while read -r f; do [[ -s "$OUT/$f" ]] || die "$OUT/$f missing after the build"; done <<<"$complete_list"
 printf '%s\n' "$complete_list" > "$OUT/.complete"

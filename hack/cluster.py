@@ -51,8 +51,6 @@ except ImportError:
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HACK_DIR = REPO_ROOT / "hack"
-NB_SCHEMA = Path("/usr/share/ovn/ovn-nb.ovsschema")
-SB_SCHEMA = Path("/usr/share/ovn/ovn-sb.ovsschema")
 
 CONTROLLER_NAMESPACE = "proxmox-network-system"
 CONTROLLER_SA = "proxmox-network-controller"
@@ -127,6 +125,8 @@ def _tail(path: Path, lines: int = 40) -> str:
 
 
 def _read_versions() -> dict[str, str]:
+    """hack/versions.env as a dict; ``PNC_KUBE_OVN_VERSION`` switches Kube-OVN's version
+    (issue 24: v1.13.0, the module proxy's, with Debian's OVN; out of CI)."""
     out: dict[str, str] = {}
     for line in (HACK_DIR / "versions.env").read_text().splitlines():
         line = line.strip()
@@ -134,7 +134,44 @@ def _read_versions() -> dict[str, str]:
             continue
         k, v = line.split("=", 1)
         out[k.strip()] = v.strip().strip('"')
+    out["KUBE_OVN_VERSION"] = os.environ.get("PNC_KUBE_OVN_VERSION") or out["KUBE_OVN_VERSION"]
     return out
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("PNC_CACHE_DIR", Path.home() / ".cache" / "proxmox-network-controller"))
+
+
+def kube_ovn_legacy() -> bool:
+    """True when the bed runs Kube-OVN v1.13.0 (the version switch), False for v1.15."""
+    v = _read_versions()
+    return v["KUBE_OVN_VERSION"] == v["KUBE_OVN_LEGACY_VERSION"]
+
+
+def default_ovn_prefix() -> Path | None:
+    """Kube-OVN's own OVS and OVN, built by hack/build-ovn.sh (same key as the script), or
+    None under the v1.13 switch, whose bed runs Debian's OVN from PATH."""
+    if kube_ovn_legacy():
+        return None
+    v = _read_versions()
+    return _cache_dir() / "ovn" / (
+        f"kube-ovn-{v['KUBE_OVN_VERSION']}-ovs-{v['OVS_COMMIT'][:12]}-ovn-{v['OVN_COMMIT'][:12]}"
+    )
+
+
+OVN_PREFIX = default_ovn_prefix()
+# The OVN databases' schemas: the OVN build's, which hack/build-ovn.sh checked to equal the
+# ones Kube-OVN embeds; Debian's under the v1.13 switch.
+_SCHEMA_DIR = OVN_PREFIX / "share" / "ovn" if OVN_PREFIX else Path("/usr/share/ovn")
+NB_SCHEMA = _SCHEMA_DIR / "ovn-nb.ovsschema"
+SB_SCHEMA = _SCHEMA_DIR / "ovn-sb.ovsschema"
+if OVN_PREFIX is not None:
+    # Every OVS/OVN tool the bed, its tests and its scripts call by name (ovsdb-server,
+    # ovsdb-tool, ovn-northd, ovn-nbctl, ovn-sbctl, ovsdb-client) is the Kube-OVN build's:
+    # importing the bed puts that build first on this process's PATH, so children inherit it.
+    _ovn_path = f"{OVN_PREFIX / 'bin'}{os.pathsep}{OVN_PREFIX / 'sbin'}"
+    if not os.environ.get("PATH", "").startswith(_ovn_path):
+        os.environ["PATH"] = _ovn_path + os.pathsep + os.environ.get("PATH", "")
 
 
 def default_bin_dir() -> Path:
@@ -143,8 +180,7 @@ def default_bin_dir() -> Path:
     if env:
         return Path(env)
     v = _read_versions()
-    cache = Path(os.environ.get("PNC_CACHE_DIR", Path.home() / ".cache" / "proxmox-network-controller"))
-    return cache / "control-plane" / f"k8s-{v['KUBERNETES_VERSION']}-etcd-{v['ETCD_VERSION']}" / "bin"
+    return _cache_dir() / "control-plane" / f"k8s-{v['KUBERNETES_VERSION']}-etcd-{v['ETCD_VERSION']}" / "bin"
 
 
 def default_peers_dir() -> Path:
@@ -153,8 +189,7 @@ def default_peers_dir() -> Path:
     if env:
         return Path(env)
     v = _read_versions()
-    cache = Path(os.environ.get("PNC_CACHE_DIR", Path.home() / ".cache" / "proxmox-network-controller"))
-    return cache / "peers" / (
+    return _cache_dir() / "peers" / (
         f"ipam-{v['IPAM_PROVIDER_VERSION']}-capi-{v['CLUSTER_API_VERSION']}-kube-ovn-{v['KUBE_OVN_VERSION']}"
     )
 
@@ -467,9 +502,11 @@ class LocalCluster:
             name: self.workdir / f"{name}.kubeconfig" for name in ("kubelet", "kube-scheduler", "kube-controller-manager")
         }
         self._node_tokens: dict[str, str] = {}
-        # Kube-OVN v1.13 maps columns Debian's OVN schemas do not have.
-        self.nb_schema = self.peers_dir / "ovsdb" / "ovn-nb.ovsschema" if self.with_peers else NB_SCHEMA
-        self.sb_schema = self.peers_dir / "ovsdb" / "ovn-sb.ovsschema" if self.with_peers else SB_SCHEMA
+        # The OVN build's schemas equal the ones Kube-OVN embeds (hack/build-ovn.sh checks it).
+        # Under the v1.13 switch Kube-OVN maps columns Debian's schemas do not have: its own.
+        legacy = OVN_PREFIX is None and self.with_peers
+        self.nb_schema = self.peers_dir / "ovsdb" / "ovn-nb.ovsschema" if legacy else NB_SCHEMA
+        self.sb_schema = self.peers_dir / "ovsdb" / "ovn-sb.ovsschema" if legacy else SB_SCHEMA
         self.manifest_dirs = (
             [Path(p) for p in manifest_dirs]
             if manifest_dirs is not None
@@ -734,6 +771,9 @@ class LocalCluster:
                 "(or hack/build-control-plane.sh), or set PNC_CONTROL_PLANE_BIN"
             )
         if self.with_nb:
+            if OVN_PREFIX is not None and not (OVN_PREFIX / ".complete").exists():
+                raise ClusterError(f"Kube-OVN's OVS/OVN build is missing in {OVN_PREFIX}; run hack/install-deps.sh "
+                                   "(or hack/build-ovn.sh)")
             for tool in ("ovsdb-server", "ovsdb-tool", "ovn-nbctl"):
                 if shutil.which(tool) is None:
                     raise ClusterError(f"{tool} not found on PATH; run hack/install-deps.sh")
@@ -764,7 +804,7 @@ class LocalCluster:
             "nb-schema": self.nb_schema,
             "sb-schema": self.sb_schema,
             "crds": d / "crds",
-            "kube-ovn-role": src / f"kube-ovn@{v['KUBE_OVN_VERSION']}" / "charts" / "kube-ovn" / "templates" / "ovn-CR.yaml",
+            "kube-ovn-role": d / "rbac" / "kube-ovn" / "ovn-CR.yaml",
             "ipam-role": src / f"cluster-api-ipam-provider-in-cluster@{v['IPAM_PROVIDER_VERSION']}" / "config" / "rbac" / "role.yaml",
         }
 
@@ -1414,7 +1454,6 @@ class LocalCluster:
                     "--health-probe-bind-address=0"]
             return argv, env
         # kube-ovn-controller exits at "start to sync ips" without KUBECONFIG in its environment.
-        env.update(KUBE_NAMESPACE=KUBE_OVN_NAMESPACE, POD_NAME=KUBE_OVN_POD, KUBE_NODE_NAME="testbed")
         argv = [
             binary,
             f"--kubeconfig={kubeconfig}",
@@ -1424,7 +1463,25 @@ class LocalCluster:
             "--keep-vm-ip=false",
             "--service-cluster-ip-range=10.96.0.0/16",
         ]
-        return argv, env
+        if OVN_PREFIX is None:  # the v1.13 switch
+            env.update(KUBE_NAMESPACE=KUBE_OVN_NAMESPACE, POD_NAME=KUBE_OVN_POD, KUBE_NODE_NAME="testbed")
+            return argv, env
+        # v1.15 renamed the Pod's downward-API variables (without them it never takes its
+        # Lease), and serves pprof's /healthz on 0.0.0.0:10660 even with metrics off unless
+        # told to bind the Pod's own IP: here loopback, on a free port.
+        env.update(POD_NAMESPACE=KUBE_OVN_NAMESPACE, POD_NAME=KUBE_OVN_POD, NODE_NAME="testbed",
+                   ENABLE_BIND_LOCAL_IP="true", POD_IPS="127.0.0.1")
+        argv.append(f"--pprof-port={_free_ports(1)[0]}")
+        # It creates /var/log/kube-ovn/kube-ovn-controller.log (a hard-coded path; exits 1
+        # when it cannot): a private mount namespace shows it a /var/log of the work
+        # directory, and the host's is never touched. `unshare` and `sh` exec in turn, so
+        # the pid stays the controller's.
+        logdir = self.workdir / "kube-ovn-var-log"
+        (logdir / "kube-ovn").mkdir(parents=True, exist_ok=True)
+        userns = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+        wrapper = ["unshare", *userns, "--mount", "--propagation", "private", "--",
+                   "sh", "-c", 'mount --bind "$0" /var/log && exec "$@"', str(logdir)]
+        return wrapper + argv, env
 
     def _spawn_peer(self, name: str) -> int:
         """Start one peer; returns the size its log had, so the wait reads only this run's lines."""

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -33,7 +34,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 
-from cluster import PEERS, ClusterError, LocalCluster, _read_versions, default_bin_dir, ovsdb_rows, ovsdb_set  # noqa: E402
+from cluster import (  # noqa: E402
+    OVN_PREFIX, PEERS, ClusterError, LocalCluster, _read_versions, default_bin_dir, ovsdb_rows, ovsdb_set,
+)
 from deploy import NAMESPACE, ControllerDeployment, DeployError, build_image  # noqa: E402
 from node import Node, NodeError  # noqa: E402
 
@@ -79,6 +82,21 @@ def peer_lines(cluster: LocalCluster) -> list[str]:
         out.append(f"    {what[name]}")
         out.append(f"      pid {cluster.peer_pid(name)}, as {users[name]}, log {cluster.workdir / (name + '.log')}")
     out.append(f"    binaries built by hack/build-peers.sh in {cluster.peers_dir / 'bin'}")
+    out.extend(ovn_lines())
+    return out
+
+
+def ovn_lines() -> list[str]:
+    """What OVS/OVN the bed runs: each tool's own ``--version`` (the Kube-OVN build shows
+    "+g<commit>", hack/build-ovn.sh) and where it comes from."""
+    out = []
+    for tool in ("ovn-northd", "ovn-nbctl", "ovsdb-server"):
+        path = shutil.which(tool) or tool
+        r = subprocess.run([path, "--version"], capture_output=True, text=True)
+        first = (r.stdout or r.stderr).splitlines()[0] if (r.stdout or r.stderr) else "?"
+        out.append(f"    {first}  ({path})")
+    if OVN_PREFIX is not None:
+        out.append(f"    OVS and OVN built with Kube-OVN's patches by hack/build-ovn.sh in {OVN_PREFIX}")
     return out
 
 

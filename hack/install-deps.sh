@@ -2,8 +2,11 @@
 # Install what the local test bed needs on a fresh Debian machine (product-decisions.md §5).
 # Idempotent: every step checks first. Quiet on success, loud on failure.
 #
-#   * Debian's OVN / Open vSwitch tools (ovsdb-server, ovsdb-tool, ovn-nbctl, the NB schema),
-#     without leaving Debian's own ovsdb-server / ovn-northd running;
+#   * Debian's prometheus (promtool) and the build dependencies of Kube-OVN's own OVS and OVN
+#     (autoconf automake libtool libssl-dev libcap-ng-dev libunbound-dev; issue 24), which
+#     hack/build-peers.sh builds (hack/build-ovn.sh): the bed's OVN is that build, not
+#     Debian's. Under PNC_KUBE_OVN_VERSION=v1.13.0 (out of CI) Debian's ovn-central and
+#     openvswitch-common instead, without leaving their ovsdb-server / ovn-northd running;
 #   * the Python dependencies with the test extra (the tree itself is imported in place);
 #   * kube-apiserver, kubectl and etcd (hack/build-control-plane.sh, cached);
 #   * the real peers (hack/build-peers.sh) and helm (hack/build-helm.sh), cached;
@@ -17,6 +20,8 @@
 # Prints the control-plane bin directory on stdout (like build-control-plane.sh).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$HERE/versions.env"
 ROOT="$(cd "$HERE/.." && pwd)"
 log() { echo "[install-deps] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -76,21 +81,21 @@ apt_install() {
 }
 
 install_ovn() {
-  if command -v ovsdb-server >/dev/null && command -v ovsdb-tool >/dev/null \
-     && command -v ovn-nbctl >/dev/null && [[ -f /usr/share/ovn/ovn-nb.ovsschema ]] \
-     && command -v promtool >/dev/null && command -v prometheus >/dev/null; then
-    return 0
-  fi
   # promtool (Debian's prometheus package) checks and unit-tests the alert rules; its
   # prometheus server scrapes the controller in tests/test_prometheus_integration.py.
-  log "installing ovn-central, openvswitch-common and prometheus (promtool) from Debian"
-  apt_install ovn-central openvswitch-common prometheus
-  stop_debian_ovn
-  command -v ovsdb-server >/dev/null || die "ovsdb-server still missing after apt-get install"
-  command -v ovn-nbctl >/dev/null || die "ovn-nbctl still missing after apt-get install"
+  local want=(prometheus autoconf automake libtool libssl-dev libcap-ng-dev libunbound-dev)
+  local legacy=""
+  [[ ${PNC_KUBE_OVN_VERSION:-} == "$KUBE_OVN_LEGACY_VERSION" ]] && legacy=1 && want+=(ovn-central openvswitch-common)
+  local missing=() p
+  for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  log "installing ${missing[*]} from Debian"
+  apt_install "${missing[@]}"
+  [[ -n $legacy ]] && stop_debian_ovn
   command -v promtool >/dev/null || die "promtool still missing after apt-get install"
   command -v prometheus >/dev/null || die "prometheus still missing after apt-get install"
-  [[ -f /usr/share/ovn/ovn-nb.ovsschema ]] || die "/usr/share/ovn/ovn-nb.ovsschema missing"
+  command -v autoreconf >/dev/null || die "autoreconf still missing after apt-get install"
+  return 0
 }
 
 # The node's runtime and the image's tools. Their services are kept from starting (the bed
@@ -147,8 +152,8 @@ bin="$("$HERE/build-control-plane.sh" --node)" || die "hack/build-control-plane.
 for b in kube-apiserver kubectl etcd kubelet kube-controller-manager kube-scheduler; do
   [[ -x "$bin/$b" ]] || die "$bin/$b missing after build"
 done
-"$HERE/build-peers.sh" >/dev/null || die "hack/build-peers.sh failed"  # kube-ovn-controller, IPAM provider (stdout: control plane only)
-"$HERE/build-helm.sh" >/dev/null || die "hack/build-helm.sh failed"  # helm for the charts' tests (stdout: control plane only)
+"$HERE/build-helm.sh" >/dev/null || die "hack/build-helm.sh failed"  # helm: the charts' tests, Kube-OVN's templated CRDs
+"$HERE/build-peers.sh" >/dev/null || die "hack/build-peers.sh failed"  # kube-ovn-controller, IPAM provider, OVS/OVN (stdout: control plane only)
 "$HERE/build-pause.sh" >/dev/null || die "hack/build-pause.sh failed"  # the node's sandbox and busybox images
 "$HERE/build-image.sh" >/dev/null || die "hack/build-image.sh failed"  # the controller's image (tests/test_image_layout.py)
 echo "$bin"
