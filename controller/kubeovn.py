@@ -1,14 +1,20 @@
-"""What kube-ovn-controller (v1.13) itself does with a Subnet's finalizers, where our
-release order depends on it (docs/testing.md "What the real peers taught us").
+"""What kube-ovn-controller itself does with a Subnet's finalizers and a duplicated Vlan,
+where our decisions depend on it (docs/testing.md "What the real peers taught us").
 
-Kube-OVN adds its finalizer ``kubeovn.io/kube-ovn-controller`` only to a Subnet that has
-**no finalizer at all** (``handleSubnetFinalizer``: ``len(subnet.GetFinalizers()) == 0``),
-and removes it from a deleting Subnet once it counts no IP of the Subnet in use. When our
-``proxmox.cozystack.io/network`` lands first (a Subnet created before its Vlan: Kube-OVN
-fails to format it until the Vlan exists and retries with backoff, while our pass adds the
-finalizer as soon as the Vlan binds it), Kube-OVN never adds its own. Removing ours from
-such a deleting Subnet would then delete it, and Kube-OVN would remove its logical switch,
-while Kube-OVN still counts IPs in it. So ours stays on until Kube-OVN's count is zero.
+Finalizers. Kube-OVN removes its finalizer ``kubeovn.io/kube-ovn-controller`` from a
+deleting Subnet once it counts no IP of the Subnet in use. v1.15 (``handleSubnetFinalizer``,
+pkg/controller/subnet.go) adds it to every live Subnet it has validated, next to ours.
+v1.13 added it only to a Subnet with **no finalizer at all**
+(``len(subnet.GetFinalizers()) == 0``): when our ``proxmox.cozystack.io/network`` landed
+first, Kube-OVN never added its own. Removing ours from such a deleting Subnet would then
+delete it, and Kube-OVN would remove its logical switch, while Kube-OVN still counts IPs in
+it. So ours stays on until Kube-OVN's count is zero whenever Kube-OVN holds none: the rule
+holds for both versions.
+
+Duplicates. v1.14+ sets ``Vlan.status.conflict`` on a Vlan when, at its check of that Vlan
+(``checkVlanConflict``, pkg/controller/vlan.go: on the Vlan's add, any update, its retries),
+another Vlan has the same provider and ID; a Subnet on a flagged Vlan gets ``Ready=False``
+with reason ``ValidateSubnetVlanFailed`` and is not configured further.
 """
 
 from __future__ import annotations
@@ -18,6 +24,16 @@ from typing import Any
 
 # util.KubeOVNControllerFinalizer and the name it migrates from (util.DepreciatedFinalizerName).
 KUBE_OVN_FINALIZERS = ("kubeovn.io/kube-ovn-controller", "kube-ovn-controller")
+
+
+# The reason of a Subnet's Ready=False when its Vlan is missing or flagged (validateSubnetVlan).
+SUBNET_VLAN_INVALID = "ValidateSubnetVlanFailed"
+
+
+def flags_conflict(vlan: Mapping[str, Any]) -> bool:
+    """Kube-OVN has set ``status.conflict`` on ``vlan`` (another Vlan with its provider and
+    ID existed at Kube-OVN's last check of it)."""
+    return (vlan.get("status") or {}).get("conflict") is True
 
 
 def _count(value: Any) -> float:

@@ -222,6 +222,27 @@ def duplicate_holders(vlan: Mapping[str, Any], on_provider: Any) -> list[str]:
     )
 
 
+def kube_ovn_conflict_note(vlan: Mapping[str, Any], subnet: Mapping[str, Any] | None) -> str:
+    """What Kube-OVN itself does about a duplicate of ``vlan``, appended to our VLANConflict
+    message ("" when it has not flagged ours). Kube-OVN v1.15 flags every Vlan of a
+    duplicated ID it checks (ours at its next event or restart) and then stops configuring
+    the Subnets on it: ``validateSubnetVlan`` sets the Subnet ``Ready=False`` with reason
+    ``ValidateSubnetVlanFailed`` (pkg/controller/subnet.go), so no new port gets on the VLAN
+    until the duplicate is gone and Kube-OVN checks ours again."""
+    if not kubeovn.flags_conflict(vlan):
+        return ""
+    vname = vlan["metadata"]["name"]
+    note = f'; Kube-OVN flags Vlan "{vname}" as conflicting too'
+    if subnet is not None:
+        sname = subnet["metadata"]["name"]
+        ready = find((subnet.get("status") or {}).get("conditions") or [], "Ready") or {}
+        if ready.get("status") == FALSE and ready.get("reason") == kubeovn.SUBNET_VLAN_INVALID:
+            note += f' and has taken Subnet "{sname}" down (Ready=False, {kubeovn.SUBNET_VLAN_INVALID})'
+        else:
+            note += f' and stops configuring Subnet "{sname}"'
+    return note + "; delete the other Vlan, then Kube-OVN clears the flag at its next check of this one"
+
+
 def subnet_conditions(subnet: Mapping[str, Any]) -> tuple[str, str, str]:
     """SubnetReady (status, reason, message) from Kube-OVN's conditions (§5.5)."""
     conds = (subnet.get("status") or {}).get("conditions") or []
@@ -406,13 +427,16 @@ class _Live:
             status["mtu"] = mtu
         else:
             status.pop("mtu", None)
-        if (vlan.get("status") or {}).get("conflict") is True:
-            self.not_ready(reasons.VLAN_CONFLICT,
-                           f'Kube-OVN reports VLAN {vid} on provider "{provider}" as conflicting with another Vlan')
-            return None
+        # Our own duplicate check first: its message names the other Vlans, which Kube-OVN's
+        # flag does not (issue 24: v1.15 flags ours too at any update of it while a
+        # duplicate exists, and un-Readies the Subnet).
         others = duplicate_holders(vlan, s.holders)
         if others:
             return self.duplicate(vlan, vid, provider, others)
+        if kubeovn.flags_conflict(vlan):
+            self.not_ready(reasons.VLAN_CONFLICT,
+                           f'Kube-OVN reports VLAN {vid} on provider "{provider}" as conflicting with another Vlan')
+            return None
         msg = f"VLAN {vid} on bridge {bridge}"
         static = allocator.static_assignment_for(zone, self.ns, self.name)
         if static is not None and static != vid:
@@ -502,7 +526,7 @@ class _Live:
                     self.net, WARNING, reasons.VLAN_DUPLICATE_REPAIRED,
                     f'{msg}; gave back Vlan "{vname}" (made by this controller, not bound yet) and allocating again'))
                 msg += "; this network's Vlan was given back and is allocated again"
-        self.not_ready(reasons.VLAN_CONFLICT, msg)
+        self.not_ready(reasons.VLAN_CONFLICT, msg + kube_ovn_conflict_note(vlan, s.subnet))
         return None
 
     def give_back(self, vlan: Mapping[str, Any]) -> Plan | None:

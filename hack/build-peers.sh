@@ -228,11 +228,13 @@ build_kube_ovn() {
   if grep -q '{{' "$crd" "$role"; then
     local helm
     helm="$("$HERE/build-helm.sh")/helm" || die "hack/build-helm.sh failed"
-    "$helm" template kube-ovn charts/kube-ovn --namespace kube-system \
-      --show-only templates/kube-ovn-crd.yaml > "$OUT/crds/kube-ovn/kube-ovn-crd.yaml.tmp" \
+    # The chart wants a Kubernetes version (helm's default is v1.20) and its master nodes'
+    # addresses (only to render the central Deployment, which is not shown).
+    local render=(template kube-ovn charts/kube-ovn --namespace kube-system
+                  --kube-version "$KUBERNETES_VERSION" --set MASTER_NODES=127.0.0.1)
+    "$helm" "${render[@]}" --show-only templates/kube-ovn-crd.yaml > "$OUT/crds/kube-ovn/kube-ovn-crd.yaml.tmp" \
       || die "helm template of $crd failed"
-    "$helm" template kube-ovn charts/kube-ovn --namespace kube-system \
-      --show-only templates/ovn-CR.yaml > "$OUT/rbac/kube-ovn/ovn-CR.yaml.tmp" \
+    "$helm" "${render[@]}" --show-only templates/ovn-CR.yaml > "$OUT/rbac/kube-ovn/ovn-CR.yaml.tmp" \
       || die "helm template of $role failed"
     mv "$OUT/crds/kube-ovn/kube-ovn-crd.yaml.tmp" "$OUT/crds/kube-ovn/kube-ovn-crd.yaml"
     mv "$OUT/rbac/kube-ovn/ovn-CR.yaml.tmp" "$OUT/rbac/kube-ovn/ovn-CR.yaml"

@@ -83,6 +83,9 @@ IPAM_SA = "capi-ipam-in-cluster-controller-manager"
 IPAM_ROLE = "capi-ipam-in-cluster-manager-role"
 # kube-ovn-controller logs an error every second without this ConfigMap (an image is all it reads).
 VPC_NAT_CONFIG = "ovn-vpc-nat-config"
+# Kube-OVN v1.15's VpcEgressGateway, served from its real CRD in every bed (the controller's
+# egress step reads it).
+VPC_EGRESS_GATEWAY_CRD = "vpc-egress-gateways.kubeovn.io"
 # What each peer logs once it is at work (searched in the part of its log written since its
 # start): client-go's leader election for Kube-OVN (which then also needs its default VPC
 # and subnet Ready, see _kube_ovn_pending); controller-runtime's workers of each of the
@@ -449,8 +452,8 @@ class LocalCluster:
     provider), each as its own service-account user bound to the ClusterRole of its upstream
     manifests, with kubeconfig, pid file and log in the work directory. The NB and SB are
     then created from the schemas Kube-OVN embeds (Debian's are older), and the peers' real
-    CRDs replace the trimmed fixtures of the same names (the VpcEgressGateway and capmox
-    fixtures stay: Kube-OVN v1.13 has no VpcEgressGateway, capmox has no build here). The
+    CRDs replace the trimmed fixtures of the same names (the capmox fixtures stay: capmox has
+    no build here; Kube-OVN v1.15's real VpcEgressGateway CRD is served in every bed). The
     bed is started once Kube-OVN leads and its VPC ``ovn-cluster`` and Subnet
     ``ovn-default`` are Ready, and the provider runs its workers. A test faults a peer with
     :meth:`stop_peer`, :meth:`start_peer`, :meth:`kill_peer`, :meth:`pause_peer` and
@@ -1247,7 +1250,14 @@ class LocalCluster:
         return r
 
     def _manifest_docs(self) -> list[tuple[Path, dict]]:
-        return self._load_docs(self.manifest_dirs)
+        """manifests/ and the fixtures, and Kube-OVN's real VpcEgressGateway CRD (no fixture
+        of it since issue 24) in every bed that has the peers' build."""
+        docs = self._load_docs(self.manifest_dirs)
+        real = self.peers_dir / "crds" / "kube-ovn"
+        if not self.with_peers and real.is_dir():
+            docs += [(f, d) for f, d in self._load_docs([real])
+                     if d["kind"] == "CustomResourceDefinition" and d["metadata"]["name"] == VPC_EGRESS_GATEWAY_CRD]
+        return docs
 
     @staticmethod
     def _load_docs(dirs: Iterable[Path]) -> list[tuple[Path, dict]]:

@@ -444,6 +444,41 @@ def test_kube_ovn_conflict():
     assert (p.status["vlan"], p.status["vlanName"], p.status["bridge"]) == (VID, SUBNET, BRIDGE)  # stay set
 
 
+def kube_ovn_took_it_down(sub):
+    """The Subnet as Kube-OVN v1.15 leaves it when its Vlan is flagged (validateSubnetVlan)."""
+    sub["status"]["conditions"][0].update(reason="ValidateSubnetVlanFailed", message=(
+        f"failed to validate vlan for subnet {SUBNET}, subnet {SUBNET} has invalid conflict vlan {SUBNET}"))
+    return sub
+
+
+HAND_DUP = f'VLAN {VID} on provider "{PROVIDER}" is also held by Vlan "hand-made"'
+
+
+@pytest.mark.parametrize("sub, note", [
+    (kube_ovn_took_it_down(subnet(ready=False)),
+     f'; Kube-OVN flags Vlan "{SUBNET}" as conflicting too and has taken Subnet "{SUBNET}" down '
+     "(Ready=False, ValidateSubnetVlanFailed)"),
+    (subnet(), f'; Kube-OVN flags Vlan "{SUBNET}" as conflicting too and stops configuring Subnet "{SUBNET}"'),
+])
+def test_kube_ovn_flag_with_a_duplicate_names_the_duplicate_and_what_kube_ovn_did(sub, note):
+    """Issue 24: on v1.15 a hand-made duplicate gets ours flagged and the Subnet taken down;
+    the condition names the duplicate (our check comes first) and says what Kube-OVN did."""
+    v = vlan(conflict=True)
+    hand = vlan("hand-made", owner=("", ""), finalizers=(), uid="uid-hand")
+    p = drive(live(vlan=v, holders=(v, hand), subnet=sub))
+    want = ("False", "VLANConflict", HAND_DUP + note +
+            "; delete the other Vlan, then Kube-OVN clears the flag at its next check of this one")
+    assert p.crm("VLANAllocated") == want
+    assert p.crm("Ready") == want
+    assert not p.of(ReleaseVlan) and not p.of(Get)  # reported, nothing of ours written or given back
+
+
+def test_a_duplicate_kube_ovn_has_not_flagged_ours_for_is_our_message_alone():
+    hand = vlan("hand-made", owner=("", ""), finalizers=(), uid="uid-hand")
+    p = drive(live(holders=(vlan(), hand)))
+    assert p.crm("VLANAllocated") == ("False", "VLANConflict", HAND_DUP)
+
+
 def test_allocated_message():
     p = drive(live())
     assert p.crm("VLANAllocated") == ("True", "Allocated", f"VLAN {VID} on bridge {BRIDGE}")
