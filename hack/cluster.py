@@ -87,11 +87,12 @@ VPC_NAT_CONFIG = "ovn-vpc-nat-config"
 # egress step reads it).
 VPC_EGRESS_GATEWAY_CRD = "vpc-egress-gateways.kubeovn.io"
 # What each peer logs once it is at work (searched in the part of its log written since its
-# start): client-go's leader election for Kube-OVN (which then also needs its default VPC
-# and subnet Ready, see _kube_ovn_pending); controller-runtime's workers of each of the
-# provider's three controllers (caches synced).
+# start): client-go's leader election for Kube-OVN and the last step of its start-up garbage
+# collection (gcVPCDNS, after gcIP: a test's object made before it could be collected as
+# leaked), which then also needs its default VPC and subnet Ready, see _kube_ovn_pending;
+# controller-runtime's workers of each of the provider's three controllers (caches synced).
 PEER_READY_LINES = {
-    "kube-ovn-controller": ("successfully acquired lease",),
+    "kube-ovn-controller": ("successfully acquired lease", "start to gc vpc dns"),
     "ipam-provider": tuple(
         f'"Starting workers" controller="{c}"' for c in ("ipaddressclaim", "inclusterippool", "globalinclusterippool")
     ),

@@ -1,5 +1,10 @@
 """Egress-gateway pods (reference-behaviour.md §12): port security goes off only at the end
-of a verified ownership chain Pod -> ReplicaSet -> Deployment -> VpcEgressGateway."""
+of a verified ownership chain Pod -> ReplicaSet -> Deployment -> VpcEgressGateway.
+
+Here every link is written by hand on a bed without peers (the real VpcEgressGateway CRD,
+no Kube-OVN to act on it), so each one can be forged or broken: a Pod of a StatefulSet,
+another owner, a UID that does not match. The chain Kube-OVN v1.15 and kube-controller-manager
+really make is in tests/test_egress_real_integration.py."""
 
 from __future__ import annotations
 
@@ -26,7 +31,9 @@ def chain(admin_client, ns: str, name: str, *, vpc_label: str | None = "vpc-a", 
     labels = {"cozystack.io/vpcId": vpc_label} if vpc_label is not None else {}
     gw = co.create_namespaced_custom_object("kubeovn.io", "v1", ns, "vpc-egress-gateways", {
         "apiVersion": "kubeovn.io/v1", "kind": "VpcEgressGateway",
-        "metadata": {"name": name, "namespace": ns, "labels": labels}, "spec": {"vpc": "vpc-a"}})
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        # What the real CRD requires besides the VPC: the external Subnet and one policy.
+        "spec": {"vpc": "vpc-a", "externalSubnet": "ext", "policies": [{"snat": True, "ipBlocks": ["10.0.0.0/24"]}]}})
     sel = {"matchLabels": {"app": name}}
     tmpl = {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "gw"}]}}
     dep = apps.create_namespaced_deployment(ns, {

@@ -1,4 +1,4 @@
-"""The real peers (issue 13 part 2): kube-ovn-controller v1.13.0 and the in-cluster IPAM
+"""The real peers (issue 13 part 2; v1.15.24 since issue 24): kube-ovn-controller and the in-cluster IPAM
 provider v1.0.3 run by ``LocalCluster(with_peers=True)`` on a bed of this module's own, and
 what the product relies on them for, read back from the API server and from the NB/SB with
 ``ovn-nbctl``/``ovn-sbctl``:
@@ -199,8 +199,8 @@ def port_group(bed: LocalCluster, lrp: str) -> str | None:
 
 def test_router_port_of_kube_ovn_gets_our_group_and_a_chassis_redirect_port(bed, applier, vpc_subnet):
     vs = vpc_subnet
-    # The NB is the one Kube-OVN v1.13 maps, read by our client from the server.
-    assert fetch_schema(bed.nb_tcp)["version"] == "7.3.0"
+    # The NB is the one Kube-OVN v1.15 maps (its OVN 25.03 build's), read by our client from the server.
+    assert fetch_schema(bed.nb_tcp)["version"] == "7.11.0"
 
     routers = ovsdb_rows(bed.nbctl, "Logical_Router", f"name={vs['vpc']}")
     assert len(routers) == 1

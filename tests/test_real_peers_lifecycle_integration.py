@@ -1,8 +1,8 @@
-"""The network lifecycle against the real peers (issue 13 part 5): the controller as it
-runs (``running_controller``, gateway management on, the bed's NB) next to the real
-kube-ovn-controller v1.13.0 and the real in-cluster IPAM provider v1.0.3 of
-``LocalCluster(with_peers=True)``, on a bed of this module's own. Nothing here plays a peer:
-Kube-OVN makes the logical switches, router ports, ``Vlan.status.subnets`` and its own
+"""The network lifecycle against the real peers (issue 13 part 5; Kube-OVN v1.15.24 since
+issue 24): the controller as it runs (``running_controller``, gateway management on, the
+bed's NB) next to the real kube-ovn-controller and the real in-cluster IPAM provider v1.0.3
+of ``LocalCluster(with_peers=True)``, on a bed of this module's own. Nothing here plays a
+peer: Kube-OVN makes the logical switches, router ports, ``Vlan.status.subnets`` and its own
 finalizer; the provider fulfils claims, counts pools and holds ``ProtectPool``. Faults are
 made by stopping, killing or pausing the real processes. Where the real peers differ from
 what the tests once assumed: docs/testing.md "What the real peers taught us".
@@ -16,20 +16,22 @@ what the tests once assumed: docs/testing.md "What the real peers taught us".
   keeps the address (the provider paused with the claim deleted: still held), the pool
   deleted meanwhile is held by ``ProtectPool``, and the deletion proceeds once it lets go;
 * a Subnet deleted while Kube-OVN counts IPs in it waits for Kube-OVN's own finalizer, and
-  the real pruning of ``Vlan.status.subnets`` releases the VLAN without the timeout; when our
-  finalizer came first Kube-OVN puts none of its own on the Subnet, and ours then stays until
-  Kube-OVN's count is zero (the bug this module found, controller/kubeovn.py);
+  the real pruning of ``Vlan.status.subnets`` releases the VLAN without the timeout; when
+  Kube-OVN's finalizer is stripped by hand (v1.13 put none on a Subnet that had ours), ours
+  stays until Kube-OVN's count is zero (the bug this module found, controller/kubeovn.py);
 * kube-ovn-controller stopped while the Subnet goes: the VLAN is released at the prune
   timeout;
-* a hand-made duplicate Vlan: ``VLANConflict`` from us; Kube-OVN v1.13 has no
-  ``status.conflict`` (its CRD prunes the field) and lists both Vlans on the ProviderNetwork;
+* a hand-made duplicate Vlan: ``VLANConflict`` naming it; Kube-OVN v1.15 flags both Vlans
+  (``status.conflict``) and takes our Subnet down after its restart, which our condition says,
+  and the controller writes nothing back;
 * Kube-OVN's Subnet defaults (``vpc: ovn-cluster`` when absent): the router port looked up is
   ``ovn-cluster-<subnet>``, which Kube-OVN makes only with ``logicalGateway``.
 
 Expected texts: reference-behaviour.md §5.4-§5.6, §6, §7, §9; product-decisions.md §4.3, §7;
-docs/api.md (zone message). Expected peer behaviour: kube-ovn v1.13.0 ``pkg/controller``
-(subnet.go ``handleSubnetFinalizer``, ``handleDeleteSubnet``; vlan.go; gc.go), cluster-api
-ipam provider v1.0.3 (``inclusterippool.go``, ``pkg/ipamutil``).
+docs/api.md (zone message). Expected peer behaviour: kube-ovn v1.15.24 ``pkg/controller``
+(subnet.go ``handleSubnetFinalizer``, ``validateSubnetVlan``, ``handleDeleteSubnet``;
+vlan.go ``checkVlanConflict``; gc.go), cluster-api ipam provider v1.0.3
+(``inclusterippool.go``, ``pkg/ipamutil``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from kubernetes.client.rest import ApiException
 
 from controller import names
 from controller.kube import KubeWriter
+from hack.audit import write_marker, writes_before
 from hack.cluster import ClusterError, LocalCluster, ovsdb_rows
 from hack.objects import Admin, reason, unique, wait_condition
 from tests.support.ovsdb import RowMonitor, ha_chassis_groups
@@ -61,6 +64,7 @@ from tests.support.peers import (
     Ctl,
     Trunk,
     make_vpc,
+    strip_kube_ovn_finalizer,
 )
 from hack.wait import wait_for
 
@@ -443,8 +447,8 @@ def test_claim_holds_the_network_in_use_exactly_while_the_provider_keeps_its_add
 def test_subnet_deletion_waits_for_kube_ovns_finalizer_then_its_pruning_releases_the_vlan(bed, ctl, world):
     sc = world.scene()
     vid = sc.create_network()["status"]["vlan"]
-    # Kube-OVN's finalizer on the Subnet for sure: it handles the Subnet before our
-    # controller sees it (Kube-OVN adds one only to a Subnet without any finalizer).
+    # Kube-OVN's finalizer first on the Subnet: it handles the Subnet before our controller
+    # sees it (v1.15 adds its own next to any other; v1.13 only to a Subnet without any).
     ctl.stop()
     try:
         sc.create_subnet()
@@ -483,40 +487,47 @@ def test_subnet_deletion_waits_for_kube_ovns_finalizer_then_its_pruning_releases
     assert sc.events(ctl, "VLANReleasedAfterPruneTimeout") == []
 
 
-def only_our_finalizer_and_an_ip(bed: LocalCluster, sc: Scene) -> int:
-    """A Ready network whose Subnet carries only our finalizer (it came while
-    kube-ovn-controller was away; in the field, a Subnet created before its Vlan: Kube-OVN
-    cannot format it until the Vlan exists, our pass adds the finalizer first), and a
-    Kube-OVN IP counted in it. Returns the VLAN."""
-    vid = sc.create_network()["status"]["vlan"]
-    bed.stop_peer(KUBE_OVN)
-    try:
-        sc.create_subnet()
-        sc.create_pool()
-        wait_for(lambda: sc.finalizers() == [OURS], timeout=WAIT, what="our finalizer on the Subnet")
-    finally:
-        bed.start_peer(KUBE_OVN)
-    sc.wait("Ready", "Ready")
-    assert sc.finalizers() == [OURS]  # Kube-OVN adds its own only to a Subnet without finalizers
+def ready_with_a_counted_ip(sc: Scene) -> int:
+    """A Ready network whose Subnet carries both finalizers (Kube-OVN v1.15 adds its own next
+    to ours) and a Kube-OVN IP it counts in use. Returns the VLAN."""
+    vid = sc.ready()["status"]["vlan"]
+    wait_for(lambda: sorted(sc.finalizers()) == sorted([KUBE_OVN_FINALIZER, OURS]), timeout=WAIT,
+             what="both finalizers on the Subnet")
     sc.kube_ovn_ip("vm-pod", f"{sc.prefix}.10")
     wait_for(lambda: sc.using_ips() == 1, timeout=WAIT, what="Kube-OVN counting the IP in the Subnet")
     return vid
 
 
-def test_subnet_kube_ovn_put_no_finalizer_on_is_kept_while_it_counts_ips(bed, ctl, world, peers_back):
+def only_ours_left(admin: Admin, sc: Scene) -> None:
+    """The deleting Subnet stuck on Kube-OVN's finalizer (#4243), which an operator strips by
+    hand: ours is then the only thing keeping it (v1.13 reached that state on its own: it
+    added its finalizer only to a Subnet with none)."""
+    strip_kube_ovn_finalizer(admin, sc.sub)
+    wait_for(lambda: sc.finalizers() == [OURS], timeout=WAIT, what="only our finalizer left")
+
+
+def test_subnet_whose_kube_ovn_finalizer_was_stripped_is_kept_while_it_counts_ips(bed, admin, ctl, world, peers_back):
     """Ours then keeps the deleting Subnet until Kube-OVN counts no IP in it (before the
     fix, removing ours deleted the Subnet, and Kube-OVN its switch, under the IP)."""
     sc = world.scene()
-    vid = only_our_finalizer_and_an_ip(bed, sc)
+    vid = ready_with_a_counted_ip(sc)
 
     sc.delete_network()
     sc.wait("Ready", "SubnetStillExists")
-    sc.delete_subnet()
+    # Kube-OVN's finalizer first off, by hand, before the Subnet's delete reaches our pass:
+    # ctl stopped meanwhile, so ours is still on when the controller sees it deleting.
+    ctl.stop()
+    try:
+        sc.delete_subnet()
+        wait_for(lambda: sc.subnet()["metadata"].get("deletionTimestamp"), timeout=WAIT, what="the Subnet deleting")
+        only_ours_left(admin, sc)
+    finally:
+        ctl.start()
     obj = sc.wait("Ready", "SubnetDeleting")
-    assert reason(obj, "Ready")[2] == (
-        f'waiting for Kube-OVN to delete Subnet "{sc.sub}" before VLAN {vid} is released; Kube-OVN counts 1 IP(s) '
-        f"in use in it and has no finalizer of its own on it, so the controller keeps its finalizer until they "
-        f"are released")
+    want = (f'waiting for Kube-OVN to delete Subnet "{sc.sub}" before VLAN {vid} is released; Kube-OVN counts 1 '
+            f"IP(s) in use in it and has no finalizer of its own on it, so the controller keeps its finalizer until "
+            f"they are released")
+    wait_for(lambda: reason(sc.network(), "Ready")[2] == want, timeout=WAIT, what="the held-by-us message")
     ctl.resync()
     assert sc.finalizers() == [OURS] and sc.subnet()["metadata"]["deletionTimestamp"]
     assert ovsdb_rows(bed.nbctl, "Logical_Switch", f"name={sc.sub}")
@@ -530,22 +541,24 @@ def test_subnet_kube_ovn_put_no_finalizer_on_is_kept_while_it_counts_ips(bed, ct
 
 def test_orphaned_vlan_keeps_a_subnet_kube_ovn_counts_ips_in(bed, admin, ctl, world, peers_back):
     """The zone's orphan collection (§8.1) applies the same rule: the network gone with its
-    finalizer stripped by hand, the Subnet deleted while Kube-OVN counts an IP in it and has
-    no finalizer of its own on it: ours stays until the IP is released."""
+    finalizer stripped by hand, the Subnet deleted while Kube-OVN counts an IP in it, and
+    Kube-OVN's finalizer stripped too: ours stays until the IP is released."""
     sc = world.scene()
-    only_our_finalizer_and_an_ip(bed, sc)
+    ready_with_a_counted_ip(sc)
     sc.delete_network()
     sc.wait("Ready", "SubnetStillExists")
-    admin.strip_finalizers(*PX, "proxmoxnetworks", sc.net, sc.ns)
-    sc.network_gone()
-    sc.delete_subnet()
+    ctl.stop()
+    try:
+        admin.strip_finalizers(*PX, "proxmoxnetworks", sc.net, sc.ns)
+        sc.network_gone()
+        sc.delete_subnet()
+        wait_for(lambda: sc.subnet()["metadata"].get("deletionTimestamp"), timeout=WAIT, what="the Subnet deleting")
+        only_ours_left(admin, sc)
+    finally:
+        ctl.start()
     zone_message = lambda: reason(admin.zone(sc.zone), "Ready")[2]  # noqa: E731
     wait_for(lambda: "1 orphaned Vlan(s) still referenced by a subnet" in zone_message(), timeout=WAIT,
              what="the orphan counted on the zone")
-    # A full pass of the zone once the controller's cache shows the Subnet deleting.
-    wait_for(lambda: world.gone("subnets", sc.sub)
-             or (ctl.mgr.subnets.store.get(sc.sub) or {}).get("metadata", {}).get("deletionTimestamp"),
-             timeout=WAIT, what="the deleting Subnet in the controller's cache")
     assert not world.gone("subnets", sc.sub), "the Subnet went while Kube-OVN counted an IP in it"
     ctl.resync()
     assert sc.finalizers() == [OURS] and sc.subnet()["metadata"]["deletionTimestamp"]
@@ -612,42 +625,77 @@ def test_vlan_is_released_at_the_prune_timeout_when_kube_ovn_is_stopped(bed, ctl
 # --------------------------------------------------------------------------- (e) a hand-made duplicate Vlan
 
 
-def test_hand_made_duplicate_vlan_is_our_vlan_conflict_and_no_kube_ovn_status(bed, admin, ctl, world):
+def test_hand_made_duplicate_vlan_on_kube_ovn_v115_flags_both_takes_the_subnet_down_and_we_write_nothing_back(
+        bed, admin, ctl, world, peers_back):
+    """Issue 24. Kube-OVN v1.15 flags a Vlan (``status.conflict``) at its check of it while
+    another holds its provider and ID: the duplicate at once, ours at its next event (here
+    a restart of kube-ovn-controller), and then takes our Subnet down
+    (``Ready=False ValidateSubnetVlanFailed``). Our VLANConflict names the duplicate and says
+    so; across the restart the controller writes nothing but the network's status, once per
+    state it reports, and nothing to the Vlan or the Subnet. With the duplicate gone and
+    Kube-OVN's next check of ours (a restart again: its own retry backs off up to 1000 s),
+    the network is Ready again with its group untouched."""
     sc = world.scene()
     vid = sc.ready()["status"]["vlan"]
     (group_before,) = ha_chassis_groups(bed.nbctl, sc.group)
     dup = unique("dup")
+    before = write_marker(bed)
     admin.create_vlan(dup, vid, world.provider)
 
+    ours_named = f'VLAN {vid} on provider "{world.provider}" is also held by Vlan "{dup}"'
     obj = sc.wait("VLANAllocated", "VLANConflict")
-    conflict = f'VLAN {vid} on provider "{world.provider}" is also held by Vlan "{dup}"'
-    assert reason(obj, "VLANAllocated") == ("False", "VLANConflict", conflict)
-    obj = sc.wait("Ready", "VLANConflict")
-    assert reason(obj, "GatewayReady") == ("Unknown", "WaitingForVLAN", "waits for a VLAN to be allocated")
+    assert reason(obj, "VLANAllocated")[2].startswith(ours_named)
+    # Kube-OVN flags the duplicate at once; ours only at its next check of it.
+    wait_for(lambda: (world.get("vlans", dup).get("status") or {}).get("conflict") is True, timeout=WAIT,
+             what="Kube-OVN flagging the duplicate")
     zone_ready = lambda: reason(admin.zone(sc.zone), "Ready")[2]  # noqa: E731
     held = ", ".join(sorted([dup, sc.sub]))
     wait_for(lambda: f"; duplicate VLAN IDs on provider: {vid} ({held})" in zone_ready(), timeout=WAIT,
              what="the duplicate on the zone")
 
-    # What Kube-OVN v1.13 makes of it: the duplicate is listed on the ProviderNetwork next to
-    # ours; neither Vlan gets a conflict flag (the field is not in its CRD: a status written
-    # by hand loses it); the localnet port keeps our VLAN; our group is left as it is.
-    wait_for(lambda: dup in (world.get("provider-networks", world.provider).get("status") or {}).get("vlans", []),
-             timeout=WAIT, what="Kube-OVN listing the duplicate on the ProviderNetwork")
-    assert "conflict" not in (world.get("vlans", dup).get("status") or {})
-    assert sc.vlan()["status"] == {"subnets": [sc.sub]}
-    admin.set_vlan_status(dup, {"conflict": True})
-    assert "conflict" not in (world.get("vlans", dup).get("status") or {})
+    # A restart of kube-ovn-controller checks ours: flagged, and the Subnet taken down.
+    bed.stop_peer(KUBE_OVN)
+    bed.start_peer(KUBE_OVN)
+    wait_for(lambda: (sc.vlan().get("status") or {}).get("conflict") is True, timeout=WAIT,
+             what="Kube-OVN flagging our Vlan")
+    wait_for(lambda: any(c.get("type") == "Ready" and c.get("reason") == "ValidateSubnetVlanFailed"
+                         for c in (sc.subnet().get("status") or {}).get("conditions") or []),
+             timeout=WAIT, what="Kube-OVN taking the Subnet down")
+    down = (f'{ours_named}; Kube-OVN flags Vlan "{sc.sub}" as conflicting too and has taken Subnet "{sc.sub}" '
+            "down (Ready=False, ValidateSubnetVlanFailed); delete the other Vlan, then Kube-OVN clears the flag "
+            "at its next check of this one")
+    wait_for(lambda: reason(sc.network(), "VLANAllocated") == ("False", "VLANConflict", down), timeout=WAIT,
+             what="our condition saying what Kube-OVN did")
+    obj = sc.network()
+    assert reason(obj, "Ready") == ("False", "VLANConflict", down)
+    assert reason(obj, "GatewayReady") == ("Unknown", "WaitingForVLAN", "waits for a VLAN to be allocated")
+    # Nothing of Kube-OVN's side touched by us: the localnet port keeps our VLAN, our group stays.
     (localnet,) = ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{sc.sub}")
     assert localnet["tag"] == vid
     assert ha_chassis_groups(bed.nbctl, sc.group) == [group_before]
 
+    # Writes, from the duplicate's creation through the restart to a settled full pass: only
+    # the network's status, once per message it showed (named, then Kube-OVN's part added),
+    # and the events; never the Vlan, the Subnet or the pool.
+    ctl.resync()
+    writes = writes_before(bed, bed.controller_user, write_marker(bed), since_marker=before)
+    kinds = sorted({(w.resource, w.subresource) for w in writes})
+    assert set(kinds) <= {("proxmoxnetworks", "status"), ("events", ""), ("proxmoxnetworkzones", "status")}, kinds
+    status_writes = [w for w in writes if w.resource == "proxmoxnetworks" and w.name == sc.net]
+    assert 1 <= len(status_writes) <= 3, [str(w) for w in status_writes]
+    settled = write_marker(bed)
+    ctl.resync()
+    assert writes_before(bed, bed.controller_user, write_marker(bed), since_marker=settled) == []
+
+    # The duplicate goes; Kube-OVN clears ours at its next check (a restart) and the network is Ready.
     admin.co.delete_cluster_custom_object(*KUBEOVN, "vlans", dup)
+    bed.stop_peer(KUBE_OVN)
+    bed.start_peer(KUBE_OVN)
     obj = sc.wait("Ready", "Ready")
     assert reason(obj, "VLANAllocated") == ("True", "Allocated", f"VLAN {vid} on bridge vmbr1")
     assert reason(obj, "GatewayReady") == ("True", "ChassisAssigned", assigned(sc))
-    wait_for(lambda: dup not in (world.get("provider-networks", world.provider).get("status") or {}).get("vlans", []),
-             timeout=WAIT, what="Kube-OVN dropping the duplicate from the ProviderNetwork")
+    assert "conflict" not in (sc.vlan().get("status") or {}) or sc.vlan()["status"]["conflict"] is False
+    assert ha_chassis_groups(bed.nbctl, sc.group) == [group_before]
 
 
 # --------------------------------------------------------------------------- Kube-OVN's Subnet defaults

@@ -1,5 +1,5 @@
 """Helpers for tests that run next to the real peers (``LocalCluster(with_peers=True)``,
-conftest ``peers_bed``): kube-ovn-controller v1.13.0 and the in-cluster IPAM provider v1.0.3.
+conftest ``peers_bed``): kube-ovn-controller v1.15.24 and the in-cluster IPAM provider v1.0.3.
 
 * :class:`Ctl`: the controller under test (``running_controller``), which a test may stop
   and start again with the same options, and a full resync it awaits.
@@ -13,7 +13,9 @@ conftest ``peers_bed``): kube-ovn-controller v1.13.0 and the in-cluster IPAM pro
 * :func:`lose_subnet_delete`: "Kube-OVN lost the delete", made with the real process
   stopped: the Subnet goes while kube-ovn-controller is down (Kube-OVN's own finalizer, if
   it has one, stripped by hand as an operator would), so its switch stays in the NB and
-  ``Vlan.status.subnets`` keeps the name (v1.13 prunes only on the delete event).
+  ``Vlan.status.subnets`` keeps the name (Kube-OVN prunes it only on the delete event).
+* :func:`strip_kube_ovn_finalizer`: Kube-OVN's finalizer taken off a deleting Subnet by
+  hand, as an operator does with a Subnet stuck on it (#4243), every other entry kept.
 * :func:`restore_peers`: both peers run again, whatever a test did to them.
 """
 
@@ -24,6 +26,8 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from controller import names
+from controller.kube import KubeWriter
 from hack.cluster import ClusterError, LocalCluster, _pid_state
 from hack.objects import Admin, unique
 from tests.support.controller import running_controller
@@ -33,7 +37,7 @@ KUBE_OVN = "kube-ovn-controller"
 IPAM_PROVIDER = "ipam-provider"
 KUBEOVN = ("kubeovn.io", "v1")
 OURS = "proxmox.cozystack.io/network"
-KUBE_OVN_FINALIZER = "kubeovn.io/kube-ovn-controller"  # Kube-OVN v1.13's util.KubeOVNControllerFinalizer
+KUBE_OVN_FINALIZER = "kubeovn.io/kube-ovn-controller"  # Kube-OVN's util.KubeOVNControllerFinalizer
 IPAM = "ipam.cluster.x-k8s.io"
 POOL_V = "v1alpha2"
 ADDRESS_V = "v1beta1"  # the newest version cluster-api v1.10's IPAddress/IPAddressClaim serve
@@ -150,6 +154,19 @@ def lose_subnet_delete(bed: LocalCluster, admin: Admin, subnet: str) -> None:
         assert fins == [KUBE_OVN_FINALIZER], fins
         admin.strip_finalizers(*KUBEOVN, "subnets", subnet)
     wait_for(lambda: kube_get(admin, "subnets", subnet) is None, timeout=WAIT, what=f"Subnet {subnet} gone")
+
+
+def strip_kube_ovn_finalizer(admin: Admin, subnet: str) -> None:
+    """Remove Kube-OVN's finalizer from ``subnet`` (a guarded JSON patch of that entry only).
+    On a deleting Subnet Kube-OVN v1.15 never adds it again (``handleSubnetFinalizer`` adds
+    it only while ``deletionTimestamp`` is zero)."""
+    sub = kube_get(admin, "subnets", subnet)
+    assert sub is not None, f"Subnet {subnet} is gone"
+    fins = sub["metadata"].get("finalizers") or []
+    i = fins.index(KUBE_OVN_FINALIZER)
+    path = f"/metadata/finalizers/{i}"
+    KubeWriter(admin.api_client).json_patch(names.SUBNETS, subnet, [
+        {"op": "test", "path": path, "value": KUBE_OVN_FINALIZER}, {"op": "remove", "path": path}])
 
 
 def restore_peers(bed: LocalCluster) -> None:
