@@ -352,12 +352,9 @@ def main() -> int:
         without = [s["metadata"]["name"] for s in subs
                    if KUBE_OVN_FINALIZER not in (s["metadata"].get("finalizers") or [])]
         if without:
-            print(f"    note: {len(without)} of {len(subs)} carry no {KUBE_OVN_FINALIZER} (Kube-OVN's own finalizer). "
-                  "kube-ovn-controller v1.13 adds it only to a Subnet without any finalizer (handleSubnetFinalizer, "
-                  "pkg/controller/subnet.go:379) and gets that far only once the Vlan exists (before, formatSubnet "
-                  "fails: \"failed to get vlan\"); the controller creates the Vlan and adds "
-                  "proxmox.cozystack.io/network to the Subnet in one pass, so it is always first. A finding on the "
-                  "real peer, reported, not changed by the demo.", flush=True)
+            print(f"    note: {len(without)} of {len(subs)} carry no {KUBE_OVN_FINALIZER} (Kube-OVN's own finalizer) "
+                  "yet: kube-ovn-controller adds it once it has validated the Subnet, which needs its Vlan "
+                  "(handleSubnetFinalizer, pkg/controller/subnet.go).", flush=True)
         print(flush=True)
         print("==> OVN NB: the localnet ports kube-ovn-controller made (tag = the Vlan's ID)", flush=True)
         print(localnet_table(cluster), flush=True)
