@@ -43,8 +43,10 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 try:  # imported as hack.cluster (tests) or as cluster / run as a script (hack/ on sys.path)
+    from hack.dataplane import DataPlane, DataPlaneError, cleanup_leftovers, missing_prerequisites
     from hack.node import FORWARDS, KCM_USER, KUBELET_GROUPS, NODE_COMPONENTS, SCHEDULER_USER, Node, NodeError
 except ImportError:
+    from dataplane import DataPlane, DataPlaneError, cleanup_leftovers, missing_prerequisites  # type: ignore[no-redef]
     from node import (  # type: ignore[no-redef]
         FORWARDS, KCM_USER, KUBELET_GROUPS, NODE_COMPONENTS, SCHEDULER_USER, Node, NodeError,
     )
@@ -83,6 +85,10 @@ IPAM_SA = "capi-ipam-in-cluster-controller-manager"
 IPAM_ROLE = "capi-ipam-in-cluster-manager-role"
 # kube-ovn-controller logs an error every second without this ConfigMap (an image is all it reads).
 VPC_NAT_CONFIG = "ovn-vpc-nat-config"
+# The data plane's trunk (hack/dataplane.py, issue 25): its ProviderNetwork (a name of at most
+# 12 bytes, as the real CRD wants) and what Kube-OVN's node agent writes on a trunk Node.
+DATAPLANE_PROVIDER = "pnc-trunk"
+CHASSIS_ANNOTATION = "ovn.kubernetes.io/chassis"
 # Kube-OVN v1.15's VpcEgressGateway, served from its real CRD in every bed (the controller's
 # egress step reads it).
 VPC_EGRESS_GATEWAY_CRD = "vpc-egress-gateways.kubeovn.io"
@@ -488,6 +494,8 @@ class LocalCluster:
         peers_dir: Path | str | None = None,
         with_node: bool = False,
         node_images: Path | str | None = None,
+        with_dataplane: bool | None = None,
+        dataplane_chassis: int = 3,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.watch_cache = watch_cache
@@ -502,6 +510,16 @@ class LocalCluster:
             Node(self.workdir, self.bin_dir, Path(node_images) if node_images else None) if with_node else None
         )
         self.node_ready_seconds: float | None = None
+        # The data plane (issue 25): on by default in a bed with the peers, where this
+        # process is root (network namespaces); anything else it needs missing is then an error.
+        if with_dataplane is None:
+            with_dataplane = bool(self.with_peers and OVN_PREFIX is not None and os.geteuid() == 0)
+        self.with_dataplane = with_dataplane
+        self.dataplane: DataPlane | None = (
+            DataPlane(self.workdir, OVN_PREFIX, f"unix:{self.workdir / 'sb.sock'}", DATAPLANE_PROVIDER,
+                      dataplane_chassis)
+            if with_dataplane and OVN_PREFIX is not None else None
+        )
         self.node_kubeconfigs = {
             name: self.workdir / f"{name}.kubeconfig" for name in ("kubelet", "kube-scheduler", "kube-controller-manager")
         }
@@ -595,7 +613,14 @@ class LocalCluster:
             if self.with_sb:
                 self._wait_sb()
                 self._wait_northd()
+            if self.dataplane is not None:
+                try:
+                    self.dataplane.start()
+                except DataPlaneError as e:
+                    raise ClusterError(f"data plane: {e}") from e
             self._bootstrap()
+            if self.dataplane is not None:
+                self._trunk_objects()  # before Kube-OVN starts: its chassis GC keeps only chassis of Nodes
             if self.with_node:
                 self._start_node()
             if self.with_peers:
@@ -627,6 +652,7 @@ class LocalCluster:
                 self._stop_component(name, pid, timeout)
         if self.node is not None:
             self.node.cleanup()
+        cleanup_leftovers(self.workdir)  # the data plane's processes and namespaces, if any
         self._procs.clear()
         self._started = False
 
@@ -712,6 +738,9 @@ class LocalCluster:
             "node_gateway": self.node.gateway if self.node else None,
             "node_forward_ports": self.node.forward_ports if self.node else None,
             "node_ready_seconds": self.node_ready_seconds,
+            "with_dataplane": self.dataplane is not None,
+            "dataplane_chassis": len(self.dataplane.chassis) if self.dataplane else 0,
+            "dataplane_seconds": self.dataplane.start_seconds if self.dataplane else None,
             "start_seconds": self.start_seconds,
         }
 
@@ -738,6 +767,8 @@ class LocalCluster:
             with_peers=st.get("with_peers", False),
             peers_dir=st.get("peers_dir"),
             with_node=st.get("with_node", False),
+            with_dataplane=st.get("with_dataplane", False),
+            dataplane_chassis=st.get("dataplane_chassis") or 3,
             detach=True,  # a peer it restarts belongs to the bed, not to this process
         )
         c.server = st["server"]
@@ -791,6 +822,13 @@ class LocalCluster:
                 raise ClusterError(f"{SB_SCHEMA} missing; run hack/install-deps.sh")
         if self.with_peers:
             self._check_peers()
+        if self.with_dataplane:
+            if not self.with_sb or OVN_PREFIX is None:
+                raise ClusterError("the data plane needs the SB and Kube-OVN's OVS/OVN build (not the v1.13 switch)")
+            missing = missing_prerequisites()
+            if missing:
+                raise ClusterError(f"the data plane needs {', '.join(missing)} (hack/install-deps.sh; "
+                                   "with_dataplane=False or --no-dataplane for a bed without it)")
         if self.node is not None:
             try:
                 self.node.check()
@@ -1410,6 +1448,30 @@ class LocalCluster:
                 return
             time.sleep(0.1)
 
+    # the data plane's trunk (issue 25) ---------------------------------------------
+
+    def _trunk_objects(self) -> None:
+        """What Kube-OVN's node agent (kube-ovn-cni, which does not run here) writes for the
+        data plane's trunk nodes, written by the bed: a Node per chassis with its chassis
+        annotation and the provider's ready label, and the ProviderNetwork with its status
+        (kube-ovn-controller then rewrites the status every 30 s from those labels)."""
+        dp = self.dataplane
+        assert dp is not None
+        ready_label = f"{DATAPLANE_PROVIDER}.provider-network.kubernetes.io/ready"
+        docs: list[dict] = [{
+            "apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork", "metadata": {"name": DATAPLANE_PROVIDER},
+            "spec": {"defaultInterface": "uplink"},
+        }]
+        docs += [{
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": ch.name, "labels": {ready_label: "true", "kubernetes.io/hostname": ch.name},
+                         "annotations": {CHASSIS_ANNOTATION: ch.system_id}},
+        } for ch in dp.chassis]
+        self.apply_docs(docs, "the data plane's trunk Nodes and ProviderNetwork")
+        status = {"status": {"ready": True, "readyNodes": [ch.name for ch in dp.chassis]}}
+        self.run_kubectl("patch", "provider-networks.kubeovn.io", DATAPLANE_PROVIDER, "--subresource=status",
+                         "--type=merge", "-p", json.dumps(status))
+
     # the real peers -------------------------------------------------------------
 
     def _with_peer_crds(self, docs: list[tuple[Path, dict]]) -> list[tuple[Path, dict]]:
@@ -1679,6 +1741,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     s.add_argument("--node", action="store_true",
                    help="also a node: containerd, kubelet, kube-controller-manager, kube-scheduler (hack/node.py)")
+    s.add_argument(
+        "--dataplane", action=argparse.BooleanOptionalAction, default=None,
+        help="real OVN chassis, a trunk and VMs in network namespaces (hack/dataplane.py); "
+        "default: on with the peers, as root",
+    )
     for name in ("stop", "env"):
         p = sub.add_parser(name)
         p.add_argument("--dir", required=True, type=Path)
@@ -1693,6 +1760,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             detach=True,
             with_peers=args.peers,
             with_node=args.node,
+            with_dataplane=args.dataplane,
         )
         try:
             c.start()
@@ -1703,6 +1771,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if c.node is not None:
             print(f"node {c.node.name} ({c.node.ip}) Ready {c.node_ready_seconds:.1f}s after the kubelet's start",
                   file=sys.stderr)
+        if c.dataplane is not None:
+            print(f"data plane: {len(c.dataplane.chassis)} chassis registered by their own ovn-controller "
+                  f"{c.dataplane.start_seconds:.1f}s after its start", file=sys.stderr)
         for k, v in c.env().items():
             print(f"export {k}={v}")
         return 0

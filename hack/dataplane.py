@@ -1,0 +1,475 @@
+"""The data plane of the local test bed (issue 25): real OVN chassis, a Proxmox trunk and VMs,
+each in a network namespace the bed makes, on Kube-OVN's own OVS and OVN (hack/build-ovn.sh).
+
+Used by ``LocalCluster(with_dataplane=True)`` (hack/cluster.py; CLI ``start --dataplane``).
+What it builds, with no kernel module (the kernel here has no openvswitch, 8021q or geneve
+module, but TUN, veth, bridge and network namespaces):
+
+* **Chassis** ``<tag>-ch<i>`` (default three), each a trunk node: a network namespace with
+  its own ``ovsdb-server`` (``conf.db``), ``ovs-vswitchd`` and ``ovn-controller``, each with
+  its own run directory (``OVS_RUNDIR``/``OVN_RUNDIR``: the ``br-int.mgmt`` sockets collide
+  otherwise). Every bridge has ``datapath_type=netdev`` (OVS's userspace datapath):
+  ``br-int`` (made by ovn-controller, fail mode secure), ``br-phys`` (the provider bridge,
+  its uplink a veth to the trunk) and ``br-underlay`` (a veth to the underlay, the chassis'
+  geneve address on it). ``external_ids`` as Kube-OVN's node agent sets them: ``system-id``,
+  ``hostname`` (the trunk Node's name: kube-ovn-controller deletes an SB chassis whose
+  hostname names no Node), ``ovn-remote`` (the bed's SB unix socket: a unix socket crosses
+  network namespaces), ``ovn-encap-type=geneve``, ``ovn-encap-ip``,
+  ``ovn-bridge-mappings=<provider>:br-phys``, ``ovn-bridge-datapath-type=netdev`` and
+  ``ovn-chassis-mac-mappings=<provider>:<mac>``. Each registers its own SB ``Chassis`` row.
+* **The underlay** ``<tag>-under``: a Linux bridge joining the chassis' geneve addresses
+  (``198.18.<n>.<i>/24``, the benchmarking range, inside the bed's namespaces only).
+* **The trunk** ``<tag>-trunk``: an OVS bridge in a namespace of its own (without 8021q a
+  namespace cannot have a VLAN subinterface, and this kernel's bridge has no VLAN
+  filtering): each chassis' uplink is a trunk port, each VM's veth an **access port with
+  ``tag=<VLAN>``**, as a Proxmox VM NIC with ``tag=`` on a VLAN-aware bridge. Its MAC
+  learning is OVS's legacy one (``mac-learning-fallback=true``), which moves a MAC to a new
+  port at once, as a Linux bridge does.
+* **VMs** (:meth:`DataPlane.add_vm`): a namespace ``<tag>-vm-<name>`` with ``eth0`` on the
+  trunk, its address, its default route via the gateway, TX checksum offload off (the
+  userspace datapath does not fill checksums in: TCP would fail).
+
+Stop kills every process by its pid file and deletes the namespaces (with their veths);
+:func:`cleanup_leftovers` does the same for a bed whose Python process died. Only addresses
+inside namespaces the bed made are used, never the host's interfaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+import attrs
+
+DEFAULT_CHASSIS = 3
+TRUNK_BRIDGE = "trunk"
+PROVIDER_BRIDGE = "br-phys"
+UNDERLAY_BRIDGE = "br-underlay"
+# The tools a VM uses, from Debian (hack/install-deps.sh): iputils-arping, iputils-ping, ethtool.
+VM_TOOLS = ("arping", "ping", "ethtool", "ip")
+
+
+class DataPlaneError(RuntimeError):
+    """The data plane could not be built, or a step of it failed."""
+
+
+def missing_prerequisites() -> list[str]:
+    """What this machine lacks for a data plane (empty when it has everything): root,
+    ``/dev/net/tun`` (the userspace datapath's internal ports), the VM tools."""
+    out = []
+    if os.geteuid() != 0:
+        out.append("root (network namespaces, veths)")
+    if not os.path.exists("/dev/net/tun"):
+        out.append("/dev/net/tun")
+    out += [t for t in VM_TOOLS if shutil.which(t) is None]
+    return out
+
+
+def _run(argv: Sequence[str], *, check: bool = True, timeout: float = 30, env: dict | None = None,
+         input: str | None = None) -> subprocess.CompletedProcess:
+    r = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=env, input=input)
+    if check and r.returncode != 0:
+        raise DataPlaneError(f"{' '.join(argv)} failed ({r.returncode}): {(r.stderr or r.stdout).strip()}")
+    return r
+
+
+def _pid_of(pidfile: Path) -> int | None:
+    try:
+        return int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _kill(pidfile: Path, sig: int = signal.SIGTERM, timeout: float = 5.0) -> None:
+    pid = _pid_of(pidfile)
+    if pid is None or not _alive(pid):
+        pidfile.unlink(missing_ok=True)
+        return
+    os.kill(pid, sig)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    pidfile.unlink(missing_ok=True)
+
+
+def namespaces_with_prefix(prefix: str) -> list[str]:
+    r = _run(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in r.stdout.splitlines() if line.split() and line.split()[0].startswith(prefix)]
+
+
+@attrs.define
+class Chassis:
+    """One trunk node: ``name`` (its Node), ``system_id`` (its SB Chassis), namespace
+    ``ns``, geneve address ``encap_ip``, provider-bridge MAC ``mac``, run directory ``rundir``."""
+
+    name: str
+    system_id: str
+    ns: str
+    encap_ip: str
+    mac: str
+    rundir: Path
+
+
+@attrs.define
+class Vm:
+    """A VM on the trunk (access port ``port`` with ``vlan``), or a pod on a chassis'
+    ``br-int`` (``port`` there, ``vlan`` 0): namespace ``ns``, ``address`` (CIDR),
+    ``gateway``, ``mac`` of its ``eth0``."""
+
+    name: str
+    ns: str
+    port: str
+    vlan: int
+    address: str
+    gateway: str
+    mac: str
+
+    def run(self, *argv: str, timeout: float = 30, check: bool = False) -> subprocess.CompletedProcess:
+        return _run(["ip", "netns", "exec", self.ns, *argv], check=check, timeout=timeout)
+
+    def arping(self, target: str, count: int = 1, timeout: int = 1) -> list[tuple[str, str]]:
+        """``count`` ARP requests for ``target``, one a second, waiting at most ``timeout``
+        whole seconds (iputils arping's deadline is an integer); the replies as (address,
+        MAC), MACs lower-case."""
+        r = self.run("arping", "-c", str(count), "-w", str(max(1, int(timeout))), "-I", "eth0", target,
+                     timeout=timeout + 10)
+        return [(m.group(1), m.group(2).lower())
+                for m in re.finditer(r"reply from (\S+) \[([0-9A-Fa-f:]+)\]", r.stdout)]
+
+    def ping(self, target: str, count: int = 1, timeout: float = 1.0, interval: float = 0.2) -> int:
+        """ICMP echo to ``target``; the number of replies."""
+        r = self.run("ping", "-n", "-q", "-c", str(count), "-i", f"{interval:g}", "-W", f"{timeout:g}", target,
+                     timeout=count * (interval + timeout) + 10)
+        m = re.search(r"(\d+) (?:packets )?received", r.stdout)
+        return int(m.group(1)) if m else 0
+
+
+class Prober:
+    """A probe running in a VM's namespace until :meth:`stop`: ``ping`` (ICMP echo) or
+    ``arping`` (broadcast ARP requests, ``-b``: a fresh resolution each time) every
+    ``interval`` seconds (hack/arp_probe.py: iputils arping takes whole seconds only); each
+    reply is recorded with the ``time.monotonic()`` it was read at.
+
+    Use :meth:`first_reply_after` and :meth:`longest_gap` on the recorded times.
+    """
+
+    REPLY = {"ping": re.compile(r"bytes from"), "arping": re.compile(r"reply from")}
+
+    def __init__(self, vm: Vm, kind: str, target: str, interval: float = 0.1) -> None:
+        argv = (["ping", "-n", "-i", f"{interval:g}", "-W", "1", target] if kind == "ping"
+                else [sys.executable, str(Path(__file__).with_name("arp_probe.py")), "eth0", target, f"{interval:g}"])
+        self.kind, self.replies = kind, []  # type: list[float]
+        # stdbuf: both print through stdio, block-buffered into a pipe; each reply must arrive as it comes.
+        self._proc = subprocess.Popen(["ip", "netns", "exec", vm.ns, "stdbuf", "-oL", *argv], stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            if self.REPLY[self.kind].search(line):
+                self.replies.append(time.monotonic())
+
+    def first_reply_after(self, t: float) -> float | None:
+        """Seconds from ``t`` to the first reply read after it, or None."""
+        return next((r - t for r in list(self.replies) if r > t), None)
+
+    def longest_gap(self, start: float, end: float) -> float:
+        """The longest time between two consecutive replies (or ``start``/``end``) in [start, end]."""
+        marks = [start, *(r for r in list(self.replies) if start < r < end), end]
+        return max(b - a for a, b in zip(marks, marks[1:]))
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        try:
+            self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(5)
+        self._reader.join(5)
+
+
+class DataPlane:
+    """Chassis, underlay, trunk and VMs of one bed (see the module docstring).
+
+    :param workdir: the bed's directory; the data plane's files go to ``<workdir>/dataplane``.
+    :param ovn_prefix: Kube-OVN's OVS/OVN build (hack/build-ovn.sh).
+    :param sb_remote: the bed's SB as ``unix:<path>``.
+    :param provider: the ProviderNetwork the chassis' ``br-phys`` belongs to.
+    :param chassis: how many trunk nodes.
+    """
+
+    def __init__(self, workdir: Path, ovn_prefix: Path, sb_remote: str, provider: str,
+                 chassis: int = DEFAULT_CHASSIS) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.dir = self.workdir / "dataplane"
+        self.prefix = ovn_prefix
+        self.sb_remote = sb_remote
+        self.provider = provider
+        digest = hashlib.sha256(str(self.workdir).encode()).hexdigest()
+        # Namespace and interface names: short (an interface name has at most 15 bytes).
+        self.tag = f"px{digest[:5]}"
+        self.underlay_net = f"198.18.{int(digest[5:7], 16)}"
+        self.trunk_ns, self.under_ns = f"{self.tag}-trunk", f"{self.tag}-under"
+        self.chassis = [
+            Chassis(name=f"trunk-{i}", system_id=f"{self.tag}-trunk-{i}", ns=f"{self.tag}-ch{i}",
+                    encap_ip=f"{self.underlay_net}.{i}", mac=f"0a:58:c6:12:{int(digest[7:9], 16):02x}:{i:02x}",
+                    rundir=self.dir / f"ch{i}")
+            for i in range(1, chassis + 1)
+        ]
+        self.vms: dict[str, Vm] = {}
+        self.env = dict(os.environ, PATH=f"{ovn_prefix / 'bin'}:{ovn_prefix / 'sbin'}:{os.environ.get('PATH', '')}")
+        self.start_seconds: float | None = None
+
+    # ------------------------------------------------------------------ OVS in a namespace
+
+    def _ovs_env(self, rundir: Path) -> dict[str, str]:
+        r = str(rundir)
+        return dict(self.env, OVS_RUNDIR=r, OVS_LOGDIR=r, OVS_DBDIR=r, OVN_RUNDIR=r, OVN_LOGDIR=r, OVN_DBDIR=r)
+
+    def vsctl(self, ns: str, rundir: Path, *args: str) -> str:
+        return _run(["ip", "netns", "exec", ns, "ovs-vsctl", f"--db=unix:{rundir / 'db.sock'}", "--timeout=10", *args],
+                    env=self._ovs_env(rundir)).stdout
+
+    def _start_ovsdb(self, ns: str, rundir: Path) -> None:
+        rundir.mkdir(parents=True, exist_ok=True)
+        db = rundir / "conf.db"
+        db.unlink(missing_ok=True)
+        _run(["ovsdb-tool", "create", str(db), str(self.prefix / "share" / "openvswitch" / "vswitch.ovsschema")],
+             env=self.env)
+        _run(["ip", "netns", "exec", ns, "ovsdb-server", str(db), f"--remote=punix:{rundir / 'db.sock'}",
+              f"--unixctl={rundir / 'db.ctl'}", f"--pidfile={rundir / 'ovsdb-server.pid'}",
+              f"--log-file={rundir / 'ovsdb-server.log'}", "-vconsole:off", "--detach"], env=self._ovs_env(rundir))
+        self.vsctl(ns, rundir, "--no-wait", "init")
+
+    def start_vswitchd(self, ns: str, rundir: Path) -> None:
+        """``ovs-vswitchd`` of one namespace (again, after :meth:`kill_vswitchd`)."""
+        _run(["ip", "netns", "exec", ns, "ovs-vswitchd", f"unix:{rundir / 'db.sock'}",
+              f"--unixctl={rundir / 'ovs-vswitchd.ctl'}", f"--pidfile={rundir / 'ovs-vswitchd.pid'}",
+              f"--log-file={rundir / 'ovs-vswitchd.log'}", "-vconsole:off", "--detach"], env=self._ovs_env(rundir))
+
+    def kill_vswitchd(self, chassis: Chassis) -> None:
+        """SIGKILL the chassis' ``ovs-vswitchd`` (a trunk node's datapath dies); returns once it is gone."""
+        _kill(chassis.rundir / "ovs-vswitchd.pid", signal.SIGKILL)
+
+    def ofctl(self, chassis: Chassis, *args: str) -> str:
+        """``ovs-ofctl`` on the chassis' ``ovs-vswitchd`` (e.g. ``dump-flows br-int``)."""
+        rd = chassis.rundir
+        return _run(["ip", "netns", "exec", chassis.ns, "ovs-ofctl", *args], env=self._ovs_env(rd)).stdout
+
+    def flow_packets(self, bridge: str, *needles: str) -> int:
+        """The packets counted, over every chassis, by the OpenFlow flows of ``bridge`` whose
+        text contains each of ``needles`` (a chassis whose vswitchd is down counts 0)."""
+        total = 0
+        for ch in self.chassis:
+            try:
+                flows = self.ofctl(ch, "dump-flows", bridge)
+            except DataPlaneError:
+                continue
+            for line in flows.splitlines():
+                m = re.search(r"n_packets=(\d+)", line)
+                if m and all(n in line for n in needles):
+                    total += int(m.group(1))
+        return total
+
+    def set_provider_bridge(self, *settings: str) -> None:
+        """``ovs-vsctl set bridge br-phys <settings>`` on every chassis (e.g.
+        ``other_config:mac-learning-fallback=true``)."""
+        for ch in self.chassis:
+            self.vsctl(ch.ns, ch.rundir, "set", "bridge", PROVIDER_BRIDGE, *settings)
+
+    def start_ovn_controller(self, chassis: Chassis) -> None:
+        rd = chassis.rundir
+        _run(["ip", "netns", "exec", chassis.ns, "ovn-controller", f"unix:{rd / 'db.sock'}",
+              f"--unixctl={rd / 'ovn-controller.ctl'}", f"--pidfile={rd / 'ovn-controller.pid'}",
+              f"--log-file={rd / 'ovn-controller.log'}", "-vconsole:off", "--detach"], env=self._ovs_env(rd))
+
+    def _veth(self, a: str, a_ns: str, b: str, b_ns: str) -> None:
+        """A veth pair ``a`` in ``a_ns`` and ``b`` in ``b_ns``, both up (made inside ``a_ns``,
+        so no name meets the host's interfaces)."""
+        _run(["ip", "-n", a_ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", b_ns])
+        _run(["ip", "-n", a_ns, "link", "set", a, "up"])
+        _run(["ip", "-n", b_ns, "link", "set", b, "up"])
+
+    def _netns(self, ns: str) -> None:
+        _run(["ip", "netns", "add", ns])
+        _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Build the namespaces and start every process; returns once each chassis' own
+        ovn-controller has registered its SB Chassis row.
+
+        :raises DataPlaneError: a prerequisite is missing or a step failed (what was built is removed).
+        """
+        missing = missing_prerequisites()
+        if missing:
+            raise DataPlaneError(f"the data plane needs {', '.join(missing)}")
+        t0 = time.monotonic()
+        cleanup_leftovers(self.workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._netns(self.trunk_ns)
+            trunk_rd = self.dir / "trunk"
+            self._start_ovsdb(self.trunk_ns, trunk_rd)
+            self.start_vswitchd(self.trunk_ns, trunk_rd)
+            # The trunk stands for a Proxmox host's Linux bridge, whose MAC learning moves a
+            # MAC to a new port at once: OVS's legacy learning, not Kube-OVN's patched one
+            # (f627b772 moves a learned MAC only once the entry is 10 s old).
+            self.vsctl(self.trunk_ns, trunk_rd, "add-br", TRUNK_BRIDGE, "--", "set", "bridge", TRUNK_BRIDGE,
+                       "datapath_type=netdev", "other_config:mac-learning-fallback=true")
+            self._netns(self.under_ns)
+            _run(["ip", "-n", self.under_ns, "link", "add", "underlay", "type", "bridge"])
+            _run(["ip", "-n", self.under_ns, "link", "set", "underlay", "up"])
+            for i, ch in enumerate(self.chassis, start=1):
+                self._start_chassis(i, ch, trunk_rd)
+            self.wait_registered()
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - t0
+
+    def _start_chassis(self, i: int, ch: Chassis, trunk_rd: Path) -> None:
+        self._netns(ch.ns)
+        self._start_ovsdb(ch.ns, ch.rundir)
+        self.start_vswitchd(ch.ns, ch.rundir)
+        self._veth(f"t{i}", self.trunk_ns, "uplink", ch.ns)
+        self.vsctl(self.trunk_ns, trunk_rd, "add-port", TRUNK_BRIDGE, f"t{i}")
+        self._veth(f"u{i}", self.under_ns, "underlay", ch.ns)
+        _run(["ip", "-n", self.under_ns, "link", "set", f"u{i}", "master", "underlay"])
+        for bridge, port in ((PROVIDER_BRIDGE, "uplink"), (UNDERLAY_BRIDGE, "underlay")):
+            self.vsctl(ch.ns, ch.rundir, "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
+                       "--", "add-port", bridge, port)
+        _run(["ip", "-n", ch.ns, "addr", "add", f"{ch.encap_ip}/24", "dev", UNDERLAY_BRIDGE])
+        _run(["ip", "-n", ch.ns, "link", "set", UNDERLAY_BRIDGE, "up"])
+        ids = {
+            "system-id": ch.system_id, "hostname": ch.name, "ovn-remote": self.sb_remote,
+            "ovn-encap-type": "geneve", "ovn-encap-ip": ch.encap_ip,
+            "ovn-bridge-mappings": f"{self.provider}:{PROVIDER_BRIDGE}", "ovn-bridge-datapath-type": "netdev",
+            "ovn-chassis-mac-mappings": f"{self.provider}:{ch.mac}",
+        }
+        self.vsctl(ch.ns, ch.rundir, "set", "open_vswitch", ".", *(f'external_ids:{k}="{v}"' for k, v in ids.items()))
+        self.start_ovn_controller(ch)
+
+    def registered(self) -> set[str]:
+        """System IDs of this data plane's chassis that the SB has, with their encap."""
+        out = _run(["ovn-sbctl", f"--db={self.sb_remote}", "--timeout=5", "--bare", "--columns=name,encaps",
+                    "list", "Chassis"], env=self.env, check=False).stdout
+        rows = [block.split("\n") for block in out.strip().split("\n\n") if block.strip()]
+        return {r[0].strip() for r in rows if len(r) >= 2 and r[1].strip()} & {c.system_id for c in self.chassis}
+
+    def wait_registered(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        want = {c.system_id for c in self.chassis}
+        while time.monotonic() < deadline:
+            if self.registered() == want:
+                return
+            time.sleep(0.05)
+        raise DataPlaneError(f"chassis not registered in the SB after {timeout:.0f}s: "
+                             f"{sorted(want - self.registered())} (logs: {self.dir}/ch*/ovn-controller.log)")
+
+    def stop(self) -> None:
+        """Stop every process and delete the namespaces. Safe to call twice."""
+        cleanup_leftovers(self.workdir)
+        self.vms.clear()
+
+    # ------------------------------------------------------------------ VMs
+
+    def add_vm(self, name: str, vlan: int, address: str, gateway: str) -> Vm:
+        """A VM on the trunk: an access port with ``tag=vlan``, ``address`` (CIDR) on its
+        ``eth0`` and its default route via ``gateway``.
+
+        :raises DataPlaneError: the name is taken, or a step failed.
+        """
+        if name in self.vms:
+            raise DataPlaneError(f"VM {name} exists")
+        index = len(list(self.dir.glob("vm-*"))) + 1
+        ns, port = f"{self.tag}-vm-{name}"[:40], f"v{index}-{self.tag[2:]}"[:15]
+        (self.dir / f"vm-{name}").mkdir(parents=True, exist_ok=True)
+        self._netns(ns)
+        _run(["ip", "-n", self.trunk_ns, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns])
+        _run(["ip", "-n", self.trunk_ns, "link", "set", port, "up"])
+        self.vsctl(self.trunk_ns, self.dir / "trunk", "add-port", TRUNK_BRIDGE, port, f"tag={vlan}")
+        _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+        _run(["ip", "-n", ns, "addr", "add", address, "dev", "eth0"])
+        _run(["ip", "-n", ns, "route", "add", "default", "via", gateway])
+        _run(["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"])
+        mac = _run(["ip", "-n", ns, "-br", "link", "show", "eth0"]).stdout.split()[2].lower()
+        vm = Vm(name=name, ns=ns, port=port, vlan=vlan, address=address, gateway=gateway, mac=mac)
+        self.vms[name] = vm
+        return vm
+
+    def add_pod(self, name: str, chassis: Chassis, iface_id: str, mac: str, address: str, gateway: str) -> Vm:
+        """A pod's network on ``chassis``, as kube-ovn-cni makes one (the bed plays it): a
+        namespace with ``eth0`` (``mac``, ``address`` CIDR, default route via ``gateway``)
+        whose other end is a port of the chassis' ``br-int`` with
+        ``external_ids:iface-id=<iface_id>`` (the logical switch port Kube-OVN made), which
+        the chassis' ovn-controller then binds.
+
+        :raises DataPlaneError: the name is taken, or a step failed.
+        """
+        if name in self.vms:
+            raise DataPlaneError(f"{name} exists")
+        index = len(list(self.dir.glob("vm-*"))) + 1
+        ns, port = f"{self.tag}-pod-{name}"[:40], f"p{index}-{self.tag[2:]}"[:15]
+        (self.dir / f"vm-{name}").mkdir(parents=True, exist_ok=True)
+        self._netns(ns)
+        _run(["ip", "-n", chassis.ns, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns])
+        _run(["ip", "-n", chassis.ns, "link", "set", port, "up"])
+        _run(["ip", "netns", "exec", chassis.ns, "ethtool", "-K", port, "tx", "off"])
+        self.vsctl(chassis.ns, chassis.rundir, "add-port", "br-int", port, "--", "set", "interface", port,
+                   f'external_ids:iface-id="{iface_id}"')
+        _run(["ip", "-n", ns, "link", "set", "eth0", "address", mac])
+        _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+        _run(["ip", "-n", ns, "addr", "add", address, "dev", "eth0"])
+        _run(["ip", "-n", ns, "route", "add", "default", "via", gateway])
+        _run(["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"])
+        pod = Vm(name=name, ns=ns, port=port, vlan=0, address=address, gateway=gateway, mac=mac.lower())
+        self.vms[name] = pod
+        return pod
+
+    def remove_vm(self, name: str) -> None:
+        vm = self.vms.pop(name)
+        self.vsctl(self.trunk_ns, self.dir / "trunk", "--if-exists", "del-port", TRUNK_BRIDGE, vm.port)
+        _run(["ip", "netns", "del", vm.ns], check=False)
+
+
+def cleanup_leftovers(workdir: Path) -> None:
+    """Kill the data plane processes of the bed in ``workdir`` (by their pid files) and
+    delete its namespaces (their veths go with them)."""
+    d = Path(workdir).resolve() / "dataplane"
+    if d.is_dir():
+        # ovn-controller first (it would otherwise log the bridges going), then vswitchd, then the databases.
+        for name in ("ovn-controller", "ovs-vswitchd", "ovsdb-server"):
+            for pidfile in d.glob(f"*/{name}.pid"):
+                _kill(pidfile)
+    tag = f"px{hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:5]}-"
+    for ns in namespaces_with_prefix(tag):
+        _run(["ip", "netns", "del", ns], check=False)

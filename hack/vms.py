@@ -1,0 +1,93 @@
+"""VMs as capmox makes them, on the bed's data plane (issue 25; hack/dataplane.py).
+
+capmox gives a Proxmox VM its NIC on a ProxmoxNetwork as follows, and so does
+:func:`vm_for_network`: the NIC's bridge and VLAN ``tag=`` from the network's status
+(``bridge``, ``vlan``), its address from an ``IPAddressClaim`` on the network's pool
+(``spec.ipPool``), fulfilled here by the real in-cluster IPAM provider, and the gateway and
+prefix from the ``IPAddress`` the provider writes (which takes them from the pool). The
+VM is a namespace on a trunk access port with that tag (:meth:`DataPlane.add_vm`); every
+trunk port is on the one trunk bridge, whatever the network's bridge name.
+
+Pods of a Subnet are made as Kube-OVN makes them (:func:`pod_on_subnet`): the Pod object,
+bound to a trunk Node, and its logical switch port ``<pod>.<namespace>`` with its address
+by the real kube-ovn-controller; what kube-ovn-cni does on the node (the interface in
+``br-int`` with ``iface-id``, the address inside the pod) is played by the bed
+(:meth:`DataPlane.add_pod`), and the chassis' ovn-controller binds the port.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+try:  # imported as hack.vms (tests) or as vms (hack/ on sys.path)
+    from hack.dataplane import Chassis, DataPlane, Vm
+    from hack.wait import wait_for
+except ImportError:
+    from dataplane import Chassis, DataPlane, Vm  # type: ignore[no-redef]
+    from wait import wait_for  # type: ignore[no-redef]
+
+IPAM = "ipam.cluster.x-k8s.io"
+ADDRESS_V = "v1beta1"  # the newest version cluster-api v1.10's IPAddress/IPAddressClaim serve
+PX = ("proxmox.cozystack.io", "v1alpha1")
+
+
+def claim_address(co: Any, ns: str, pool: str, claim: str, timeout: float = 60.0) -> dict[str, Any]:
+    """An ``IPAddressClaim`` named ``claim`` on InClusterIPPool ``pool`` in ``ns``, as capmox
+    makes one per NIC; returns the ``IPAddress`` the provider made for it (its ``spec``:
+    ``address``, ``prefix``, ``gateway``).
+
+    :raises AssertionError: the provider has not fulfilled the claim within ``timeout`` seconds.
+    """
+    co.create_namespaced_custom_object(IPAM, ADDRESS_V, ns, "ipaddressclaims", {
+        "apiVersion": f"{IPAM}/{ADDRESS_V}", "kind": "IPAddressClaim", "metadata": {"name": claim},
+        "spec": {"poolRef": {"apiGroup": IPAM, "kind": "InClusterIPPool", "name": pool}}})
+
+    def address() -> dict[str, Any] | None:
+        try:
+            return co.get_namespaced_custom_object(IPAM, ADDRESS_V, ns, "ipaddresses", claim)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    return wait_for(address, timeout=timeout, what=f"the provider's IPAddress for claim {ns}/{claim}")["spec"]
+
+
+def vm_for_network(dp: DataPlane, co: Any, ns: str, network: str, name: str, timeout: float = 60.0) -> Vm:
+    """A VM with one NIC on ProxmoxNetwork ``ns/network`` (which must show its VLAN in its
+    status): the claim ``<name>-net0`` on the network's pool, the VM ``name`` on the trunk
+    with the network's VLAN and the claimed address."""
+    net = co.get_namespaced_custom_object(*PX, ns, "proxmoxnetworks", network)
+    vlan = (net.get("status") or {}).get("vlan")
+    if not isinstance(vlan, int) or not vlan:
+        raise ValueError(f"network {ns}/{network} shows no VLAN in its status yet")
+    spec = claim_address(co, ns, net["spec"]["ipPool"], f"{name}-net0", timeout)
+    return dp.add_vm(name, vlan, f"{spec['address']}/{spec['prefix']}", spec["gateway"])
+
+
+# Kube-OVN's pod annotations (its default provider "ovn").
+LOGICAL_SWITCH = "ovn.kubernetes.io/logical_switch"
+ALLOCATED = "ovn.kubernetes.io/allocated"
+
+
+def pod_on_subnet(dp: DataPlane, core: Any, ns: str, subnet: str, name: str, chassis: Chassis,
+                  timeout: float = 60.0) -> Vm:
+    """Pod ``ns/name`` on ``subnet`` (annotation ``ovn.kubernetes.io/logical_switch``), bound
+    to ``chassis``' Node; once kube-ovn-controller has allocated its address (annotations
+    ``allocated``, ``ip_address``, ``mac_address``, ``cidr``, ``gateway``), its network on
+    the chassis. The Pod's container never runs (no kubelet on a trunk Node)."""
+    core.create_namespaced_pod(ns, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": {LOGICAL_SWITCH: subnet}},
+        "spec": {"nodeName": chassis.name, "containers": [{"name": "c", "image": "registry.invalid/not-pulled:1"}]}})
+
+    def allocated() -> dict[str, str] | None:
+        ann = core.read_namespaced_pod(name, ns).metadata.annotations or {}
+        return ann if ann.get(ALLOCATED) == "true" and ann.get("ovn.kubernetes.io/ip_address") else None
+
+    ann = wait_for(allocated, timeout=timeout, what=f"Kube-OVN allocating pod {ns}/{name}")
+    prefix = ann["ovn.kubernetes.io/cidr"].split("/")[1]
+    return dp.add_pod(name, chassis, f"{name}.{ns}", ann["ovn.kubernetes.io/mac_address"],
+                      f"{ann['ovn.kubernetes.io/ip_address']}/{prefix}", ann["ovn.kubernetes.io/gateway"])

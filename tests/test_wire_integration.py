@@ -1,0 +1,341 @@
+"""On the wire (issue 25): real chassis, a trunk and VMs (hack/dataplane.py) next to the real
+kube-ovn-controller v1.15.24, the real IPAM provider, the bed's NB/SB and Kube-OVN's patched
+ovn-northd, and the controller under test. A VM is made as capmox makes one (hack/vms.py):
+its VLAN from the network's status, its address from an IPAddressClaim the real provider
+fulfils. Every figure printed is a measurement of this run.
+
+* the seed's bug and its fix: with gateway management off, an ARP request from the VM for
+  its gateway gets no answer; with management on, each request gets exactly one reply,
+  from the router port's MAC, sent by the chassis the planner chose (the SB binding of
+  ``cr-<port>``), and the VM pings its gateway;
+* with a pod of the Subnet on a chassis (its datapath then local there), the drop of
+  Kube-OVN's northd patch 477695a0 counts each of the VM's requests; the VM and the pod are
+  L2 neighbours (ping both ways, a TCP transfer);
+* isolation: another tenant's VM reaches nothing of this tenant, next to a positive control;
+* all router ports of one VPC are bound on one chassis (the sticky per-VPC order), and the
+  VMs of its two Subnets reach each other through the router.
+
+Expected values: reference-behaviour.md §9 (the group: the provider's ready trunk nodes,
+priorities 100, 90, 80 in the planner's order), the Kube-OVN patch (the drop's match).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client as k8s
+
+from hack.cluster import DATAPLANE_PROVIDER, LocalCluster, ovsdb_rows
+from hack.dataplane import DataPlane, Prober, Vm
+from hack.objects import Admin, reason, unique, wait_condition
+from hack.vms import pod_on_subnet, vm_for_network
+from hack.wait import wait_for
+from tests.support.ovsdb import ha_chassis_groups
+from tests.support.peers import IPAM, KUBEOVN, POOL_V, Ctl, make_vpc
+
+pytestmark = pytest.mark.integration
+
+WAIT = 60.0
+
+
+@pytest.fixture(scope="module")
+def bed(peers_bed: LocalCluster) -> LocalCluster:
+    if peers_bed.dataplane is None:
+        pytest.fail("the bed has no data plane (it needs root, network namespaces and /dev/net/tun)", pytrace=False)
+    return peers_bed
+
+
+@pytest.fixture(scope="module")
+def dp(bed: LocalCluster) -> DataPlane:
+    assert bed.dataplane is not None
+    return bed.dataplane
+
+
+class Tenant:
+    """A tenant: its namespace, VPC and zone on the data plane's trunk (its own VLAN range),
+    with Proxmox-backed subnets made by :meth:`subnet`."""
+
+    def __init__(self, admin: Admin, first_vlan: int) -> None:
+        self.a = admin
+        self.ns, self.vpc, self.zone = unique("tenant"), unique("vpc"), unique("zone")
+        admin.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=self.ns)))
+        make_vpc(admin, self.vpc)
+        admin.create_zone(self.zone, DATAPLANE_PROVIDER, [f"{first_vlan}-{first_vlan + 9}"])
+
+    def subnet(self, octet: int) -> "Net":
+        return Net(self, octet)
+
+
+class Net:
+    """One Proxmox-backed subnet of a tenant: the network (named after the Subnet), the
+    Subnet ``10.<octet>.0.0/24`` (``logicalGateway``) and the pool over ``.200-.250``
+    (inside the Subnet's ``excludeIps``), as the tenant's chart renders them."""
+
+    def __init__(self, t: Tenant, octet: int) -> None:
+        self.t, self.a, self.ns = t, t.a, t.ns
+        self.sub = unique("wire")
+        self.name, self.pool = self.sub, f"{self.sub}-pool"
+        self.prefix = f"10.{octet}.0"
+        self.gateway = f"{self.prefix}.1"
+        self.lrp, self.group = f"{t.vpc}-{self.sub}", f"px-{t.vpc}-{self.sub}"
+        a = self.a
+        a.create_network(self.ns, self.name, t.zone, self.sub, self.pool)
+        a.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
+            "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": self.sub},
+            "spec": {"vpc": t.vpc, "vlan": self.sub, "cidrBlock": f"{self.prefix}.0/24", "gateway": self.gateway,
+                     "protocol": "IPv4", "logicalGateway": True,
+                     "excludeIps": [f"{self.prefix}.200..{self.prefix}.250"]}})
+        a.co.create_namespaced_custom_object(IPAM, POOL_V, self.ns, "inclusterippools", {
+            "apiVersion": f"{IPAM}/{POOL_V}", "kind": "InClusterIPPool", "metadata": {"name": self.pool},
+            "spec": {"addresses": [f"{self.prefix}.200-{self.prefix}.250"], "prefix": 24, "gateway": self.gateway}})
+
+    def network(self) -> dict:
+        return self.a.network(self.ns, self.name)
+
+    def wait(self, ctype: str, expected: str) -> dict:
+        return wait_condition(self.a, self.ns, self.name, ctype, expected, WAIT)
+
+    def vm(self, dp: DataPlane, name: str) -> Vm:
+        return vm_for_network(dp, self.a.co, self.ns, self.name, name)
+
+    def router_mac(self, bed: LocalCluster) -> str:
+        (port,) = ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name={self.lrp}")
+        return port["mac"].lower()
+
+    def cr_chassis(self, bed: LocalCluster) -> str | None:
+        """The SB chassis (name) ``cr-<port>`` is bound on, or None."""
+        rows = ovsdb_rows(bed.sbctl, "Port_Binding", f"logical_port=cr-{self.lrp}")
+        if not rows or not rows[0]["chassis"]:
+            return None
+        return next(c["name"] for c in ovsdb_rows(bed.sbctl, "Chassis") if c["_uuid"] == rows[0]["chassis"])
+
+
+def answers(vm: Vm, target: str) -> list[tuple[str, str]]:
+    """The replies to one ARP request (waiting up to 1 s)."""
+    return vm.arping(target, count=1, timeout=1)
+
+
+def test_vm_gets_no_arp_answer_without_the_group_and_exactly_one_from_the_chosen_chassis_with_it(bed, dp, peers_admin):
+    a = peers_admin
+    t = Tenant(a, 3200).subnet(71)
+
+    control = Ctl(bed, manage_gateway=False)
+    control.start()
+    try:
+        t.wait("SubnetReady", "Ready")
+        vm = t.vm(dp, "vm-1")
+        assert vm.vlan == t.network()["status"]["vlan"] == 3200
+        assert vm.address == f"{t.prefix}.200/24" and vm.gateway == t.gateway
+        assert vm.arping(t.gateway, count=3, timeout=3) == []
+        assert vm.ping(t.gateway, count=2, timeout=1) == 0
+        (port,) = ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name={t.lrp}")
+        assert port["ha_chassis_group"] == []
+    finally:
+        control.stop()
+
+    ctl = Ctl(bed, manage_gateway=True, ovn_nb_address=bed.nb_tcp)
+    ctl.start()
+    try:
+        t.wait("GatewayReady", "ChassisAssigned")
+        ready_at = time.monotonic()
+        first = wait_for(lambda: answers(vm, t.gateway), timeout=WAIT, interval=0, what="an ARP answer from the gateway")
+        arp_after = time.monotonic() - ready_at
+        mac = t.router_mac(bed)
+        assert first == [(t.gateway, mac)]
+        for _ in range(3):  # exactly one reply per request: one chassis answers
+            assert answers(vm, t.gateway) == [(t.gateway, mac)]
+        wait_for(lambda: vm.ping(t.gateway, count=1, timeout=1) == 1, timeout=WAIT, interval=0,
+                 what="the VM pinging its gateway")
+        ping_after = time.monotonic() - ready_at
+        assert vm.ping(t.gateway, count=5, timeout=1, interval=0.2) == 5
+
+        # The chassis that answers is the planner's: the group's highest priority, bound in the SB.
+        (group,) = ha_chassis_groups(bed.nbctl, t.group)
+        assert sorted(group["chassis"].values()) == [[80], [90], [100]]
+        active = max(group["chassis"], key=lambda c: group["chassis"][c][0])
+        assert active in {c.system_id for c in dp.chassis}
+        assert t.cr_chassis(bed) == active
+        assert reason(t.network(), "Ready")[:2] == ("True", "Ready")
+        print(f"\n[wire] after GatewayReady=True: first ARP answer {arp_after:.2f}s, first ping reply "
+              f"{ping_after:.2f}s; answering chassis {active}")
+    finally:
+        ctl.stop()
+
+
+def test_with_a_pod_of_the_subnet_on_a_chassis_its_drop_flow_counts_each_request_and_vm_and_pod_are_neighbours(
+        bed, dp, peers_admin, tmp_path):
+    """With a pod of the Subnet bound on a chassis, that chassis has the Subnet's flows: the
+    drop of northd's patch counts each of the VM's ARP requests for the gateway (none is
+    answered). The VM and the pod are L2 neighbours on the VLAN: ping both ways and a TCP
+    transfer (1 MiB, its SHA-256 compared)."""
+    a = peers_admin
+    t = Tenant(a, 3210).subnet(72)
+    drop = (f"arp_tpa={t.gateway}", "arp_op=1", "actions=drop", "priority=105")
+    control = Ctl(bed, manage_gateway=False)
+    control.start()
+    try:
+        t.wait("SubnetReady", "Ready")
+        vm = t.vm(dp, "vm-2")
+        host = dp.chassis[0]
+        pod = pod_on_subnet(dp, a.core, t.ns, t.sub, "pod-1", host)
+        assert pod.address.startswith(f"{t.prefix}.") and pod.gateway == t.gateway
+        wait_for(lambda: (ovsdb_rows(bed.sbctl, "Port_Binding", f"logical_port=pod-1.{t.ns}") or [{}])[0].get("chassis"),
+                 timeout=WAIT, what="the pod's port bound by the chassis' ovn-controller")
+        wait_for(lambda: any(all(n in line for n in drop) for line in dp.ofctl(host, "dump-flows", "br-int").splitlines()),
+                 timeout=WAIT, what="northd's localnet ARP drop installed on the pod's chassis")
+        before = dp.flow_packets("br-int", *drop)
+        assert vm.arping(t.gateway, count=3, timeout=3) == []
+        assert dp.flow_packets("br-int", *drop) >= before + 3
+
+        vm_ip, pod_ip = vm.address.split("/")[0], pod.address.split("/")[0]
+        wait_for(lambda: vm.ping(pod_ip, count=1, timeout=1) == 1, timeout=WAIT, interval=0, what="VM -> pod")
+        assert pod.ping(vm_ip, count=3, timeout=1) == 3
+        payload = tmp_path / "payload"
+        payload.write_bytes(os.urandom(1 << 20))
+        want = hashlib.sha256(payload.read_bytes()).hexdigest()
+        server = subprocess.Popen(["ip", "netns", "exec", pod.ns, sys.executable, "-m", "http.server", "8080",
+                                   "--bind", pod_ip, "--directory", str(tmp_path)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            fetch = ("import hashlib, sys, urllib.request; "
+                     f"print(hashlib.sha256(urllib.request.urlopen('http://{pod_ip}:8080/payload', timeout=10).read())"
+                     ".hexdigest())")
+            got = wait_for(lambda: vm.run(sys.executable, "-c", fetch, timeout=30).stdout.strip(), timeout=WAIT,
+                           what="the TCP transfer pod -> VM")
+            assert got == want
+        finally:
+            server.terminate()
+            server.wait(10)
+    finally:
+        control.stop()
+
+
+@contextlib.contextmanager
+def gateway_controller(bed: LocalCluster) -> Iterator[Ctl]:
+    """The controller as shipped: gateway management on, the bed's NB."""
+    ctl = Ctl(bed, manage_gateway=True, ovn_nb_address=bed.nb_tcp)
+    ctl.start()
+    try:
+        yield ctl
+    finally:
+        ctl.stop()
+
+
+def reaches(vm: Vm, address: str) -> bool:
+    """``vm`` gets an answer from ``address`` (ARP for an on-link address, then ping), polled
+    for a few seconds: a positive control, so that a broken path cannot pass as isolation."""
+    def once() -> bool:
+        return vm.ping(address, count=1, timeout=1) == 1
+    try:
+        return bool(wait_for(once, timeout=10, interval=0, what=f"{vm.name} -> {address}"))
+    except AssertionError:
+        return False
+
+
+def test_another_tenants_vm_reaches_nothing_of_this_tenant_next_to_its_own_gateway(bed, dp, peers_admin):
+    """Two tenants, each a VPC and a VLAN of its own on the one trunk: each VM reaches its own
+    gateway (the positive control), and neither its ARP nor its ping gets anything of the
+    other tenant: not its VM, not its gateway."""
+    a = peers_admin
+    left, right = Tenant(a, 3220).subnet(73), Tenant(a, 3230).subnet(74)
+    with gateway_controller(bed):
+        for n in (left, right):
+            n.wait("Ready", "Ready")
+        vm_l, vm_r = left.vm(dp, "vm-left"), right.vm(dp, "vm-right")
+        assert vm_l.vlan != vm_r.vlan
+        assert reaches(vm_l, left.gateway) and reaches(vm_r, right.gateway)
+        ip_l, ip_r = vm_l.address.split("/")[0], vm_r.address.split("/")[0]
+        for vm, other_vm, other_gw in ((vm_l, ip_r, right.gateway), (vm_r, ip_l, left.gateway)):
+            assert vm.ping(other_vm, count=3, timeout=1) == 0
+            assert vm.ping(other_gw, count=3, timeout=1) == 0
+            assert vm.arping(other_gw, count=2, timeout=2) == []
+            assert vm.arping(other_vm, count=2, timeout=2) == []
+        # And the positive controls still hold after the probes.
+        assert vm_l.ping(left.gateway, count=2, timeout=1) == 2 and vm_r.ping(right.gateway, count=2, timeout=1) == 2
+
+
+def test_all_router_ports_of_one_vpc_are_bound_on_one_chassis_and_its_vms_reach_each_other(bed, dp, peers_admin):
+    """§9.3's sticky per-VPC order: both Subnets of one VPC get the same group order, so
+    ovn-northd binds both ``cr-`` ports on the same chassis, and the VMs of the two Subnets
+    reach each other through the VPC router."""
+    a = peers_admin
+    t = Tenant(a, 3240)
+    one, two = t.subnet(75), t.subnet(76)
+    with gateway_controller(bed):
+        for n in (one, two):
+            n.wait("GatewayReady", "ChassisAssigned")
+        groups = [ha_chassis_groups(bed.nbctl, n.group)[0]["chassis"] for n in (one, two)]
+        assert groups[0] == groups[1]
+        active = max(groups[0], key=lambda c: groups[0][c][0])
+        wait_for(lambda: one.cr_chassis(bed) == two.cr_chassis(bed) == active, timeout=WAIT,
+                 what="both cr- ports bound on the group's first chassis")
+        vm1, vm2 = one.vm(dp, "vm-one"), two.vm(dp, "vm-two")
+        assert reaches(vm1, vm2.address.split("/")[0]) and reaches(vm2, vm1.address.split("/")[0])
+
+
+def failover_once(bed: LocalCluster, dp: DataPlane, n: Net, vm: Vm) -> dict[str, float]:
+    """Kill the active chassis' ovs-vswitchd, then start it again; the seconds from each
+    event to the VM's next answered ARP (broadcast) and next ping reply, and the longest ping
+    gap around the failback. Probes every 0.1 s."""
+    active = n.cr_chassis(bed)
+    chassis = next(c for c in dp.chassis if c.system_id == active)
+    arp, ping = Prober(vm, "arping", n.gateway), Prober(vm, "ping", n.gateway)
+    try:
+        wait_for(lambda: ping.replies and arp.replies, timeout=WAIT, what="both probes answered before the kill")
+        killed = time.monotonic()
+        dp.kill_vswitchd(chassis)
+        wait_for(lambda: arp.first_reply_after(killed) is not None and ping.first_reply_after(killed) is not None,
+                 timeout=WAIT, interval=0.1, what="answers again after the active chassis died")
+        took = wait_for(lambda: n.cr_chassis(bed) not in (None, active) and n.cr_chassis(bed), timeout=WAIT,
+                        what="cr- claimed by another chassis")
+        out = {"arp_failover": arp.first_reply_after(killed), "ping_failover": ping.first_reply_after(killed),
+               "taken_by": took}
+        started = time.monotonic()
+        dp.start_vswitchd(chassis.ns, chassis.rundir)
+        wait_for(lambda: n.cr_chassis(bed) == active, timeout=WAIT, what="the first chassis claiming cr- back")
+        wait_for(lambda: any(r > time.monotonic() - 0.3 for r in ping.replies) and
+                 time.monotonic() - started > 3, timeout=WAIT, interval=0.1, what="pings after the failback")
+        # Failback: the longest ping gap from the restart until the pings have run for a while.
+        time.sleep(0)  # noqa: the probes run on; the gap is read from their record
+        wait_for(lambda: ping.replies and ping.replies[-1] - started > 20 or
+                 (time.monotonic() - started > 20 and ping.replies[-1] > time.monotonic() - 0.5),
+                 timeout=60, interval=0.2, what="20 s of pings after the failback")
+        out["ping_failback_gap"] = ping.longest_gap(started, time.monotonic())
+        out["arp_failback_gap"] = arp.longest_gap(started, time.monotonic())
+        return out
+    finally:
+        arp.stop()
+        ping.stop()
+
+
+def test_failover_with_three_trunk_nodes_with_default_mac_learning_and_with_the_fallback(bed, dp, peers_admin):
+    """The active chassis' ovs-vswitchd killed and started again, with Kube-OVN's default
+    MAC learning on the provider bridge (its patch f627b772 moves a learned MAC to another
+    port only once the entry is 10 s old), then with ``other_config:mac-learning-fallback=true``:
+    another chassis takes ``cr-`` over and the VM is answered again; the first one takes it
+    back. The times are measurements; the bounds only say "it came back"."""
+    a = peers_admin
+    n = Tenant(a, 3250).subnet(77)
+    with gateway_controller(bed):
+        n.wait("GatewayReady", "ChassisAssigned")
+        vm = n.vm(dp, "vm-failover")
+        assert reaches(vm, n.gateway)
+        figures = {"default": failover_once(bed, dp, n, vm)}
+        dp.set_provider_bridge("other_config:mac-learning-fallback=true")
+        try:
+            figures["fallback"] = failover_once(bed, dp, n, vm)
+        finally:
+            for ch in dp.chassis:
+                dp.vsctl(ch.ns, ch.rundir, "remove", "bridge", "br-phys", "other_config", "mac-learning-fallback")
+    for mode, f in figures.items():
+        print(f"\n[wire] failover ({mode} MAC learning on br-phys): ARP answered {f['arp_failover']:.2f}s, ping "
+              f"{f['ping_failover']:.2f}s after the kill (taken by {f['taken_by']}); failback: longest ping gap "
+              f"{f['ping_failback_gap']:.2f}s, ARP gap {f['arp_failback_gap']:.2f}s")
+        assert f["arp_failover"] < WAIT and f["ping_failover"] < WAIT
