@@ -199,6 +199,9 @@ def gateway_status(
         out.append(Event(net, NORMAL, reasons.GATEWAY_GROUP_ADOPTED, state.message))
     elif state.updated:
         out.append(Event(net, NORMAL, reasons.GATEWAY_GROUP_UPDATED, state.message))
+    if (state.created or state.adopted or state.updated) and state.assigned and 0 < state.chassis < planner.FAILOVER_CHASSIS:
+        out.append(Event(net, WARNING, reasons.GATEWAY_WITHOUT_FAILOVER,
+                         f'router port "{lrp}" has a gateway of {state.chassis} chassis' + planner.failover_note(state.chassis)))
     return out
 
 

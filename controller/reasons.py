@@ -76,6 +76,8 @@ NB_RECOVERED = "NBRecovered"
 GATEWAY_GROUP_CREATED = "GatewayGroupCreated"
 GATEWAY_GROUP_ADOPTED = "GatewayGroupAdopted"
 GATEWAY_GROUP_UPDATED = "GatewayGroupUpdated"
+# Warning on a group write of fewer than three chassis (issue 25; ovn.planner.failover_note).
+GATEWAY_WITHOUT_FAILOVER = "GatewayWithoutFailover"
 
 __all__ = [n for n in dir() if n.isupper()] + [
     "CHASSIS_ASSIGNED", "FOREIGN_GROUP", "NO_TRUNK_NODES", "ROUTER_PORT_MISSING",

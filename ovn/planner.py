@@ -362,12 +362,32 @@ def plan_group(
     return GroupPlan(name, ext, chassis, c, mine)
 
 
+# Fewer chassis than this and the gateway does not move when the active chassis fails.
+FAILOVER_CHASSIS = 3
+
+
+def failover_note(n: int) -> str:
+    """What a group of ``n`` chassis cannot do, appended to the ChassisAssigned message
+    ("" from :data:`FAILOVER_CHASSIS` on). Issue 25, found on the wire and in OVN's source:
+    ovn-controller (controller/ha-chassis.c ``ha_chassis_group_is_active``) lets a chassis of
+    a group of two or more be active only while it has a live BFD session, unless the SB
+    lists no other chassis of the group; a survivor of two whose peer's datapath died has
+    none left, so the gateway stays on the failed chassis."""
+    if n == 1:
+        return "; with 1 chassis there is no failover: make at least 3 nodes of the provider network ready"
+    if n == 2:
+        return ("; with 2 chassis OVN moves the gateway only while the survivor keeps a BFD session with another "
+                "chassis, so it stays on a failed active chassis: make at least 3 nodes of the provider network ready")
+    return ""
+
+
 def assigned_message(lrp: str, group: str, chassis: Sequence[tuple[str, int]]) -> str:
-    """ChassisAssigned condition message (§9.4)."""
+    """ChassisAssigned condition message (§9.4), with :func:`failover_note` for a group of
+    fewer than three chassis (issue 25)."""
     parts = ", ".join(f"{c}={p}" for c, p in chassis)
     return (
         f'router port "{lrp}" has HA chassis group "{group}" with {len(chassis)} chassis '
-        f"({parts}); the highest priority is active"
+        f"({parts}); the highest priority is active{failover_note(len(chassis))}"
     )
 
 

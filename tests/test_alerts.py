@@ -44,10 +44,11 @@ REFERENCE_ALERTS = {
     "ProxmoxNetworkStuckDeleting": ("1h", "informational"),
     "ProxmoxNetworkControllerDown": ("10m", "warning"),
 }
-# field reports B11 and B13
+# field reports B11 and B13; issue 25 (a gateway of fewer than three chassis does not fail over)
 EXTRA_ALERTS = {
     "ProxmoxNetworkInformerStale": ("5m", "warning"),
     "ProxmoxNetworkControllerNoLeader": ("5m", "warning"),
+    "ProxmoxNetworkGatewayWithoutFailover": ("30m", "warning"),
 }
 ALL_ALERTS = {**REFERENCE_ALERTS, **EXTRA_ALERTS}
 
@@ -369,7 +370,7 @@ def healthy_metrics() -> Metrics:
     m.set_network("tenant-a", "net-1", "zone-a", 101, True, {"total": 100, "used": 50, "free": 50}, False)
     m.set_network("tenant-a", "net-2", "zone-a", 102, True, {"total": 0, "used": 0, "free": 0}, False)
     for name in ("net-1", "net-2"):
-        m.set_gateway_chassis("tenant-a", name, 2)
+        m.set_gateway_chassis("tenant-a", name, 3)  # three trunk nodes: the gateway fails over (issue 25)
         m.set_gateway_ready("tenant-a", name, True)
     m.gateway_nb_error()  # an old error: the counter is not rising
     m.vlan_allocation("zone-a", "allocated")
@@ -395,6 +396,10 @@ def troubled_metrics() -> Metrics:
     m.set_network("tenant-a", "net-gw", "zone-a", 104, True, None, False)
     m.set_gateway_chassis("tenant-a", "net-gw", 0)
     m.set_gateway_ready("tenant-a", "net-gw", False)
+    # a gateway of two chassis (up): no failover
+    m.set_network("tenant-a", "net-two", "zone-a", 107, True, None, False)
+    m.set_gateway_chassis("tenant-a", "net-two", 2)
+    m.set_gateway_ready("tenant-a", "net-two", True)
     # pool 95 % used
     m.set_network("tenant-a", "net-full", "zone-a", 105, True, {"total": 100, "used": 95, "free": 5}, False)
     m.set_network("tenant-a", "net-empty", "zone-a", 106, True, {"total": 0, "used": 0, "free": 0}, False)
@@ -428,6 +433,8 @@ def troubled_tests() -> list[dict[str, Any]]:
         ("11m", "ProxmoxNetworkControllerDown", [({}, 1)]),
         ("6m", "ProxmoxNetworkInformerStale", [
             ({"resource": "subnets", **s}, math.inf), ({"resource": "vlans", **s}, 1500.0)]),
+        ("29m", "ProxmoxNetworkGatewayWithoutFailover", []),
+        ("31m", "ProxmoxNetworkGatewayWithoutFailover", [({**net, "network": "net-two"}, 2)]),
         ("4m", "ProxmoxNetworkControllerNoLeader", []),
         ("6m", "ProxmoxNetworkControllerNoLeader", [({}, 0)]),
     ]

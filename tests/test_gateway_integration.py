@@ -21,6 +21,7 @@ from hack.objects import Admin, reason, unique
 from tests.support.ovsdb import NBServer, ha_chassis_groups
 from tests.support.pki import CA, kube_ovn_secret
 from hack.wait import wait_for
+from tests.support.gateway import assigned
 from tests.test_lifecycle_integration import Env
 
 pytestmark = pytest.mark.integration
@@ -99,12 +100,6 @@ def bound_network(env: Env, net: str, sub: str, pool: str, vpc: str = VPC) -> di
     env.subnet_conditions(sub, ("Validated", "True", ""), ("Ready", "True", ""))
     env.pool(pool)
     return env.wait(net, "IPPoolReady", "Ready")
-
-
-def assigned(lrp: str, group: str, chassis: list[tuple[str, int]]) -> str:
-    parts = ", ".join(f"{c}={p}" for c, p in chassis)
-    return (f'router port "{lrp}" has HA chassis group "{group}" with {len(chassis)} chassis ({parts}); '
-            "the highest priority is active")
 
 
 def test_network_gets_its_group_and_keeps_it_in_shape(admin, admin_client, cluster, unique_namespace):

@@ -6,18 +6,24 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from controller.actions import Event
 from controller.gateway import (
     NB_GRACE_PERIOD,
+    GatewayOutcome,
     gateway_failed,
     gateway_key,
+    gateway_status,
     networks_for_node,
     node_index_provider,
     node_providers,
 )
 from controller.plan_network import requeue_after
+from ovn import planner
+from tests.support.gateway import FAILOVER_NOTE
 
 T0 = dt.datetime(2026, 10, 7, 8, 0, 0, tzinfo=dt.timezone.utc)
 LRP = "vpc-x-sub"
@@ -135,3 +141,28 @@ def test_requeue_table():
         assert requeue_after(True, {"conditions": [cond("False", r)]}) == 30
     assert requeue_after(True, {"conditions": [cond("True", "ChassisAssigned")]}) == 300
     assert requeue_after(True, {"conditions": [cond("False", "NoTrunkNodes")]}) == 300
+
+
+NET = {"metadata": {"namespace": "tenant", "name": "net", "uid": "u"}}
+
+
+@pytest.mark.parametrize("count, writes, warned", [
+    (2, {"created": True}, True),
+    (1, {"updated": True}, True),
+    (2, {"adopted": True}, True),
+    (3, {"created": True}, False),   # three chassis fail over
+    (2, {}, False),                  # nothing written this pass: no new Event
+])
+def test_a_group_of_fewer_than_three_chassis_written_is_a_warning_event(count, writes, warned):
+    """Issue 25: a group written with 1 or 2 chassis is a Warning ``GatewayWithoutFailover``
+    (once per write, not per pass), its message the note of the ChassisAssigned message."""
+    chassis = [(f"c{i}", 100 - 10 * i) for i in range(count)]
+    msg = planner.assigned_message(LRP, f"px-{LRP}", chassis)
+    state = planner.GatewayState(planner.CHASSIS_ASSIGNED, msg, count, **writes)
+    out = gateway_status(GatewayOutcome(state), NET, LRP, {}, [], {}, 3, T0)
+    warnings = [a for a in out if isinstance(a, Event) and a.reason == "GatewayWithoutFailover"]
+    if warned:
+        assert [(w.type, w.message) for w in warnings] == [
+            ("Warning", f'router port "{LRP}" has a gateway of {count} chassis{FAILOVER_NOTE[count]}')]
+    else:
+        assert warnings == []

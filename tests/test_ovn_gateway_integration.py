@@ -17,6 +17,7 @@ from ovn import planner
 from ovn.gateway import GatewayApplier
 from ovn.nb import NBError, NBNotSynced
 
+from tests.support.gateway import assigned
 from tests.support.ovsdb import ha_chassis_groups
 from hack.wait import wait_for
 
@@ -135,10 +136,7 @@ def test_creates_the_group_points_the_port_and_then_writes_nothing(bed):
 
     st = ensure(bed, "worker2", "worker1")
     assert st.reason == "ChassisAssigned" and st.chassis == 2 and st.created
-    assert st.message == (
-        f'router port "{bed.lrp}" has HA chassis group "{bed.group}" with 2 chassis '
-        "(ch-worker1=100, ch-worker2=90); the highest priority is active"
-    )
+    assert st.message == assigned(bed.lrp, bed.group, [("ch-worker1", 100), ("ch-worker2", 90)])
     after = bed.rows()
     assert len(after["groups"]) == 1
     g = after["groups"][0]

@@ -19,6 +19,7 @@ from ovn.planner import (
     trunk_nodes,
     wanted_chassis,
 )
+from tests.support.gateway import FAILOVER_NOTE, assigned
 
 NET = "tenant/net-a"
 
@@ -204,10 +205,18 @@ def test_plan_group_prioritised_input_passes_through():
 
 
 def test_assigned_message():
-    assert planner.assigned_message("v-s", "px-v-s", [("c1", 100), ("c2", 90)]) == (
-        'router port "v-s" has HA chassis group "px-v-s" with 2 chassis (c1=100, c2=90); '
+    assert planner.assigned_message("v-s", "px-v-s", [("c1", 100), ("c2", 90), ("c3", 80)]) == (
+        'router port "v-s" has HA chassis group "px-v-s" with 3 chassis (c1=100, c2=90, c3=80); '
         "the highest priority is active"
     )
+
+
+@pytest.mark.parametrize("chassis", [[("c1", 100)], [("c1", 100), ("c2", 90)]])
+def test_assigned_message_of_fewer_than_three_chassis_says_the_gateway_does_not_fail_over(chassis):
+    """Issue 25: a survivor of two with no BFD session left stays passive (OVN's
+    ha_chassis_group_is_active); one chassis has nobody to fail over to."""
+    assert planner.assigned_message("v-s", "px-v-s", chassis) == assigned("v-s", "px-v-s", chassis)
+    assert planner.assigned_message("v-s", "px-v-s", chassis).endswith(FAILOVER_NOTE[len(chassis)])
 
 
 # --------------------------------------------------------------------------- sticky active

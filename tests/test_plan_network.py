@@ -49,6 +49,7 @@ from controller.gateway import GatewayOutcome
 from controller.plan_network import NetworkSnapshot, plan_network
 from ovn.planner import GatewayState
 from tests.support import plans
+from tests.support.gateway import assigned
 from tests.support.plans import with_annotation
 
 UTC = dt.timezone.utc
@@ -63,8 +64,7 @@ DELETED_AT = "2026-10-07T07:30:00Z"
 # The default pool() (10.0.0.10-10.0.0.50) as the fewest CIDRs covering exactly it, worked out
 # by hand: .10-.11 /31, .12-.15 /30, .16-.31 /28, .32-.47 /28, .48-.49 /31, .50 /32.
 POOL_CIDRS = "10.0.0.10/31,10.0.0.12/30,10.0.0.16/28,10.0.0.32/28,10.0.0.48/31,10.0.0.50/32"
-ASSIGNED = (f'router port "{LRP}" has HA chassis group "px-{LRP}" with 2 chassis (ch1=100, ch2=90); '
-            "the highest priority is active")
+ASSIGNED = assigned(LRP, f"px-{LRP}", [("ch1", 100), ("ch2", 90)])
 
 
 def ts(t: dt.datetime) -> str:

@@ -51,6 +51,7 @@ from controller.kube import KubeWriter
 from hack.audit import write_marker, writes_before
 from hack.cluster import ClusterError, LocalCluster, ovsdb_rows
 from hack.objects import Admin, reason, unique, wait_condition
+from tests.support.gateway import assigned as chassis_assigned
 from tests.support.ovsdb import RowMonitor, ha_chassis_groups
 from tests.support.peers import (
     ADDRESS_V,
@@ -256,8 +257,7 @@ def handled(bed: LocalCluster, subnet: str, offset: int) -> bool:
 
 def assigned(sc: Scene) -> str:
     """§9.4's ChassisAssigned message for vpc-x with worker1/worker2 (§9.3 vectors)."""
-    return (f'router port "{sc.lrp}" has HA chassis group "{sc.group}" with 2 chassis '
-            f"(ch-worker1=100, ch-worker2=90); the highest priority is active")
+    return chassis_assigned(sc.lrp, sc.group, [("ch-worker1", 100), ("ch-worker2", 90)])
 
 
 @pytest.fixture
