@@ -13,7 +13,11 @@ fulfils. Every figure printed is a measurement of this run.
   L2 neighbours (ping both ways, a TCP transfer);
 * isolation: another tenant's VM reaches nothing of this tenant, next to a positive control;
 * all router ports of one VPC are bound on one chassis (the sticky per-VPC order), and the
-  VMs of its two Subnets reach each other through the router.
+  VMs of its two Subnets reach each other through the router;
+* failover with three trunk nodes (Kube-OVN's MAC learning on the provider bridge, and the
+  fallback), measured both ways;
+* release order: the VM is answered until its address is released, then nothing;
+* a hand re-tag of the Vlan cuts the VM off, next to ``VLANChangedExternally``.
 
 Expected values: reference-behaviour.md §9 (the group: the provider's ready trunk nodes,
 priorities 100, 90, 80 in the planner's order), the Kube-OVN patch (the drop's match).
@@ -339,3 +343,52 @@ def test_failover_with_three_trunk_nodes_with_default_mac_learning_and_with_the_
               f"{f['ping_failover']:.2f}s after the kill (taken by {f['taken_by']}); failback: longest ping gap "
               f"{f['ping_failback_gap']:.2f}s, ARP gap {f['arp_failback_gap']:.2f}s")
         assert f["arp_failover"] < WAIT and f["ping_failover"] < WAIT
+
+
+def test_release_order_on_the_wire_the_vm_is_answered_until_its_address_is_released(bed, dp, peers_admin):
+    """A network deleted while its VM holds an address (the claim of the real provider):
+    ``InUse``, and the VM keeps its gateway; the claim gone and the Subnet deleted, the
+    localnet port and the group are gone (the group before the VLAN) and the VM gets nothing."""
+    a = peers_admin
+    n = Tenant(a, 3260).subnet(78)
+    with gateway_controller(bed) as ctl:
+        n.wait("Ready", "Ready")
+        vm = n.vm(dp, "vm-release")
+        assert reaches(vm, n.gateway)
+        a.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", n.ns, "proxmoxnetworks", n.name)
+        n.wait("Ready", "InUse")
+        ctl.resync()
+        assert vm.ping(n.gateway, count=5, timeout=1, interval=0.2) == 5  # still answered while in use
+        assert vm.arping(n.gateway, count=1, timeout=1) == [(n.gateway, n.router_mac(bed))]
+        a.co.delete_namespaced_custom_object(IPAM, "v1beta1", n.ns, "ipaddressclaims", "vm-release-net0")
+        n.wait("Ready", "SubnetStillExists")
+        assert vm.ping(n.gateway, count=2, timeout=1) == 2  # the Subnet and its group are still there
+        a.co.delete_cluster_custom_object(*KUBEOVN, "subnets", n.sub)
+        wait_for(lambda: ha_chassis_groups(bed.nbctl, n.group) == [], timeout=WAIT, what="the group removed")
+        wait_for(lambda: not ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{n.sub}"), timeout=WAIT,
+                 what="the localnet port gone")
+        assert vm.arping(n.gateway, count=2, timeout=2) == []
+        assert vm.ping(n.gateway, count=2, timeout=1) == 0
+
+
+def test_a_hand_retagged_vlan_cuts_the_vm_off_next_to_vlan_changed_externally(bed, dp, peers_admin):
+    """Someone edits ``spec.id`` of the network's Vlan: Kube-OVN moves the localnet port to
+    the new tag, so the VM, still on the allocated VLAN, loses its gateway; the network says
+    ``VLANChangedExternally`` and writes nothing back. The ID put back, the VM is answered again."""
+    a = peers_admin
+    n = Tenant(a, 3270).subnet(79)
+    with gateway_controller(bed):
+        n.wait("Ready", "Ready")
+        vm = n.vm(dp, "vm-retag")
+        vid = vm.vlan
+        assert reaches(vm, n.gateway)
+        a.co.patch_cluster_custom_object(*KUBEOVN, "vlans", n.sub, {"spec": {"id": vid + 5}})
+        wait_for(lambda: (ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{n.sub}") or [{}])[0].get("tag")
+                 == vid + 5, timeout=WAIT, what="Kube-OVN moving the localnet port to the new tag")
+        obj = n.wait("VLANAllocated", "VLANChangedExternally")
+        assert obj["status"]["vlan"] == vid
+        assert vm.arping(n.gateway, count=2, timeout=2) == []
+        assert vm.ping(n.gateway, count=2, timeout=1) == 0
+        a.co.patch_cluster_custom_object(*KUBEOVN, "vlans", n.sub, {"spec": {"id": vid}})
+        n.wait("Ready", "Ready")
+        assert reaches(vm, n.gateway)
