@@ -496,6 +496,8 @@ class LocalCluster:
         node_images: Path | str | None = None,
         with_dataplane: bool | None = None,
         dataplane_chassis: int = 3,
+        dataplane_provider: str = DATAPLANE_PROVIDER,
+        dataplane_node_prefix: str = "trunk",
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.watch_cache = watch_cache
@@ -516,8 +518,8 @@ class LocalCluster:
             with_dataplane = bool(self.with_peers and OVN_PREFIX is not None and os.geteuid() == 0)
         self.with_dataplane = with_dataplane
         self.dataplane: DataPlane | None = (
-            DataPlane(self.workdir, OVN_PREFIX, f"unix:{self.workdir / 'sb.sock'}", DATAPLANE_PROVIDER,
-                      dataplane_chassis)
+            DataPlane(self.workdir, OVN_PREFIX, f"unix:{self.workdir / 'sb.sock'}", dataplane_provider,
+                      dataplane_chassis, dataplane_node_prefix)
             if with_dataplane and OVN_PREFIX is not None else None
         )
         self.node_kubeconfigs = {
@@ -740,6 +742,8 @@ class LocalCluster:
             "node_ready_seconds": self.node_ready_seconds,
             "with_dataplane": self.dataplane is not None,
             "dataplane_chassis": len(self.dataplane.chassis) if self.dataplane else 0,
+            "dataplane_provider": self.dataplane.provider if self.dataplane else None,
+            "dataplane_node_prefix": self.dataplane.chassis[0].name.rsplit("-", 1)[0] if self.dataplane else None,
             "dataplane_seconds": self.dataplane.start_seconds if self.dataplane else None,
             "start_seconds": self.start_seconds,
         }
@@ -769,6 +773,8 @@ class LocalCluster:
             with_node=st.get("with_node", False),
             with_dataplane=st.get("with_dataplane", False),
             dataplane_chassis=st.get("dataplane_chassis") or 3,
+            dataplane_provider=st.get("dataplane_provider") or DATAPLANE_PROVIDER,
+            dataplane_node_prefix=st.get("dataplane_node_prefix") or "trunk",
             detach=True,  # a peer it restarts belongs to the bed, not to this process
         )
         c.server = st["server"]
@@ -1457,9 +1463,9 @@ class LocalCluster:
         (kube-ovn-controller then rewrites the status every 30 s from those labels)."""
         dp = self.dataplane
         assert dp is not None
-        ready_label = f"{DATAPLANE_PROVIDER}.provider-network.kubernetes.io/ready"
+        ready_label = f"{dp.provider}.provider-network.kubernetes.io/ready"
         docs: list[dict] = [{
-            "apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork", "metadata": {"name": DATAPLANE_PROVIDER},
+            "apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork", "metadata": {"name": dp.provider},
             "spec": {"defaultInterface": "uplink"},
         }]
         docs += [{
@@ -1469,7 +1475,7 @@ class LocalCluster:
         } for ch in dp.chassis]
         self.apply_docs(docs, "the data plane's trunk Nodes and ProviderNetwork")
         status = {"status": {"ready": True, "readyNodes": [ch.name for ch in dp.chassis]}}
-        self.run_kubectl("patch", "provider-networks.kubeovn.io", DATAPLANE_PROVIDER, "--subresource=status",
+        self.run_kubectl("patch", "provider-networks.kubeovn.io", dp.provider, "--subresource=status",
                          "--type=merge", "-p", json.dumps(status))
 
     # the real peers -------------------------------------------------------------

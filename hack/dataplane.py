@@ -223,10 +223,11 @@ class DataPlane:
     :param sb_remote: the bed's SB as ``unix:<path>``.
     :param provider: the ProviderNetwork the chassis' ``br-phys`` belongs to.
     :param chassis: how many trunk nodes.
+    :param node_prefix: their Node names are ``<node_prefix>-<i>``.
     """
 
     def __init__(self, workdir: Path, ovn_prefix: Path, sb_remote: str, provider: str,
-                 chassis: int = DEFAULT_CHASSIS) -> None:
+                 chassis: int = DEFAULT_CHASSIS, node_prefix: str = "trunk") -> None:
         self.workdir = Path(workdir).resolve()
         self.dir = self.workdir / "dataplane"
         self.prefix = ovn_prefix
@@ -238,7 +239,7 @@ class DataPlane:
         self.underlay_net = f"198.18.{int(digest[5:7], 16)}"
         self.trunk_ns, self.under_ns = f"{self.tag}-trunk", f"{self.tag}-under"
         self.chassis = [
-            Chassis(name=f"trunk-{i}", system_id=f"{self.tag}-trunk-{i}", ns=f"{self.tag}-ch{i}",
+            Chassis(name=f"{node_prefix}-{i}", system_id=f"{self.tag}-{node_prefix}-{i}", ns=f"{self.tag}-ch{i}",
                     encap_ip=f"{self.underlay_net}.{i}", mac=f"0a:58:c6:12:{int(digest[7:9], 16):02x}:{i:02x}",
                     rundir=self.dir / f"ch{i}")
             for i in range(1, chassis + 1)

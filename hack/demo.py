@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import yaml
+from kubernetes.client import CustomObjectsApi
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
@@ -37,7 +38,10 @@ sys.path.insert(0, str(REPO / "hack"))
 from cluster import (  # noqa: E402
     OVN_PREFIX, PEERS, ClusterError, LocalCluster, _read_versions, default_bin_dir, ovsdb_rows, ovsdb_set,
 )
+from dataplane import DataPlane  # noqa: E402
 from deploy import NAMESPACE, ControllerDeployment, DeployError, build_image  # noqa: E402
+from vms import vm_for_network  # noqa: E402
+from wait import wait_for  # noqa: E402
 from node import Node, NodeError  # noqa: E402
 
 # Ready reasons that do not change by waiting (a refusal the sample set provokes on purpose).
@@ -215,6 +219,36 @@ def start_subprocess(cluster: LocalCluster, log_path: Path, keep: bool) -> subpr
     )
 
 
+def wire_table(cluster: LocalCluster, dp: DataPlane) -> str:
+    """One VM per Ready network (hack/vms.py): its VLAN and address, the ARP answer from its
+    gateway (the MAC), pings to the gateway (replies of 3), the chassis bound to the router
+    port's ``cr-`` (the one answering), and pings to the VM of another tenant (replies of 3)."""
+    co = CustomObjectsApi(cluster.api_client("admin"))
+    nets = json.loads(cluster.run_kubectl("get", "pxnet", "-A", "-o", "json").stdout)["items"]
+    ready = [n for n in nets
+             if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])]
+    vms = []
+    for n in sorted(ready, key=lambda n: (n["metadata"]["namespace"], n["metadata"]["name"])):
+        ns, name = n["metadata"]["namespace"], n["metadata"]["name"]
+        vms.append((ns, name, n, vm_for_network(dp, co, ns, name, f"{ns}-{name}"[:20])))
+    bound = {r["_uuid"]: r["name"] for r in ovsdb_rows(cluster.sbctl, "Chassis", columns="_uuid,name")}
+    crs = {r["logical_port"]: bound.get(str(r["chassis"]), "-")
+           for r in ovsdb_rows(cluster.sbctl, "Port_Binding", "type=chassisredirect", columns="logical_port,chassis")}
+    rows = [("NETWORK", "VLAN", "VM ADDRESS", "GATEWAY", "ARP REPLY", "PINGS", "ANSWERING CHASSIS", "OTHER TENANT'S VM")]
+    for ns, name, n, vm in vms:
+        wait_for(lambda: vm.ping(vm.gateway, count=1, timeout=1) == 1, timeout=30, interval=0,
+                 what=f"{ns}/{name}'s VM pinging its gateway")
+        arp = vm.arping(vm.gateway, count=1, timeout=1)
+        other = next((o for o in vms if o[0] != ns), None)
+        answering = next((c for port, c in crs.items() if port.endswith(f"-{n['spec']['subnet']}")), "-")
+        rows.append((f"{ns}/{name}", str(vm.vlan), vm.address, vm.gateway, arp[0][1] if arp else "none",
+                     f"{vm.ping(vm.gateway, count=3, timeout=1)}/3", answering,
+                     f"{other[3].address.split('/')[0]}: {vm.ping(other[3].address.split('/')[0], count=3, timeout=1)}/3"
+                     if other else "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default=str(REPO / ".run" / "demo"))
@@ -244,14 +278,17 @@ def main() -> int:
           "CRDs and RBAC from manifests/, and the real Kube-OVN and IPAM provider"
           + ("; a node (containerd, kubelet, kube-controller-manager, kube-scheduler)" if with_node else ""),
           flush=True)
-    cluster = LocalCluster(workdir, detach=args.keep, with_peers=True, with_node=with_node)
+    # The data plane's trunk is the sample's provider network, its trunk nodes pve-1..3
+    # (hack/dataplane.py; where it cannot run, the demo registers the sample's chassis by hand).
+    trunk = {"dataplane_provider": "physnet1", "dataplane_node_prefix": "pve"}
+    cluster = LocalCluster(workdir, detach=args.keep, with_peers=True, with_node=with_node, **trunk)
     try:
         cluster.start()
     except ClusterError as e:
         if not with_node:
             raise
         no_node, with_node = f"the node did not start ({str(e).splitlines()[0]})", False
-        cluster = LocalCluster(workdir, detach=args.keep, with_peers=True)
+        cluster = LocalCluster(workdir, detach=args.keep, with_peers=True, **trunk)
         cluster.start()
     controller = None
     try:
@@ -267,15 +304,27 @@ def main() -> int:
                 and (d["metadata"]["namespace"], d["metadata"]["name"]) == LATE]
         print(f"==> applying {len(samples) - len(late)} sample objects from hack/sample/ "
               f"({'/'.join(LATE)} comes once {'/'.join(FIRST)} holds its zone's one VLAN)", flush=True)
+        dp = cluster.dataplane
+        if dp is not None:  # the data plane's own trunk nodes and chassis replace the sample's
+            samples = [d for d in samples if d["kind"] != "Node"]
         cluster.apply_docs([d for d in samples if not any(d is x for x in late)], "sample objects")
-        nodes = [d for d in samples if d["kind"] == "Node"]
-        print("==> playing the Proxmox nodes' own agents, which do not run here (kube-ovn-cni, ovn-controller):",
-              flush=True)
-        chassis = register_chassis(cluster, nodes)
-        print(f"    registered the trunk chassis {', '.join(chassis)} in the OVN SB, as ovn-controller would",
-              flush=True)
+        if dp is not None:
+            chassis = [c.system_id for c in dp.chassis]
+            ready_nodes = [c.name for c in dp.chassis]
+            print(f"==> the Proxmox trunk on the wire (hack/dataplane.py, {dp.start_seconds:.1f}s): nodes "
+                  f"{', '.join(ready_nodes)}, each a network namespace with ovs-vswitchd and ovn-controller of "
+                  "Kube-OVN's OVS/OVN build, their chassis registered in the SB by their own ovn-controller; a trunk "
+                  "bridge where each VM is an access port with its VLAN tag. The bed plays kube-ovn-cni, which does "
+                  "not run here: the Nodes' chassis annotation and provider ready label.", flush=True)
+        else:
+            nodes = [d for d in samples if d["kind"] == "Node"]
+            print("==> playing the Proxmox nodes' own agents, which do not run here (kube-ovn-cni, ovn-controller; "
+                  "no data plane: it needs root):", flush=True)
+            chassis = register_chassis(cluster, nodes)
+            print(f"    registered the trunk chassis {', '.join(chassis)} in the OVN SB, as ovn-controller would",
+                  flush=True)
+            ready_nodes = [n["metadata"]["name"] for n in nodes]
         # kube-ovn-controller writes this itself from the Nodes' ready labels, but only every 30 s.
-        ready_nodes = [n["metadata"]["name"] for n in nodes]
         cluster.run_kubectl(
             "patch", "provider-networks.kubeovn.io", "physnet1", "--subresource=status", "--type=merge",
             "-p", json.dumps({"status": {"ready": True, "readyNodes": ready_nodes}}),
@@ -364,12 +413,16 @@ def main() -> int:
         print("==> OVN NB: the HA_Chassis_Group of each bound network's router port (highest priority is active)",
               flush=True)
         print(gateway_table(cluster), flush=True)
-        print("==> OVN SB: the trunk chassis (registered by the demo; VENDOR kube-ovn is kube-ovn-controller's tag)",
-              flush=True)
+        print("==> OVN SB: the trunk chassis (VENDOR kube-ovn is kube-ovn-controller's tag)", flush=True)
         print(chassis_table(cluster), flush=True)
         print("==> OVN SB (ovn-northd): the chassis-redirect ports that answer the VMs' ARP", flush=True)
         cr = cluster.sbctl("--bare", "--columns=logical_port", "find", "Port_Binding", "type=chassisredirect")
         print("\n".join(sorted(cr.split())) + "\n", flush=True)
+        if dp is not None:
+            print("==> on the wire: a VM per Ready network, made as capmox makes it (its VLAN from the network's "
+                  "status, its address claimed from the network's pool by the real IPAM provider), pinging its "
+                  "gateway and another tenant's VM", flush=True)
+            print(wire_table(cluster, dp), flush=True)
         if deployment is not None:
             print(f"==> kubectl get deploy,pods -n {NAMESPACE} -o wide   (the controller as pods of its Deployment; "
                   "READY 1/1 is the leader)", flush=True)
