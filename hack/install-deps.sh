@@ -5,7 +5,8 @@
 #   * Debian's prometheus (promtool) and the build dependencies of Kube-OVN's own OVS and OVN
 #     (autoconf automake libtool libssl-dev libcap-ng-dev libunbound-dev; issue 24), which
 #     hack/build-peers.sh builds (hack/build-ovn.sh): the bed's OVN is that build, not
-#     Debian's. Under PNC_KUBE_OVN_VERSION=v1.13.0 (out of CI) Debian's ovn-central and
+#     Debian's; iputils-ping, iputils-arping and ethtool for the data plane's VMs (issue 25).
+#     Under PNC_KUBE_OVN_VERSION=v1.13.0 (out of CI) Debian's ovn-central and
 #     openvswitch-common instead, without leaving their ovsdb-server / ovn-northd running;
 #   * the Python dependencies with the test extra (the tree itself is imported in place);
 #   * kube-apiserver, kubectl and etcd (hack/build-control-plane.sh, cached);
@@ -83,7 +84,9 @@ apt_install() {
 install_ovn() {
   # promtool (Debian's prometheus package) checks and unit-tests the alert rules; its
   # prometheus server scrapes the controller in tests/test_prometheus_integration.py.
-  local want=(prometheus autoconf automake libtool libssl-dev libcap-ng-dev libunbound-dev)
+  # iputils-ping, iputils-arping and ethtool: the data plane's VMs (hack/dataplane.py, issue 25).
+  local want=(prometheus autoconf automake libtool libssl-dev libcap-ng-dev libunbound-dev
+              iputils-ping iputils-arping ethtool)
   local legacy=""
   [[ ${PNC_KUBE_OVN_VERSION:-} == "$KUBE_OVN_LEGACY_VERSION" ]] && legacy=1 && want+=(ovn-central openvswitch-common)
   local missing=() p
