@@ -1466,7 +1466,8 @@ class LocalCluster:
         ready_label = f"{dp.provider}.provider-network.kubernetes.io/ready"
         docs: list[dict] = [{
             "apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork", "metadata": {"name": dp.provider},
-            "spec": {"defaultInterface": "uplink"},
+            # Its own trunk nodes only: Kube-OVN counts every Node it does not exclude.
+            "spec": {"defaultInterface": "uplink", "nodeSelector": {"matchLabels": {ready_label: "true"}}},
         }]
         docs += [{
             "apiVersion": "v1", "kind": "Node",

@@ -72,12 +72,16 @@ class Admin:
     # Kube-OVN ----------------------------------------------------------------------
     def create_provider_network(self, name: str, ready: bool = True, ready_nodes: list[str] | None = None,
                                 default_interface: str = "eth1") -> dict:
-        """A ProviderNetwork with the status its node agent would write. The real CRD
-        (Kube-OVN v1.13) wants ``spec.defaultInterface`` and a name of at most 12 bytes;
-        on a bed with the real kube-ovn-controller it rewrites this status every 30 s from
-        the Nodes' ``<name>.provider-network.kubernetes.io/ready`` labels."""
+        """A ProviderNetwork with the status its node agent would write. The real CRD wants
+        ``spec.defaultInterface`` and a name of at most 12 bytes; on a bed with the real
+        kube-ovn-controller it rewrites this status every 30 s from the Nodes'
+        ``<name>.provider-network.kubernetes.io/ready`` labels, counting every Node it does
+        not exclude: v1.15 would call it not ready because of the Nodes of other trunks (the
+        data plane's, another test's), so it selects its own trunk nodes (``nodeSelector`` on
+        that label, as an operator selects the nodes of a trunk that not every node carries)."""
         body = {"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork", "metadata": {"name": name},
-                "spec": {"defaultInterface": default_interface}}
+                "spec": {"defaultInterface": default_interface,
+                         "nodeSelector": {"matchLabels": {f"{name}.provider-network.kubernetes.io/ready": "true"}}}}
         obj = self.co.create_cluster_custom_object(*KUBEOVN, "provider-networks", body)
         obj["status"] = {"ready": ready, "readyNodes": ready_nodes if ready_nodes is not None else ["node-a"]}
         return self.co.replace_cluster_custom_object_status(*KUBEOVN, "provider-networks", name, obj)

@@ -558,7 +558,8 @@ def test_orphaned_vlan_keeps_a_subnet_kube_ovn_counts_ips_in(bed, admin, ctl, wo
         ctl.start()
     zone_message = lambda: reason(admin.zone(sc.zone), "Ready")[2]  # noqa: E731
     wait_for(lambda: "1 orphaned Vlan(s) still referenced by a subnet" in zone_message(), timeout=WAIT,
-             what="the orphan counted on the zone")
+             what=f"the orphan counted on the zone (Subnet {sc.subnet() if not world.gone('subnets', sc.sub) else 'gone'}, "
+                  f"zone message {zone_message()!r})")
     assert not world.gone("subnets", sc.sub), "the Subnet went while Kube-OVN counted an IP in it"
     ctl.resync()
     assert sc.finalizers() == [OURS] and sc.subnet()["metadata"]["deletionTimestamp"]
@@ -680,7 +681,8 @@ def test_hand_made_duplicate_vlan_on_kube_ovn_v115_flags_both_takes_the_subnet_d
     ctl.resync()
     writes = writes_before(bed, bed.controller_user, write_marker(bed), since_marker=before)
     kinds = sorted({(w.resource, w.subresource) for w in writes})
-    assert set(kinds) <= {("proxmoxnetworks", "status"), ("events", ""), ("proxmoxnetworkzones", "status")}, kinds
+    assert set(kinds) <= {("proxmoxnetworks", "status"), ("events", ""), ("proxmoxnetworkzones", "status")}, \
+        [f"{w} {w.request_uri} {w.received}" for w in writes if w.resource != "events"]
     status_writes = [w for w in writes if w.resource == "proxmoxnetworks" and w.name == sc.net]
     assert 1 <= len(status_writes) <= 3, [str(w) for w in status_writes]
     settled = write_marker(bed)
