@@ -1324,8 +1324,11 @@ class InvariantMonitor:
                     msg = f"Vlan {name} deleted at rv {d.rv} ({how}) while it listed live Subnet {sub}"
                     at_hi, certain = self._present_at("subnets", sub, d.rv)
                     if d.synthesized:
+                        # Both ends of the gap must be certain: a Subnet whose own delete a
+                        # relist synthesized may have gone before the Vlan did (the audit log
+                        # then settles it, recheck_open).
                         at_lo, _ = self._present_at("subnets", sub, lo)
-                        if at_lo is not None and at_hi is not None:
+                        if at_lo is not None and at_hi is not None and certain:
                             violations.append(msg)
                         elif at_lo is not None or at_hi is not None:
                             uncertain.append(msg)

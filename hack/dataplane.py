@@ -184,6 +184,7 @@ class Prober:
         argv = (["ping", "-n", "-i", f"{interval:g}", "-W", "1", target] if kind == "ping"
                 else [sys.executable, str(Path(__file__).with_name("arp_probe.py")), "eth0", target, f"{interval:g}"])
         self.kind, self.replies = kind, []  # type: list[float]
+        self.seqs: set[int] = set()  # ping's icmp_seq of each reply (ping only)
         # stdbuf: both print through stdio, block-buffered into a pipe; each reply must arrive as it comes.
         self._proc = subprocess.Popen(["ip", "netns", "exec", vm.ns, "stdbuf", "-oL", *argv], stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True, bufsize=1)
@@ -195,6 +196,13 @@ class Prober:
         for line in self._proc.stdout:
             if self.REPLY[self.kind].search(line):
                 self.replies.append(time.monotonic())
+                m = re.search(r"icmp_seq=(\d+)", line)
+                if m:
+                    self.seqs.add(int(m.group(1)))
+
+    def lost(self) -> int:
+        """Echo requests sent up to the last reply that got no reply (ping only)."""
+        return max(self.seqs) - len(self.seqs) if self.seqs else 0
 
     def first_reply_after(self, t: float) -> float | None:
         """Seconds from ``t`` to the first reply read after it, or None."""

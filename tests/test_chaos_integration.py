@@ -180,6 +180,20 @@ def test_monitor_leaves_a_judgement_open_when_a_relist_hides_when_the_consumer_w
     assert m.uncertain == ["Vlan s1 (VLAN 100) deleted at rv 8 (watch) while machine ns1/vm1 referenced pool ns1/p1"]
 
 
+def test_monitor_leaves_a_judgement_open_when_relists_hide_both_the_vlans_and_the_subnets_delete():
+    """Found by the chaos short form on Kube-OVN v1.15: the Vlan's delete and its Subnet's
+    delete both seen only by relists; the Subnet may have gone before the Vlan (the audit
+    log showed it had), so the release is reported as open, not as a violation."""
+    m = monitor()
+    m._event("subnets", "ADDED", {"metadata": {"name": "s1", "resourceVersion": "2"}}, 2, False)
+    m._event("vlans", "ADDED", vlan("s1", 100, rv=3, subnets=["s1"]), 3, False)
+    m._event("vlans", "DELETED", vlan("s1", 100, rv=3, subnets=["s1"]), 9, True)  # relist at rv 9
+    m._event("subnets", "DELETED", {"metadata": {"name": "s1", "resourceVersion": "2"}}, 11, True)  # relist at rv 11
+    m.judge()
+    assert m.violations == []
+    assert m.uncertain == ["Vlan s1 deleted at rv 9 (relist) while it listed live Subnet s1"]
+
+
 def test_audit_log_recheck_confirms_overlapping_lifetimes_and_refutes_the_rest(tmp_path):
     """A duplicate flagged by the monitor is checked against the API server's audit log:
     confirmed when both Vlans existed at once, refuted when one was gone before the other
