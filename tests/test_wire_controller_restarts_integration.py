@@ -78,8 +78,8 @@ def test_a_vm_loses_no_ping_to_its_gateway_through_ten_leader_kills_and_a_rollou
         wait_for(lambda: ping.replies, timeout=30, what="the first reply")
         start = time.monotonic()
         takeovers = [kill_leader(bed, deployed) for _ in range(KILLS)]
-        deployed.kubectl("rollout", "restart", "deployment/proxmox-network-controller", "-n", NAMESPACE)
         before = {p["metadata"]["name"] for p in deployed.pods()}
+        deployed.kubectl("rollout", "restart", "deployment/proxmox-network-controller", "-n", NAMESPACE)
         wait_for(lambda: not ({p["metadata"]["name"] for p in deployed.pods()} & before) and not deployed.pending(),
                  timeout=WAIT, interval=0.2, what="the rollout done")
         end = time.monotonic()
