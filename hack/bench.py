@@ -1181,3 +1181,15 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def write_block(path: Path, block: str, begin: str, end: str, heading: str) -> None:
+    """Replace the figures between the markers ``begin`` and ``end`` in ``path`` with
+    ``block`` (which carries both markers); without the markers, append ``heading`` and it."""
+    text = path.read_text() if path.exists() else ""
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + f"\n\n## {heading}\n\n" + block + "\n"
+    path.write_text(text)

@@ -54,6 +54,7 @@ from bench import (  # noqa: E402
     in_threads,
     mark,
     nb_total,
+    write_block,
     writes_by_resource,
 )
 from cluster import LocalCluster  # noqa: E402
@@ -298,16 +299,6 @@ def render(r: dict, meta: dict) -> str:
     return "\n".join(lines)
 
 
-def write_block(path: Path, block: str) -> None:
-    text = path.read_text() if path.exists() else ""
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n## End to end on the real peers\n\n" + block + "\n"
-    path.write_text(text)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=500)
@@ -339,7 +330,7 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "result": r}, indent=1))
     if args.out:
-        write_block(args.out, block)
+        write_block(args.out, block, BEGIN, END, "End to end on the real peers")
     return 0
 
 

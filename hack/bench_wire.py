@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "hack"))
 
 from kubernetes import client as k8s  # noqa: E402
 
-from bench import Controller  # noqa: E402
+from bench import Controller, write_block  # noqa: E402
 from cluster import DATAPLANE_PROVIDER, LocalCluster  # noqa: E402
 from dataplane import Prober  # noqa: E402
 from vms import vm_for_network  # noqa: E402
@@ -132,16 +132,6 @@ def render(r: dict, meta: dict) -> str:
     ])
 
 
-def write_block(path: Path, block: str) -> None:
-    text = path.read_text() if path.exists() else ""
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n## On the wire: create to first answered ARP (issue 25)\n\n" + block + "\n"
-    path.write_text(text)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=50)
@@ -158,7 +148,7 @@ def main(argv=None) -> int:
             "command": f"python hack/bench_wire.py --n {args.n} --vpcs {args.vpcs}", "commit": commit,
             "ovn": tool_version("ovn-northd"), "ovs": tool_version("ovsdb-server")}
     print(json.dumps(r))
-    write_block(args.out, render(r, meta))
+    write_block(args.out, render(r, meta), BEGIN, END, "On the wire: create to first answered ARP (issue 25)")
     return 0
 
 

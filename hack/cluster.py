@@ -45,7 +45,9 @@ import yaml
 try:  # imported as hack.cluster (tests) or as cluster / run as a script (hack/ on sys.path)
     from hack.dataplane import DataPlane, DataPlaneError, cleanup_leftovers, missing_prerequisites
     from hack.node import FORWARDS, KCM_USER, KUBELET_GROUPS, NODE_COMPONENTS, SCHEDULER_USER, Node, NodeError
+    from hack.procs import pid_alive, pid_state, terminate_pid, wait_dead
 except ImportError:
+    from procs import pid_alive, pid_state, terminate_pid, wait_dead  # type: ignore[no-redef]
     from dataplane import DataPlane, DataPlaneError, cleanup_leftovers, missing_prerequisites  # type: ignore[no-redef]
     from node import (  # type: ignore[no-redef]
         FORWARDS, KCM_USER, KUBELET_GROUPS, NODE_COMPONENTS, SCHEDULER_USER, Node, NodeError,
@@ -212,30 +214,10 @@ def _set_pdeathsig() -> None:  # runs in the child between fork and exec
         pass
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie is dead for our purposes.
-    return _pid_state(pid) not in ("Z", "")
-
-
-def _pid_state(pid: int) -> str:
-    """The state letter of /proc/<pid>/stat (R, S, T for stopped, Z, ...); "" if unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
 def _wait_state(pid: int, stopped: bool, timeout: float = 10.0) -> None:
     """Wait until ``pid`` is stopped (SIGSTOP delivered) or, with ``stopped=False``, running again."""
     deadline = time.monotonic() + timeout
-    while (_pid_state(pid) == "T") != stopped:
+    while (pid_state(pid) == "T") != stopped:
         if time.monotonic() > deadline:
             raise ClusterError(f"pid {pid} is not {'stopped' if stopped else 'running'} after {timeout:.0f}s")
         time.sleep(0.01)
@@ -247,33 +229,6 @@ def _pid_cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def _wait_dead(pid: int, timeout: float) -> bool:
-    """Whether ``pid`` is gone within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
-def _terminate_pid(pid: int, timeout: float = 10.0) -> None:
-    """SIGTERM, wait, then SIGKILL. Works for processes that are not our children."""
-    if not _pid_alive(pid):
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    if _wait_dead(pid, timeout):
-        return
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return
-    _wait_dead(pid, 5)
 
 
 # --------------------------------------------------------------------------- certificates
@@ -582,7 +537,7 @@ class LocalCluster:
         t0 = time.monotonic()
         self._check_binaries()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        running = [c for c, pid in self._read_pids().items() if _pid_alive(pid)]
+        running = [c for c, pid in self._read_pids().items() if pid_alive(pid)]
         if running:
             raise ClusterError(
                 f"{self.workdir} already has running components {running}; "
@@ -670,10 +625,10 @@ class LocalCluster:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(5)
-        elif _pid_alive(pid) and self._looks_like(name, pid):
+        elif pid_alive(pid) and self._looks_like(name, pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-            _terminate_pid(pid, timeout)
+            terminate_pid(pid, timeout)
         (self.workdir / f"{name}.pid").unlink(missing_ok=True)
 
     def _looks_like(self, name: str, pid: int) -> bool:
@@ -796,7 +751,7 @@ class LocalCluster:
             if st.get("node_pod_subnet"):
                 c.node.pod_subnet = ipaddress.ip_network(st["node_pod_subnet"])  # type: ignore[assignment]
         # A peer may be down on purpose (a test's fault); the bed itself must be up.
-        dead = [n for n, pid in c._read_pids().items() if n not in PEERS and not _pid_alive(pid)]
+        dead = [n for n, pid in c._read_pids().items() if n not in PEERS and not pid_alive(pid)]
         if dead or not c._read_pids():
             raise ClusterError(f"bed in {workdir} is not running (dead: {dead or 'all'})")
         c._started = True
@@ -1435,7 +1390,7 @@ class LocalCluster:
         and namespaces down itself. Best effort: the bed stops either way."""
         node = self.node
         assert node is not None
-        if not all(n in pids and _pid_alive(pids[n]) for n in ("kube-apiserver", "kubelet", "containerd")):
+        if not all(n in pids and pid_alive(pids[n]) for n in ("kube-apiserver", "kubelet", "containerd")):
             return
         try:
             netns = node.sandbox_netns()
@@ -1639,7 +1594,7 @@ class LocalCluster:
         self._check_peer(name)
         proc = self._procs.get(name)
         pid = proc.pid if proc is not None else self._read_pids().get(name)
-        if pid is None or not _pid_alive(pid) or not self._looks_like(name, pid):
+        if pid is None or not pid_alive(pid) or not self._looks_like(name, pid):
             raise ClusterError(f"{name} is not running")
         return pid
 
@@ -1651,7 +1606,7 @@ class LocalCluster:
         """Start a stopped or killed peer again; returns once it is at work (as at bed start)."""
         self._check_peer(name)
         pid = self._read_pids().get(name)
-        if pid is not None and _pid_alive(pid) and self._looks_like(name, pid):
+        if pid is not None and pid_alive(pid) and self._looks_like(name, pid):
             raise ClusterError(f"{name} is already running (pid {pid})")
         self._wait_peer(name, self._spawn_peer(name))
 
@@ -1662,7 +1617,7 @@ class LocalCluster:
         proc = self._procs.pop(name, None)
         if proc is not None:
             proc.wait(10)
-        elif not _wait_dead(pid, 10):
+        elif not wait_dead(pid, 10):
             raise ClusterError(f"{name} (pid {pid}) survived SIGKILL for 10s")
         (self.workdir / f"{name}.pid").unlink(missing_ok=True)
 

@@ -50,6 +50,11 @@ from typing import Sequence
 
 import attrs
 
+try:  # imported as hack.dataplane (tests) or as dataplane (hack/ on sys.path)
+    from hack.procs import pid_alive, terminate_pid, wait_dead
+except ImportError:
+    from procs import pid_alive, terminate_pid, wait_dead  # type: ignore[no-redef]
+
 DEFAULT_CHASSIS = 3
 TRUNK_BRIDGE = "trunk"
 PROVIDER_BRIDGE = "br-phys"
@@ -82,38 +87,18 @@ def _run(argv: Sequence[str], *, check: bool = True, timeout: float = 30, env: d
     return r
 
 
-def _pid_of(pidfile: Path) -> int | None:
-    try:
-        return int(pidfile.read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _kill(pidfile: Path, sig: int = signal.SIGTERM, timeout: float = 5.0) -> None:
-    pid = _pid_of(pidfile)
-    if pid is None or not _alive(pid):
-        pidfile.unlink(missing_ok=True)
-        return
-    os.kill(pid, sig)
-    deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if _alive(pid):
+    """Stop the process of ``pidfile`` (SIGTERM, SIGKILL after ``timeout``; or SIGKILL at once)
+    and remove the file; nothing when it names no live process."""
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        pid = None
+    if pid is not None and sig == signal.SIGKILL and pid_alive(pid):
         os.kill(pid, signal.SIGKILL)
+        wait_dead(pid, timeout)
+    elif pid is not None:
+        terminate_pid(pid, timeout)
     pidfile.unlink(missing_ok=True)
 
 
@@ -411,28 +396,45 @@ class DataPlane:
 
     # ------------------------------------------------------------------ VMs
 
+    def _nic(self, kind: str, name: str, host_ns: str) -> tuple[str, str]:
+        """A namespace ``<tag>-<kind>-<name>`` whose ``eth0`` is a veth to a port (up) in
+        ``host_ns``; returns (namespace, port). The port's name is short (15 bytes at most).
+
+        :raises DataPlaneError: the name is taken, or a step failed.
+        """
+        if name in self.vms:
+            raise DataPlaneError(f"{name} exists")
+        # The port's name from the VM's name (no counter to keep: another process attached to
+        # the bed names the same VM's port the same way).
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        ns, port = f"{self.tag}-{kind}-{name}"[:40], f"{kind[0]}{digest}-{self.tag[2:]}"
+        self._netns(ns)
+        _run(["ip", "-n", host_ns, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns])
+        _run(["ip", "-n", host_ns, "link", "set", port, "up"])
+        return ns, port
+
+    @staticmethod
+    def _address(ns: str, address: str, gateway: str, mac: str | None = None) -> str:
+        """``eth0`` of ``ns`` up with ``mac`` (if given), ``address`` (CIDR), a default route via
+        ``gateway`` and TX checksum offload off; returns its MAC."""
+        if mac is not None:
+            _run(["ip", "-n", ns, "link", "set", "eth0", "address", mac])
+        _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
+        _run(["ip", "-n", ns, "addr", "add", address, "dev", "eth0"])
+        _run(["ip", "-n", ns, "route", "add", "default", "via", gateway])
+        _run(["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"])
+        return _run(["ip", "-n", ns, "-br", "link", "show", "eth0"]).stdout.split()[2].lower()
+
     def add_vm(self, name: str, vlan: int, address: str, gateway: str) -> Vm:
         """A VM on the trunk: an access port with ``tag=vlan``, ``address`` (CIDR) on its
         ``eth0`` and its default route via ``gateway``.
 
         :raises DataPlaneError: the name is taken, or a step failed.
         """
-        if name in self.vms:
-            raise DataPlaneError(f"VM {name} exists")
-        index = len(list(self.dir.glob("vm-*"))) + 1
-        ns, port = f"{self.tag}-vm-{name}"[:40], f"v{index}-{self.tag[2:]}"[:15]
-        (self.dir / f"vm-{name}").mkdir(parents=True, exist_ok=True)
-        self._netns(ns)
-        _run(["ip", "-n", self.trunk_ns, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns])
-        _run(["ip", "-n", self.trunk_ns, "link", "set", port, "up"])
+        ns, port = self._nic("vm", name, self.trunk_ns)
         self.vsctl(self.trunk_ns, self.dir / "trunk", "add-port", TRUNK_BRIDGE, port, f"tag={vlan}")
-        _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
-        _run(["ip", "-n", ns, "addr", "add", address, "dev", "eth0"])
-        _run(["ip", "-n", ns, "route", "add", "default", "via", gateway])
-        _run(["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"])
-        mac = _run(["ip", "-n", ns, "-br", "link", "show", "eth0"]).stdout.split()[2].lower()
-        vm = Vm(name=name, ns=ns, port=port, vlan=vlan, address=address, gateway=gateway, mac=mac)
-        self.vms[name] = vm
+        mac = self._address(ns, address, gateway)
+        vm = self.vms[name] = Vm(name=name, ns=ns, port=port, vlan=vlan, address=address, gateway=gateway, mac=mac)
         return vm
 
     def add_pod(self, name: str, chassis: Chassis, iface_id: str, mac: str, address: str, gateway: str) -> Vm:
@@ -444,24 +446,13 @@ class DataPlane:
 
         :raises DataPlaneError: the name is taken, or a step failed.
         """
-        if name in self.vms:
-            raise DataPlaneError(f"{name} exists")
-        index = len(list(self.dir.glob("vm-*"))) + 1
-        ns, port = f"{self.tag}-pod-{name}"[:40], f"p{index}-{self.tag[2:]}"[:15]
-        (self.dir / f"vm-{name}").mkdir(parents=True, exist_ok=True)
-        self._netns(ns)
-        _run(["ip", "-n", chassis.ns, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns])
-        _run(["ip", "-n", chassis.ns, "link", "set", port, "up"])
+        ns, port = self._nic("pod", name, chassis.ns)
         _run(["ip", "netns", "exec", chassis.ns, "ethtool", "-K", port, "tx", "off"])
         self.vsctl(chassis.ns, chassis.rundir, "add-port", "br-int", port, "--", "set", "interface", port,
                    f'external_ids:iface-id="{iface_id}"')
-        _run(["ip", "-n", ns, "link", "set", "eth0", "address", mac])
-        _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
-        _run(["ip", "-n", ns, "addr", "add", address, "dev", "eth0"])
-        _run(["ip", "-n", ns, "route", "add", "default", "via", gateway])
-        _run(["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"])
-        pod = Vm(name=name, ns=ns, port=port, vlan=0, address=address, gateway=gateway, mac=mac.lower())
-        self.vms[name] = pod
+        self._address(ns, address, gateway, mac)
+        pod = self.vms[name] = Vm(name=name, ns=ns, port=port, vlan=0, address=address, gateway=gateway,
+                                  mac=mac.lower())
         return pod
 
     def remove_vm(self, name: str) -> None:

@@ -315,7 +315,9 @@ def main() -> int:
                   f"{', '.join(ready_nodes)}, each a network namespace with ovs-vswitchd and ovn-controller of "
                   "Kube-OVN's OVS/OVN build, their chassis registered in the SB by their own ovn-controller; a trunk "
                   "bridge where each VM is an access port with its VLAN tag. The bed plays kube-ovn-cni, which does "
-                  "not run here: the Nodes' chassis annotation and provider ready label.", flush=True)
+                  "not run here: the Nodes' chassis annotation and provider ready label, and the "
+                  "ProviderNetwork's status, which kube-ovn-controller derives from those labels every 30 s.",
+                  flush=True)
         else:
             nodes = [d for d in samples if d["kind"] == "Node"]
             print("==> playing the Proxmox nodes' own agents, which do not run here (kube-ovn-cni, ovn-controller; "
@@ -324,14 +326,16 @@ def main() -> int:
             print(f"    registered the trunk chassis {', '.join(chassis)} in the OVN SB, as ovn-controller would",
                   flush=True)
             ready_nodes = [n["metadata"]["name"] for n in nodes]
-        # kube-ovn-controller writes this itself from the Nodes' ready labels, but only every 30 s.
-        cluster.run_kubectl(
-            "patch", "provider-networks.kubeovn.io", "physnet1", "--subresource=status", "--type=merge",
-            "-p", json.dumps({"status": {"ready": True, "readyNodes": ready_nodes}}),
-        )
-        print(f"    wrote ProviderNetwork physnet1 status ready=true, readyNodes={ready_nodes} "
-              "(what kube-ovn-controller "
-              "derives from the Nodes' ready labels every 30 s; written now so the demo does not wait)", flush=True)
+            # kube-ovn-controller writes this itself from the Nodes' ready labels, but only every
+            # 30 s (with the data plane the bed has written it).
+            cluster.run_kubectl(
+                "patch", "provider-networks.kubeovn.io", "physnet1", "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"ready": True, "readyNodes": ready_nodes}}),
+            )
+            print(f"    wrote ProviderNetwork physnet1 status ready=true, readyNodes={ready_nodes} "
+                  "(what kube-ovn-controller "
+                  "derives from the Nodes' ready labels every 30 s; written now so the demo does not wait)",
+                  flush=True)
         log_path = workdir / "controller.log"
         deployment = None
         t_controller = time.monotonic()

@@ -28,7 +28,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 
-from hack.cluster import LocalCluster, _pid_alive  # noqa: E402
+from hack.cluster import LocalCluster  # noqa: E402
+from hack.procs import pid_alive  # noqa: E402
 from hack.node import CGROUP_FS, NODE_COMPONENTS  # noqa: E402
 from hack.wait import wait_for  # noqa: E402
 from tests.support.nodebed import node_bed
@@ -233,7 +234,7 @@ def test_stop_leaves_nothing_of_the_node_behind(bed: LocalCluster) -> None:
 
     bed.stop()
 
-    assert not [n for n, p in pids.items() if _pid_alive(p)]
+    assert not [n for n, p in pids.items() if pid_alive(p)]
     assert not any(
         b"containerd-shim" in (Path("/proc") / d / "cmdline").read_bytes()
         and str(node.socket).encode() in (Path("/proc") / d / "cmdline").read_bytes()

@@ -28,7 +28,8 @@ from kubernetes.client.rest import ApiException
 
 from controller import names
 from controller.kube import KubeWriter
-from hack.cluster import ClusterError, LocalCluster, _pid_state
+from hack.cluster import ClusterError, LocalCluster
+from hack.procs import pid_state
 from hack.objects import Admin, unique
 from tests.support.controller import running_controller
 from hack.wait import wait_for
@@ -177,5 +178,5 @@ def restore_peers(bed: LocalCluster) -> None:
         except ClusterError:
             bed.start_peer(peer)
             continue
-        if _pid_state(pid) == "T":
+        if pid_state(pid) == "T":
             bed.resume_peer(peer)
