@@ -101,8 +101,8 @@ class Bed:
             "metadata": {"name": name, "namespace": self.ns}, "spec": spec})
 
     def network(self, name: str, zone: str, subnet_overrides: dict | None = None, pool_overrides: dict | None = None,
-                with_subnet: bool = True, with_pool: bool = True) -> tuple[str, str]:
-        sub, pool = unique(f"{name}-s"), f"{name}-pool"
+                with_subnet: bool = True, with_pool: bool = True, sub: str | None = None) -> tuple[str, str]:
+        sub, pool = sub or unique(f"{name}-s"), f"{name}-pool"
         if with_subnet:
             self.subnet(sub, **(subnet_overrides or {}))
         if with_pool:
@@ -307,9 +307,11 @@ def test_network_naming_a_missing_zone(bed, controller):
 
 def test_network_whose_vlan_name_belongs_to_another_network(admin, bed, controller):
     zone, provider = bed.zone(["430-431"])
-    sub, _ = bed.network("n1", zone, with_subnet=False)
+    sub = unique("n1-s")
+    # The other network's Vlan is there first: made after ours, the controller could win the name.
     admin.create_vlan(sub, 431, provider, labels={"proxmox.cozystack.io/network-namespace": "elsewhere",
                                                   "proxmox.cozystack.io/network-name": "other"})
+    bed.network("n1", zone, with_subnet=False, sub=sub)
     _, c = bed.wait("n1", "VLANAllocated", "VLANNameTaken")
     assert c["message"] == f'Kube-OVN Vlan "{sub}" exists and belongs to elsewhere/other'
     assert admin.vlan(sub)["spec"]["id"] == 431 and not admin.vlan(sub)["metadata"].get("finalizers")  # untouched
