@@ -37,29 +37,17 @@ from kubernetes import client as k8s  # noqa: E402
 from bench import Controller, write_block  # noqa: E402
 from cluster import DATAPLANE_PROVIDER, LocalCluster  # noqa: E402
 from dataplane import Prober  # noqa: E402
+from objects import Admin  # noqa: E402
 from vms import vm_for_network  # noqa: E402
 
 BEGIN, END = "<!-- bench-wire:begin -->", "<!-- bench-wire:end -->"
 PX = ("proxmox.cozystack.io", "v1alpha1")
-KUBEOVN = ("kubeovn.io", "v1")
-IPAM, POOL_V = "ipam.cluster.x-k8s.io", "v1alpha2"
 NS = "bench-wire"
 
 
-def create(co, i: int, vpcs: int) -> None:
-    """Network ``net-<i>`` on Subnet ``wire-<i>`` (10.<100+i//250>.<i%250>.0/24) in VPC ``vpc-<i mod vpcs>``."""
-    sub, pool = f"wire-{i}", f"pool-{i}"
-    prefix = f"10.{100 + i // 250}.{i % 250}"
-    co.create_namespaced_custom_object(*PX, NS, "proxmoxnetworks", {
-        "apiVersion": "/".join(PX), "kind": "ProxmoxNetwork", "metadata": {"name": f"net-{i}"},
-        "spec": {"zone": "bench", "subnet": sub, "ipPool": pool}})
-    co.create_cluster_custom_object(*KUBEOVN, "subnets", {
-        "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": sub},
-        "spec": {"vpc": f"vpc-{i % vpcs}", "vlan": sub, "cidrBlock": f"{prefix}.0/24", "gateway": f"{prefix}.1",
-                 "protocol": "IPv4", "logicalGateway": True, "excludeIps": [f"{prefix}.200..{prefix}.250"]}})
-    co.create_namespaced_custom_object(IPAM, POOL_V, NS, "inclusterippools", {
-        "apiVersion": f"{IPAM}/{POOL_V}", "kind": "InClusterIPPool", "metadata": {"name": pool},
-        "spec": {"addresses": [f"{prefix}.200-{prefix}.250"], "prefix": 24, "gateway": f"{prefix}.1"}})
+def create(admin: Admin, i: int, vpcs: int) -> None:
+    """Network and Subnet ``wire-<i>`` (10.<100+i//250>.<i%250>.0/24) in VPC ``vpc-<i mod vpcs>``."""
+    admin.create_proxmox_subnet(NS, f"wire-{i}", "bench", f"vpc-{i % vpcs}", f"10.{100 + i // 250}.{i % 250}")
 
 
 def run(n: int, vpcs: int, workdir: Path, log=print) -> dict:
@@ -68,20 +56,17 @@ def run(n: int, vpcs: int, workdir: Path, log=print) -> dict:
     try:
         dp = cluster.dataplane
         assert dp is not None
-        api = cluster.api_client("admin")
-        co, core = k8s.CustomObjectsApi(api), k8s.CoreV1Api(api)
-        core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NS)))
-        co.create_cluster_custom_object(*PX, "proxmoxnetworkzones", {
-            "apiVersion": "/".join(PX), "kind": "ProxmoxNetworkZone", "metadata": {"name": "bench"},
-            "spec": {"providerNetwork": DATAPLANE_PROVIDER, "bridge": "vmbr1", "vlanRanges": ["2000-2999"]}})
+        admin = Admin(cluster.api_client("admin"))
+        co = admin.co
+        admin.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NS)))
+        admin.create_zone("bench", DATAPLANE_PROVIDER, ["2000-2999"])
         for v in range(vpcs):
-            co.create_cluster_custom_object(*KUBEOVN, "vpcs", {"apiVersion": "kubeovn.io/v1", "kind": "Vpc",
-                                                               "metadata": {"name": f"vpc-{v}"}, "spec": {}})
+            admin.create_vpc(f"vpc-{v}")
         ctl = Controller(cluster, workdir / "controller.log", nb=cluster.nb_tcp)
         ctl.wait_event("caches synced", timeout=120)
         t0 = time.monotonic()
         for i in range(n):
-            create(co, i, vpcs)
+            create(admin, i, vpcs)
         created = time.monotonic() - t0
         probes: dict[int, Prober] = {}
         first: dict[int, float] = {}
@@ -89,9 +74,9 @@ def run(n: int, vpcs: int, workdir: Path, log=print) -> dict:
         while len(first) < n and time.monotonic() < deadline:
             for i in range(n):
                 if i not in probes:
-                    st = co.get_namespaced_custom_object(*PX, NS, "proxmoxnetworks", f"net-{i}").get("status") or {}
+                    st = co.get_namespaced_custom_object(*PX, NS, "proxmoxnetworks", f"wire-{i}").get("status") or {}
                     if st.get("vlan"):
-                        vm = vm_for_network(dp, co, NS, f"net-{i}", f"vm-{i}")
+                        vm = vm_for_network(dp, co, NS, f"wire-{i}", f"vm-{i}")
                         probes[i] = Prober(vm, "arping", vm.gateway, interval=0.1)
                 elif i not in first and probes[i].replies:
                     first[i] = probes[i].replies[0] - t0

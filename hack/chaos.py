@@ -49,6 +49,11 @@ What runs (all on loopback, in a bed of its own, because the API server is resta
   resourceVersion (a consumer of the network's pool, or a subnet listed in the deleted
   Vlan's ``status.subnets`` that still existed, is a violation).
 
+* with the bed's data plane (root; ``--wire``, on by default with gateway management): a
+  :class:`~hack.wire_monitor.WireMonitor`, a tenant of its own whose VM pings its gateway
+  every 0.1 s from before the first fault until the teardown; the gateway is OVN's and the
+  controller only writes the group, so a lost echo reply is a violation.
+
 Faults, injected at random points of the load: ``kill`` (SIGKILL of the leader), ``api``
 (kube-apiserver killed and started again on the same port; the peers stay up and
 reconnect), ``compact`` (etcd compaction to the current revision), ``nb`` (the NB
@@ -122,6 +127,8 @@ from hack.cluster import (  # noqa: E402
     ovsdb_set,
 )
 from hack.probe import status_of  # noqa: E402
+from hack.wire_monitor import WireFigures, WireMonitor  # noqa: E402
+from attrs import asdict as attrs_asdict  # noqa: E402
 
 OUR_PREFIX = "proxmox.cozystack.io/"
 PX = ("proxmox.cozystack.io", "v1alpha1")
@@ -223,6 +230,9 @@ class ChaosConfig:
     ooms: int = 0  # the Deployment's memory limit lowered to ``oom_limit`` until the kernel OOM-kills its pods, then restored
     oom_limit: str = "32Mi"  # below the controller's start-up working set (about 45 MiB)
     whole_timeout: float = 330.0  # for the Deployment to be whole again (the kubelet's back-off tops at 300 s)
+    # A VM on the bed's data plane pings its gateway every 0.1 s through the whole run
+    # (hack/wire_monitor.py): a lost reply is a violation. Needs the data plane (root).
+    wire: bool = True
 
     def schedule(self, rng: random.Random) -> list[str]:
         faults = ["kill"] * self.kills + ["api"] * self.api_restarts + ["compact"] * self.compactions + \
@@ -298,6 +308,9 @@ class ChaosResult:
     pod_working_set_max: int = 0
     pod_memory_limit: str = ""
     pod_stop_seconds: list[float] = field(default_factory=list)
+    # wire: the VM's echo replies, lost ones, the longest gap (s) and the seconds probed
+    # (hack/wire_monitor.WireFigures); None without the data plane or ``wire``
+    wire: dict[str, Any] | None = None
 
     def survived(self, kind: str) -> int:
         return sum(1 for f in self.faults if f.kind == kind and f.converge_seconds is not None)
@@ -336,6 +349,11 @@ class ChaosResult:
             stops = self.pod_stop_seconds
             lines.append(f"pods: working set max {self.pod_working_set_max / 2**20:.0f} MiB of {self.pod_memory_limit}, "
                          f"{len(stops)} deleted pods gone in max {max(stops) if stops else 0:.1f}s")
+        if self.wire is not None:
+            w = self.wire
+            lines.append(f"wire: a VM pinging its gateway: {w['replies']} replies in {w['seconds']:.0f}s, "
+                         f"{w['lost']} lost (due at {w['lost_at']} s), longest gap {w['longest_gap']:.2f}s, "
+                         f"gateway claimed {w['gateway_claims']}x, group kept {w['group_kept']}")
         if self.vlans_by_provider:
             lines.append("Vlans seen per provider (distinct IDs): " + ", ".join(
                 f"{p} {x['vlans']} ({x['ids']})" for p, x in self.vlans_by_provider.items()))
@@ -1881,7 +1899,7 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
     # The real kube-ovn-controller and IPAM provider run in the bed (with_peers: hack/build-peers.sh);
     # with --pods also the node the controller's Deployment runs on (hack/node.py, root).
     cluster = LocalCluster(workdir / "bed", with_peers=True, with_node=cfg.pods)
-    sup = mon = loader = checker = gc = peers = reps = None
+    sup = mon = loader = checker = gc = peers = reps = wire = None
     outages: list[tuple[float, float]] = []  # API server and NB outages and compactions, for the peers' exits
     try:
         try:
@@ -1947,6 +1965,11 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
             raise RuntimeError(f"the initial networks did not converge: {pending[:5]}")
         res.initial_converge_seconds = round(at - t0, 2)
         progress(f"{cfg.initial_networks} initial networks Ready in {res.initial_converge_seconds}s")
+        if cfg.wire and cfg.manage_gateway:
+            if cluster.dataplane is None:
+                raise RuntimeError("--wire needs the bed's data plane (root, network namespaces, /dev/net/tun)")
+            wire = WireMonitor(cluster, admin, name=f"chaos-{run_id}-wire").start(cfg.converge_timeout)
+            progress(f"wire: VM {wire.vm.address if wire.vm else '?'} answered by its gateway {wire.gateway}")
 
         for i, kind in enumerate(cfg.schedule(rng), 1):
             if cfg.duration and time.monotonic() - t_start > cfg.duration:
@@ -2030,6 +2053,9 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
 
         # Teardown: everything deleted through the controller, then nothing of ours may be left.
         t0 = time.monotonic()
+        if wire is not None:
+            res.wire = attrs_asdict(wire.stop())
+            wire.teardown(cfg.converge_timeout)
         for s in slots:
             if s.live:
                 loader.delete(s)
@@ -2061,6 +2087,13 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
         res.kube_ovn_leftovers = kube_ovns
         api.close()
     finally:
+        if wire is not None:
+            try:  # the rest of the cleanup must run whatever this raises
+                figures = wire.stop()
+                if res.wire is None and figures is not None:
+                    res.wire = attrs_asdict(figures)
+            except Exception as exc:
+                res.convergence_failures.append(f"wire: the figures could not be read: {exc!r}")
         if loader is not None:
             loader.stop()
             res.ops = dict(loader.ops)
@@ -2078,6 +2111,8 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
             res.vlans_by_provider = {p: {"vlans": len(n), "ids": len(i)}
                                      for p, (n, i) in sorted(mon.seen_by_provider.items())}
             mon.stop()
+        if wire is not None and res.wire is not None:
+            res.violations += [f"wire: {p}" for p in WireFigures(**res.wire).problems()]
         if sup is not None:
             sup.stop()
             res.replica_exits = sup.exits
@@ -2319,7 +2354,8 @@ def render_markdown(res: ChaosResult) -> str:
         f"--ipam-restarts {cfg.get('ipam_restarts', 0)} --slots {cfg['slots']} --initial-networks {cfg['initial_networks']} "
         f"--namespaces {cfg['namespaces']} --zones {cfg['zones']} --shared-zones {cfg.get('shared_zones', 0)} "
         f"--seed {cfg['seed']} "
-        f"--manage-gateway {'true' if cfg.get('manage_gateway', True) else 'false'}`"
+        f"--manage-gateway {'true' if cfg.get('manage_gateway', True) else 'false'}"
+        f"{'' if cfg.get('wire', True) else ' --wire false'}`"
         f"{f' at commit {res.commit}' if res.commit else ''}, wall time {res.wall_seconds / 60:.1f} min.",
         "",
         *header,
@@ -2340,6 +2376,14 @@ def render_markdown(res: ChaosResult) -> str:
         f"**{len(res.teardown_leftovers)}**.",
         exits_line,
         peer_line,
+        *([f"* On the wire (hack/wire_monitor.py): a VM on the data plane pinged its gateway every 0.1 s through "
+           f"the run: {res.wire['replies']} replies in {res.wire['seconds']:.0f} s, {res.wire['lost']} lost (due at, "
+           f"s from the first reply: "
+           f"{', '.join(str(t) for t in res.wire['lost_at'][:12]) or 'none'}"
+           f"{', …' if len(res.wire['lost_at']) > 12 else ''}), longest gap between two replies "
+           f"**{res.wire['longest_gap']:.2f} s**; the gateway port claimed {res.wire['gateway_claims']} time(s) "
+           f"(never moved: 1), its HA chassis group {'never rewritten' if res.wire['group_kept'] else 'REWRITTEN'}."]
+          if res.wire else []),
         f"* Load: {sum(res.ops.values())} operations ({', '.join(f'{k} {v}' for k, v in sorted(res.ops.items()))}) over "
         f"{cfg['slots']} network slots, {cfg['zones']} zones on 2 provider networks"
         + (f" and {cfg['shared_zones']} zones sharing a third one (`{SHARED_PROVIDER}`, every one with range "
@@ -2414,6 +2458,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ap.add_argument("--manage-gateway", type=parse_bool, default=True,
                     help="run the replicas with HA chassis group management on (default true)")
+    ap.add_argument("--wire", type=parse_bool, default=True,
+                    help="a VM on the bed's data plane pings its gateway through the run; a lost reply is a "
+                         "violation (default true; needs root and gateway management)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs) even on success")
     ap.add_argument("--report", default=str(REPO / "docs" / "reliability.md"),
@@ -2446,6 +2493,7 @@ def main(argv: list[str] | None = None) -> int:
                       converge_timeout=args.converge_timeout, workdir=args.workdir, keep_workdir=args.keep)
     cfg.duration = args.duration
     cfg.manage_gateway = args.manage_gateway
+    cfg.wire = args.wire and args.manage_gateway  # without the group the VM gets no answer at all (the seed's bug)
     cfg.pods = args.pods
     cfg.pod_deletes, cfg.pod_kills = pick(args.pod_deletes, 15, 0), pick(args.pod_kills, 15, 0)
     cfg.rollouts, cfg.ooms = pick(args.rollouts, 10, 0), pick(args.ooms, 5, 0)

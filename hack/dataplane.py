@@ -168,8 +168,9 @@ class Prober:
     def __init__(self, vm: Vm, kind: str, target: str, interval: float = 0.1) -> None:
         argv = (["ping", "-n", "-i", f"{interval:g}", "-W", "1", target] if kind == "ping"
                 else [sys.executable, str(Path(__file__).with_name("arp_probe.py")), "eth0", target, f"{interval:g}"])
-        self.kind, self.replies = kind, []  # type: list[float]
+        self.kind, self.replies, self.interval = kind, [], interval  # type: str, list[float], float
         self.seqs: set[int] = set()  # ping's icmp_seq of each reply (ping only)
+        self.reply_at: dict[int, float] = {}  # icmp_seq -> when its reply was read (ping only)
         # stdbuf: both print through stdio, block-buffered into a pipe; each reply must arrive as it comes.
         self._proc = subprocess.Popen(["ip", "netns", "exec", vm.ns, "stdbuf", "-oL", *argv], stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True, bufsize=1)
@@ -184,10 +185,24 @@ class Prober:
                 m = re.search(r"icmp_seq=(\d+)", line)
                 if m:
                     self.seqs.add(int(m.group(1)))
+                    self.reply_at[int(m.group(1))] = self.replies[-1]
 
     def lost(self) -> int:
-        """Echo requests sent up to the last reply that got no reply (ping only)."""
-        return max(self.seqs) - len(self.seqs) if self.seqs else 0
+        """Echo requests between the first and the last answered one that got no reply
+        (ping only; those before the first reply wait for the VM's ARP resolution)."""
+        return max(self.seqs) - min(self.seqs) + 1 - len(self.seqs) if self.seqs else 0
+
+    def lost_at(self) -> list[float]:
+        """When each lost echo request's reply was due (``time.monotonic()``): the reply time
+        of the last answered request before it plus the interval per request since (ping
+        only)."""
+        out, last = [], None
+        for seq in range(min(self.seqs, default=1), max(self.seqs, default=0) + 1):
+            if seq in self.reply_at:
+                last = seq
+            elif last is not None:
+                out.append(self.reply_at[last] + (seq - last) * self.interval)
+        return out
 
     def first_reply_after(self, t: float) -> float | None:
         """Seconds from ``t`` to the first reply read after it, or None."""

@@ -12,6 +12,7 @@ from kubernetes import client as k8s
 
 PX = ("proxmox.cozystack.io", "v1alpha1")
 KUBEOVN = ("kubeovn.io", "v1")
+IPAM_POOL = ("ipam.cluster.x-k8s.io", "v1alpha2")  # InClusterIPPool
 
 
 def unique(prefix: str) -> str:
@@ -68,6 +69,32 @@ class Admin:
 
     def network(self, ns: str, name: str) -> dict:
         return self.co.get_namespaced_custom_object(*PX, ns, "proxmoxnetworks", name)
+
+    def create_proxmox_subnet(self, ns: str, name: str, zone: str, vpc: str, prefix: str) -> dict[str, str]:
+        """A tenant's Proxmox-backed subnet as its chart renders it: ProxmoxNetwork ``ns/name``
+        in ``zone``, Kube-OVN Subnet ``name`` (VPC ``vpc``, Vlan ``name``, ``<prefix>.0/24``,
+        gateway ``<prefix>.1``, ``logicalGateway``, ``excludeIps`` the pool's range) and
+        InClusterIPPool ``<name>-pool`` over ``<prefix>.200-<prefix>.250``
+        (admission-and-packaging.md (f): the pool inside the Subnet and inside its
+        ``excludeIps``). Returns the names and addresses (``subnet``, ``pool``, ``gateway``,
+        ``router_port``, ``group``: the HA chassis group the controller names
+        ``px-<vpc>-<subnet>``)."""
+        pool, gateway = f"{name}-pool", f"{prefix}.1"
+        self.create_network(ns, name, zone, name, pool)
+        self.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
+            "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name},
+            "spec": {"vpc": vpc, "vlan": name, "cidrBlock": f"{prefix}.0/24", "gateway": gateway,
+                     "protocol": "IPv4", "logicalGateway": True, "excludeIps": [f"{prefix}.200..{prefix}.250"]}})
+        self.co.create_namespaced_custom_object(*IPAM_POOL, ns, "inclusterippools", {
+            "apiVersion": "/".join(IPAM_POOL), "kind": "InClusterIPPool", "metadata": {"name": pool},
+            "spec": {"addresses": [f"{prefix}.200-{prefix}.250"], "prefix": 24, "gateway": gateway}})
+        return {"subnet": name, "pool": pool, "gateway": gateway, "router_port": f"{vpc}-{name}",
+                "group": f"px-{vpc}-{name}"}
+
+    def create_vpc(self, name: str) -> dict:
+        """A Kube-OVN Vpc with an empty spec (Kube-OVN makes its router)."""
+        return self.co.create_cluster_custom_object(*KUBEOVN, "vpcs", {
+            "apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": name}, "spec": {}})
 
     # Kube-OVN ----------------------------------------------------------------------
     def create_provider_network(self, name: str, ready: bool = True, ready_nodes: list[str] | None = None,

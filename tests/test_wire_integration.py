@@ -42,7 +42,7 @@ from hack.objects import Admin, reason, unique, wait_condition
 from hack.vms import pod_on_subnet, vm_for_network
 from hack.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups
-from tests.support.peers import IPAM, KUBEOVN, POOL_V, Ctl, make_vpc
+from tests.support.peers import IPAM, KUBEOVN, Ctl, make_vpc
 
 pytestmark = pytest.mark.integration
 
@@ -87,18 +87,8 @@ class Net:
         self.sub = unique("wire")
         self.name, self.pool = self.sub, f"{self.sub}-pool"
         self.prefix = f"10.{octet}.0"
-        self.gateway = f"{self.prefix}.1"
-        self.lrp, self.group = f"{t.vpc}-{self.sub}", f"px-{t.vpc}-{self.sub}"
-        a = self.a
-        a.create_network(self.ns, self.name, t.zone, self.sub, self.pool)
-        a.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
-            "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": self.sub},
-            "spec": {"vpc": t.vpc, "vlan": self.sub, "cidrBlock": f"{self.prefix}.0/24", "gateway": self.gateway,
-                     "protocol": "IPv4", "logicalGateway": True,
-                     "excludeIps": [f"{self.prefix}.200..{self.prefix}.250"]}})
-        a.co.create_namespaced_custom_object(IPAM, POOL_V, self.ns, "inclusterippools", {
-            "apiVersion": f"{IPAM}/{POOL_V}", "kind": "InClusterIPPool", "metadata": {"name": self.pool},
-            "spec": {"addresses": [f"{self.prefix}.200-{self.prefix}.250"], "prefix": 24, "gateway": self.gateway}})
+        made = self.a.create_proxmox_subnet(self.ns, self.name, t.zone, t.vpc, self.prefix)
+        self.gateway, self.lrp, self.group = made["gateway"], made["router_port"], made["group"]
 
     def network(self) -> dict:
         return self.a.network(self.ns, self.name)
