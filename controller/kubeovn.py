@@ -15,12 +15,21 @@ Duplicates. v1.14+ sets ``Vlan.status.conflict`` on a Vlan when, at its check of
 (``checkVlanConflict``, pkg/controller/vlan.go: on the Vlan's add, any update, its retries),
 another Vlan has the same provider and ID; a Subnet on a flagged Vlan gets ``Ready=False``
 with reason ``ValidateSubnetVlanFailed`` and is not configured further.
+
+The default VPC. A Subnet without ``spec.vpc`` is put into ``ovn-cluster``
+(:data:`DEFAULT_VPC`), the cluster's own router.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+# Kube-OVN's default VPC (util.DefaultVpc, the default of kube-ovn-controller's
+# --cluster-router): ``formatSubnet`` writes it into a Subnet without ``spec.vpc``, and with
+# ``logicalGateway`` its router port ``ovn-cluster-<subnet>`` is on the cluster's own router
+# (field report R2, kubeovn/kube-ovn#5530).
+DEFAULT_VPC = "ovn-cluster"
 
 # util.KubeOVNControllerFinalizer and the name it migrates from (util.DepreciatedFinalizerName).
 KUBE_OVN_FINALIZERS = ("kubeovn.io/kube-ovn-controller", "kube-ovn-controller")
@@ -61,3 +70,19 @@ def held_only_by_us(subnet: Mapping[str, Any]) -> int:
     if any(f in finalizers for f in KUBE_OVN_FINALIZERS):
         return 0
     return ips_in_use(subnet)
+
+
+def in_default_vpc(subnet: Mapping[str, Any]) -> bool:
+    """The Subnet is, or will be once Kube-OVN has defaulted it, in the default VPC: its
+    ``spec.vpc`` is empty or :data:`DEFAULT_VPC`."""
+    return str((subnet.get("spec") or {}).get("vpc") or "") in ("", DEFAULT_VPC)
+
+
+def default_vpc_message(subnet: Mapping[str, Any]) -> str:
+    """SubnetInvalid's message for a Subnet in the default VPC (field report R2)."""
+    name = str((subnet.get("metadata") or {}).get("name") or "")
+    where = (f'has no spec.vpc, so Kube-OVN puts it in the default VPC "{DEFAULT_VPC}"'
+             if not (subnet.get("spec") or {}).get("vpc") else f'is in the default VPC "{DEFAULT_VPC}"')
+    return (f'Subnet "{name}" {where}; a Proxmox network needs a tenant VPC: the default VPC\'s router is the '
+            "cluster's, so the controller never makes it the gateway of a VLAN. Recreate the Subnet with spec.vpc "
+            "set to the tenant's VPC (the VLAN stays allocated meanwhile)")

@@ -348,6 +348,7 @@ class _Live:
         self.clock = lambda: s.now  # noqa: E731
         self.overlaps = 0  # the pool gauges: 0 until the pool step has looked
         self.conflicts = 0
+        self.in_default_vpc = False  # set by the Subnet step (field report R2)
 
     def not_ready(self, reason: str, message: str) -> None:
         set_not_ready(self.conds, names.VLAN_ALLOCATED, reason, message, self.gen, self.s.manage_gateway, self.clock)
@@ -449,6 +450,10 @@ class _Live:
             if subnet is None:
                 set_condition(conds, names.GATEWAY_READY, UNKNOWN, reasons.SUBNET_UNAVAILABLE,
                               "the router port is looked up once the subnet is bound", gen, self.clock)
+            elif self.in_default_vpc and s.gateway_enabled:
+                pending = self.no_default_vpc_gateway(subnet)
+                if pending is not None:
+                    return pending
             elif s.gateway_enabled:
                 if status_waits(s, status):
                     # The group follows the status: while the status waits for the namespace
@@ -592,6 +597,12 @@ class _Live:
         bits = prefix_bits(cidr)
         if bits is not None:
             status["prefix"] = bits
+        if kubeovn.in_default_vpc(sub):
+            # Field report R2: whatever Kube-OVN says of it, never a tenant VLAN's gateway.
+            self.in_default_vpc = True
+            set_condition(conds, names.SUBNET_READY, FALSE, reasons.SUBNET_INVALID, kubeovn.default_vpc_message(sub),
+                          gen, self.clock)
+            return sub
         st, reason, message = subnet_conditions(sub)
         set_condition(conds, names.SUBNET_READY, st, reason, message, gen, self.clock)
         return sub
@@ -647,17 +658,28 @@ class _Live:
             return
         set_condition(conds, names.IPPOOL_READY, TRUE, reasons.READY, "pool lies inside the subnet's excludeIps", gen, clock)
 
+    def no_default_vpc_gateway(self, subnet: Mapping[str, Any]) -> Plan | None:
+        """Field report R2: no group on a router port of the default VPC; one the network
+        already has (made before this check existed) is deleted with its router port's
+        pointer (:class:`ReleaseGateway`, a no-op without one)."""
+        s = self.s
+        if unread(s.gateway_release):
+            return self.need(ReleaseGateway(s.key))
+        self.status.pop(FAILING_SINCE, None)
+        port = nb_planner.router_port_name(kubeovn.DEFAULT_VPC, str((subnet.get("metadata") or {}).get("name") or ""))
+        message = f'no HA chassis group on router port "{port}" of the default VPC: see SubnetReady'
+        if s.gateway_release:
+            message += f"; deleting the network's group from OVN NB failed: {s.gateway_release}"
+        set_condition(self.conds, names.GATEWAY_READY, UNKNOWN, reasons.SUBNET_UNAVAILABLE, message, self.gen,
+                      self.clock)
+        self.actions.append(Metric("set_gateway_chassis", (self.ns, self.name, 0)))
+        return None
+
     def gateway_step(self, subnet: Mapping[str, Any]) -> Plan | None:
         """§9.2: the router port's group; a Plan while the NB outcome is missing."""
         s = self.s
         sname = str((subnet.get("metadata") or {}).get("name") or "")
-        vpc = str((subnet.get("spec") or {}).get("vpc") or "")
-        if not vpc:
-            self.status.pop(FAILING_SINCE, None)
-            set_condition(self.conds, names.GATEWAY_READY, FALSE, reasons.ROUTER_PORT_MISSING,
-                          f'Subnet "{sname}" has no spec.vpc yet, so its router port is unknown', self.gen, self.clock)
-            self.actions.append(Metric("set_gateway_chassis", (self.ns, self.name, 0)))
-            return None
+        vpc = str((subnet.get("spec") or {}).get("vpc") or "")  # never empty here: no_default_vpc_gateway
         if s.gateway is None:
             return self.need(EnsureGateway(s.key, vpc, sname, s.trunk, s.siblings))
         self.actions += gateway_status(s.gateway, self.net, nb_planner.router_port_name(vpc, sname), self.status,

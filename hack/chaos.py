@@ -353,7 +353,7 @@ class ChaosResult:
             w = self.wire
             lines.append(f"wire: a VM pinging its gateway: {w['replies']} replies in {w['seconds']:.0f}s, "
                          f"{w['lost']} lost (due at {w['lost_at']} s), longest gap {w['longest_gap']:.2f}s, "
-                         f"gateway claimed {w['gateway_claims']}x, group kept {w['group_kept']}")
+                         f"gateway moves {w['gateway_moves'] or 'none'}, group kept {w['group_kept']}")
         if self.vlans_by_provider:
             lines.append("Vlans seen per provider (distinct IDs): " + ", ".join(
                 f"{p} {x['vlans']} ({x['ids']})" for p, x in self.vlans_by_provider.items()))
@@ -2381,8 +2381,9 @@ def render_markdown(res: ChaosResult) -> str:
            f"s from the first reply: "
            f"{', '.join(str(t) for t in res.wire['lost_at'][:12]) or 'none'}"
            f"{', …' if len(res.wire['lost_at']) > 12 else ''}), longest gap between two replies "
-           f"**{res.wire['longest_gap']:.2f} s**; the gateway port claimed {res.wire['gateway_claims']} time(s) "
-           f"(never moved: 1), its HA chassis group {'never rewritten' if res.wire['group_kept'] else 'REWRITTEN'}."]
+           f"**{res.wire['longest_gap']:.2f} s**; the gateway port "
+           f"{'moved: ' + ', '.join(res.wire['gateway_moves']) if res.wire['gateway_moves'] else 'never moved'}, "
+           f"its HA chassis group {'never rewritten' if res.wire['group_kept'] else 'REWRITTEN'}."]
           if res.wire else []),
         f"* Load: {sum(res.ops.values())} operations ({', '.join(f'{k} {v}' for k, v in sorted(res.ops.items()))}) over "
         f"{cfg['slots']} network slots, {cfg['zones']} zones on 2 provider networks"

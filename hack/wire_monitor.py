@@ -13,6 +13,8 @@ network is Ready until :meth:`WireMonitor.stop`. Used by hack/chaos.py.
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import time
 from typing import Any
 
@@ -45,17 +47,18 @@ class WireFigures:
     """What the VM saw: ``replies`` to its echo requests, ``lost`` (requests sent before the
     last reply that got none) and when each was due (``lost_at``, seconds from the first
     reply), the ``longest_gap`` between two replies and the ``seconds`` probed (seconds);
-    ``gateway_claims``: how often a chassis claimed the gateway port ``cr-<router port>``
-    (ovn-controller's "Claiming lport", 1 when the gateway never moved); ``group_kept``:
-    the HA chassis group is the row it was at the start, with the same chassis and
-    priorities."""
+    ``gateway_moves``: each time, after the first reply, the gateway port
+    ``cr-<router port>`` was released or claimed by another chassis than the one holding it
+    (ovn-controller's "Releasing lport", "Claiming lport", "Changing chassis for lport" in
+    the chassis' logs), as ``"+<seconds>s <verb> by <chassis>"``; ``group_kept``: the HA
+    chassis group is the row it was at the start, with the same chassis and priorities."""
 
     replies: int
     lost: int
     lost_at: list[float]
     longest_gap: float
     seconds: float
-    gateway_claims: int
+    gateway_moves: list[str]
     group_kept: bool
 
     def problems(self) -> list[str]:
@@ -64,8 +67,8 @@ class WireFigures:
         not one (the userspace datapath drops the odd packet when both cores are busy;
         reported with its time)."""
         out = []
-        if self.gateway_claims != 1:
-            out.append(f"the gateway port was claimed {self.gateway_claims} times (moved)")
+        if self.gateway_moves:
+            out.append(f"the gateway port moved: {', '.join(self.gateway_moves)}")
         if not self.group_kept:
             out.append("the HA chassis group was rewritten")
         if self.longest_gap >= GAP_LIMIT:
@@ -94,7 +97,7 @@ class WireMonitor:
         self.vlans, self.prefix, self.interval = vlans, prefix, interval
         self.vm: Vm | None = None
         self.probe: Prober | None = None
-        self.started = 0.0
+        self.started = self.started_wall = 0.0  # the first reply: monotonic, and wall clock (the logs')
         self.final: WireFigures | None = None
         self.router_port = self.group = ""
         self.group_at_start: tuple[str, list[tuple[str, int]]] | None = None
@@ -122,7 +125,7 @@ class WireMonitor:
         self.vm = vm_for_network(self.cluster.dataplane, a.co, self.ns, self.name, f"{self.name}-vm", timeout)
         self.probe = Prober(self.vm, "ping", self.gateway, interval=self.interval)
         wait_for(lambda: self.probe.replies, timeout=timeout, interval=0.1, what="the wire VM's first echo reply")
-        self.started = time.monotonic()
+        self.started, self.started_wall = time.monotonic(), time.time()
         self.group_at_start = self._group()
         return self
 
@@ -133,12 +136,14 @@ class WireMonitor:
         uuids = set(ovsdb_set(row["ha_chassis"]))
         return row["_uuid"], sorted((m["chassis_name"], m["priority"]) for m in members if m["_uuid"] in uuids)
 
-    def gateway_claims(self) -> int:
-        """Claims of ``cr-<router port>`` in the data plane's ovn-controller logs."""
+    def gateway_moves(self) -> list[str]:
+        """The moves of ``cr-<router port>`` after the first reply (:func:`moves_after`),
+        from the data plane's ovn-controller logs."""
         assert self.cluster.dataplane is not None
-        needle = f"Claiming lport cr-{self.router_port} for this chassis"
-        return sum(ch.rundir.joinpath("ovn-controller.log").read_text(errors="replace").count(needle)
-                   for ch in self.cluster.dataplane.chassis)
+        return moves_after(self.started_wall, [
+            e for ch in self.cluster.dataplane.chassis
+            for e in binding_events(ch.rundir.joinpath("ovn-controller.log").read_text(errors="replace"),
+                                    f"cr-{self.router_port}", ch.name)])
 
     def figures(self) -> WireFigures:
         """The figures from the first reply until now (or those :meth:`stop` took)."""
@@ -149,7 +154,7 @@ class WireMonitor:
         return WireFigures(replies=len(self.probe.seqs), lost=self.probe.lost(),
                            lost_at=[round(t - self.started, 1) for t in self.probe.lost_at()],
                            longest_gap=round(self.probe.longest_gap(self.started, end), 2),
-                           seconds=round(end - self.started, 1), gateway_claims=self.gateway_claims(),
+                           seconds=round(end - self.started, 1), gateway_moves=self.gateway_moves(),
                            group_kept=self._group() == self.group_at_start)
 
     def stop(self) -> WireFigures | None:
@@ -193,6 +198,44 @@ class WireMonitor:
         _ignore_missing(a.co.delete_cluster_custom_object, *PX, "proxmoxnetworkzones", self.zone)
         _ignore_missing(a.co.delete_cluster_custom_object, "kubeovn.io", "v1", "vpcs", self.vpc)
         _ignore_missing(a.core.delete_namespace, self.ns)
+
+
+_BINDING = re.compile(r"^(\S+)\|\d+\|binding\|INFO\|(Claiming lport (\S+) for this chassis"
+                      r"|Changing chassis for lport (\S+) from \S+ to \S+\."
+                      r"|Releasing lport (\S+) from this chassis)")
+
+
+def binding_events(log: str, port: str, chassis: str) -> list[tuple[float, str, str]]:
+    """``(unix time, "claimed" | "released", chassis)`` for each line of one ovn-controller's
+    log (its default format: ``<UTC time>|<seq>|binding|INFO|<message>``, binding.c's
+    messages) that binds ``port`` to, or releases it from, that chassis."""
+    out = []
+    for line in log.splitlines():
+        m = _BINDING.match(line)
+        if m is None or port not in (m.group(3), m.group(4), m.group(5)):
+            continue
+        at = dt.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc).timestamp()
+        out.append((at, "released" if m.group(5) else "claimed", chassis))
+    return out
+
+
+def moves_after(since: float, events: list[tuple[float, str, str]]) -> list[str]:
+    """The moves among ``events`` (:func:`binding_events` of every chassis) at or after
+    ``since`` (unix time), as ``"+<seconds since>s <claimed|released> by <chassis>"``: a
+    release by the holder, or a claim by another chassis than the holder. A chassis claiming
+    the port it already holds is not a move: ovn-controller logs its claim again when the
+    transaction that wrote it failed and it retries (binding.c, set_pb_chassis_in_sbrec)."""
+    holder, moves = None, []
+    for at, verb, chassis in sorted(events):
+        if verb == "released" and holder == chassis:
+            holder = None
+        elif verb == "claimed" and holder != chassis:
+            holder = chassis
+        else:
+            continue
+        if at >= since:
+            moves.append(f"+{at - since:.1f}s {verb} by {chassis}")
+    return moves
 
 
 def _ignore_missing(fn: Any, *args: Any) -> None:

@@ -26,7 +26,7 @@ from kubernetes.client.rest import ApiException
 
 from hack.cluster import LocalCluster
 from hack.objects import Admin, condition, reason, unique
-from tests.support.peers import KUBE_OVN, Ctl, Trunk, kube_get
+from tests.support.peers import KUBE_OVN, Ctl, Trunk, kube_get, make_vpc
 from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
@@ -60,6 +60,14 @@ def trunk(admin: Admin) -> Trunk:
     return Trunk(admin, nodes=(("bad-input-node", "ch-bad-input"),))
 
 
+@pytest.fixture(scope="module")
+def vpc(admin: Admin) -> str:
+    """The tenant VPC every Subnet here is in (a Subnet in the default VPC is field report
+    R2's SubnetInvalid, not what these cases are about)."""
+    make_vpc(admin, "bad-input-vpc")
+    return "bad-input-vpc"
+
+
 @pytest.fixture
 def unique_namespace(request: pytest.FixtureRequest, admin: Admin) -> str:
     name = unique(request.node.originalname.replace("_", "-")[5:40].strip("-"))
@@ -71,10 +79,11 @@ class Bed:
     """A namespace, zones on providers of their own, and helpers to build networks with a
     Subnet and a pool (shaped like Kube-OVN's and CAPI's, sound unless a case breaks them)."""
 
-    def __init__(self, admin: Admin, trunk: Trunk, ns: str) -> None:
+    def __init__(self, admin: Admin, trunk: Trunk, ns: str, vpc: str) -> None:
         self.a = admin
         self.trunk = trunk
         self.ns = ns
+        self.vpc = vpc
         self.octet = 0  # of the newest Subnet; module-wide, so no two tests' pools share a range
 
     def zone(self, ranges: list[str], **spec) -> tuple[str, str]:
@@ -86,7 +95,7 @@ class Bed:
     def subnet(self, name: str, **overrides) -> None:
         self.octet = next(_octets)
         n = f"10.77.{self.octet}"
-        spec = {"vlan": name, "cidrBlock": f"{n}.0/24", "gateway": f"{n}.1", "protocol": "IPv4",
+        spec = {"vpc": self.vpc, "vlan": name, "cidrBlock": f"{n}.0/24", "gateway": f"{n}.1", "protocol": "IPv4",
                 "excludeIps": [f"{n}.1", f"{n}.100..{n}.150"]}
         spec.update(overrides)
         self.a.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
@@ -127,8 +136,8 @@ class Bed:
 
 
 @pytest.fixture
-def bed(admin, trunk, unique_namespace):
-    return Bed(admin, trunk, unique_namespace)
+def bed(admin, trunk, unique_namespace, vpc):
+    return Bed(admin, trunk, unique_namespace, vpc)
 
 
 def watch_for_crashes(mgr) -> list[str]:

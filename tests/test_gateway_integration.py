@@ -274,8 +274,13 @@ def test_subnet_without_vpc_and_foreign_group(admin, admin_client, cluster, uniq
     try:
         with running_controller(cluster, manage_gateway=True, ovn_nb_address=cluster.nb_tcp):
             bound_network(env, "novpc", sub1, "p1", vpc="")
-            obj = env.wait("novpc", "GatewayReady", "RouterPortMissing")
-            assert reason(obj, "GatewayReady")[2] == f'Subnet "{sub1}" has no spec.vpc yet, so its router port is unknown'
+            # No Kube-OVN here to default it into ovn-cluster: the default VPC all the same (R2).
+            obj = env.wait("novpc", "GatewayReady", "SubnetUnavailable")
+            assert reason(obj, "GatewayReady")[2] == (f'no HA chassis group on router port "ovn-cluster-{sub1}" of the '
+                                                      "default VPC: see SubnetReady")
+            assert reason(obj, "SubnetReady")[:2] == ("False", "SubnetInvalid")
+            assert reason(obj, "SubnetReady")[2].startswith(
+                f'Subnet "{sub1}" has no spec.vpc, so Kube-OVN puts it in the default VPC "ovn-cluster"; ')
 
             r.create()
             r.nbctl("ha-chassis-group-add", r.group)

@@ -29,7 +29,7 @@ from kubernetes.client.rest import ApiException
 from hack.cluster import LocalCluster
 from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
 from tests.support.controller import running_controller
-from tests.support.peers import ADDRESS_V, IPAM_PROVIDER, OURS, Trunk, kube_get, lose_subnet_delete
+from tests.support.peers import ADDRESS_V, IPAM_PROVIDER, OURS, Trunk, kube_get, lose_subnet_delete, make_vpc
 from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
@@ -296,8 +296,8 @@ _ranges = itertools.count(1400, 10)
 
 
 class PeerEnv:
-    """One zone on the trunk's provider (a VLAN range of its own), one namespace; Subnets on
-    Kube-OVN's default VPC (``10.<o>.0.0/24``, the pool's ``.200-.250`` in ``excludeIps``) and
+    """One zone on the trunk's provider (a VLAN range of its own), one namespace and its VPC;
+    Subnets in that VPC (``10.<o>.0.0/24``, the pool's ``.200-.250`` in ``excludeIps``) and
     pools, all handled by the real peers."""
 
     def __init__(self, bed: LocalCluster, admin: Admin, trunk: Trunk) -> None:
@@ -308,6 +308,8 @@ class PeerEnv:
         admin.create_zone(self.zone, self.provider, [f"{self.first_vlan}-{self.first_vlan + 9}"])
         self.ns = unique("life")
         admin.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=self.ns)))
+        self.vpc = unique("life-vpc")
+        make_vpc(admin, self.vpc)
         self.prefixes: dict[str, str] = {}
 
     def subnet(self, name: str, vlan: str) -> str:
@@ -315,8 +317,8 @@ class PeerEnv:
         p = self.prefixes.setdefault(name, unique_prefix())
         self.a.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
             "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name},
-            "spec": {"vlan": vlan, "cidrBlock": f"{p}.0/24", "gateway": f"{p}.1", "protocol": "IPv4",
-                     "excludeIps": [f"{p}.200..{p}.250"]}})
+            "spec": {"vpc": self.vpc, "vlan": vlan, "cidrBlock": f"{p}.0/24", "gateway": f"{p}.1",
+                     "protocol": "IPv4", "excludeIps": [f"{p}.200..{p}.250"]}})
         return p
 
     def pool(self, name: str, p: str) -> None:

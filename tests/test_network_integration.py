@@ -431,7 +431,7 @@ def test_a_self_made_duplicate_already_bound_stays_a_conflict(admin, ctl, provid
     subs = _self_made_twins(admin, provider, ns, zname, 740)
     admin.co.create_cluster_custom_object("kubeovn.io", "v1", "subnets", {
         "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": subs["newer"]},
-        "spec": {"vlan": subs["newer"], "cidrBlock": "10.74.0.0/24", "gateway": "10.74.0.1", "protocol": "IPv4"}})
+        "spec": {"vpc": "vpc1", "vlan": subs["newer"], "cidrBlock": "10.74.0.0/24", "gateway": "10.74.0.1", "protocol": "IPv4"}})
     try:
         admin.create_zone(zname, provider, ["740-749"])
         for net, other in (("older", "newer"), ("newer", "older")):

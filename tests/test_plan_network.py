@@ -956,13 +956,43 @@ def test_a_deleting_network_never_writes_the_pool_cidrs():
 # =============================================================================================
 
 
-def test_router_port_missing_without_vpc():
-    p = drive(gw_live(subnet=subnet(vpc="")))
-    want = ("False", "RouterPortMissing", f'Subnet "{SUBNET}" has no spec.vpc yet, so its router port is unknown')
-    assert p.crm("GatewayReady") == want and p.crm("Ready") == want
-    assert not p.of(EnsureGateway)
+def default_vpc_message(where: str) -> str:
+    return (f'Subnet "{SUBNET}" {where}; a Proxmox network needs a tenant VPC: the default VPC\'s router is the '
+            "cluster's, so the controller never makes it the gateway of a VLAN. Recreate the Subnet with spec.vpc "
+            "set to the tenant's VPC (the VLAN stays allocated meanwhile)")
+
+
+@pytest.mark.parametrize("vpc, where", [
+    ("", 'has no spec.vpc, so Kube-OVN puts it in the default VPC "ovn-cluster"'),
+    ("ovn-cluster", 'is in the default VPC "ovn-cluster"'),
+])
+def test_a_subnet_in_the_default_vpc_is_invalid_gets_no_group_and_keeps_its_vlan(vpc, where):
+    """Field report R2: whatever Kube-OVN reports of it, a Subnet with no spec.vpc (Kube-OVN
+    defaults it into ovn-cluster) or in ovn-cluster is SubnetInvalid; the network's groups
+    are released (a no-op without one), none is ensured, and the VLAN stays allocated."""
+    p = drive(gw_live(subnet=subnet(vpc=vpc)), {"gateway_release": ""})
+    invalid = ("False", "SubnetInvalid", default_vpc_message(where))
+    assert p.crm("SubnetReady") == invalid and p.crm("Ready") == invalid
+    assert p.crm("GatewayReady") == ("Unknown", "SubnetUnavailable",
+                                     f'no HA chassis group on router port "ovn-cluster-{SUBNET}" of the default VPC: '
+                                     "see SubnetReady")
+    assert p.of(ReleaseGateway) == [ReleaseGateway(KEY)] and not p.of(EnsureGateway)
+    assert p.crm("VLANAllocated")[:2] == ("True", "Allocated") and p.status["vlan"] == VID
     assert Metric("set_gateway_chassis", (NS, NAME, 0)) in p.applied
-    assert p.last.requeue_after == 30
+    assert p.of(WriteStatus)[-1].event == EventSpec("Warning", "SubnetInvalid", default_vpc_message(where))
+
+
+def test_a_default_vpc_group_that_cannot_be_deleted_says_why():
+    p = drive(gw_live(subnet=subnet(vpc="ovn-cluster")), {"gateway_release": "OVN NB is not connected"})
+    assert p.crm("GatewayReady")[2].endswith("; deleting the network's group from OVN NB failed: OVN NB is not connected")
+
+
+@pytest.mark.parametrize("manage", [False, True])
+def test_a_default_vpc_subnet_without_gateway_management_or_nb_is_invalid_all_the_same(manage):
+    """Management off, or on without an NB address (no OVN side): nothing to release."""
+    p = drive(live(subnet=subnet(vpc="ovn-cluster"), manage_gateway=manage, gateway_enabled=False), {})
+    assert p.crm("SubnetReady")[:2] == ("False", "SubnetInvalid")
+    assert not p.of(ReleaseGateway)
 
 
 def test_chassis_assigned_from_the_nb_outcome():
@@ -1556,6 +1586,7 @@ def any_snapshot(draw):
               "gateway": draw(st.sampled_from([GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2)),
                                                GatewayOutcome(error="refused")])),
               "annotation": draw(st.sampled_from(["", TRIPLE])),
+              "gateway_release": draw(st.sampled_from(["", "OVN NB is not connected"])),
               "fresh_vlan": draw(st.sampled_from([None, v or made])), "fresh_named_subnet": None,
               "fresh_consumers": Consumers()}
     return s, canned

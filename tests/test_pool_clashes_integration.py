@@ -32,7 +32,7 @@ from hack.audit import writes_until_now
 from hack.cluster import LocalCluster
 from hack.objects import Admin, condition, reason, unique
 from hack.wait import wait_for
-from tests.support.peers import ADDRESS_V, IPAM, KUBEOVN, POOL_V, WAIT, Ctl, Trunk, kube_get
+from tests.support.peers import ADDRESS_V, IPAM, KUBEOVN, POOL_V, WAIT, Ctl, Trunk, kube_get, make_vpc
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +53,13 @@ def admin(peers_admin: Admin) -> Admin:
 @pytest.fixture(scope="module")
 def trunk(admin: Admin) -> Trunk:
     return Trunk(admin, nodes=(("pools-node", "ch-pools"),))
+
+
+@pytest.fixture(scope="module")
+def vpc(admin: Admin) -> str:
+    """The tenant VPC of every Subnet here (field report R2: not the default VPC)."""
+    make_vpc(admin, "pools-vpc")
+    return "pools-vpc"
 
 
 @pytest.fixture(scope="module")
@@ -82,14 +89,15 @@ class Net:
     """One ProxmoxNetwork with its Subnet (``10.79.<o>.0/24``, ``excludeIps`` .1 and
     .100-.150) and its pool (.100-.150), all sound: the network gets Ready."""
 
-    def __init__(self, admin: Admin, zone: str, ns: str) -> None:
+    def __init__(self, admin: Admin, zone: str, ns: str, vpc: str) -> None:
         self.a, self.ns = admin, ns
         self.o = next(_octets)
         self.p = f"10.79.{self.o}"
         self.name, self.sub, self.pool = "net", unique("pools-sub"), "vm-pool"
         admin.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
             "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": self.sub},
-            "spec": {"vlan": self.sub, "cidrBlock": f"{self.p}.0/24", "gateway": f"{self.p}.1", "protocol": "IPv4",
+            "spec": {"vpc": vpc, "vlan": self.sub, "cidrBlock": f"{self.p}.0/24", "gateway": f"{self.p}.1",
+                     "protocol": "IPv4",
                      "excludeIps": [f"{self.p}.1", f"{self.p}.100..{self.p}.150"]}})
         create_pool(admin, self.pool, [f"{self.p}.100-{self.p}.150"], self.p, ns=ns)
         admin.create_network(ns, self.name, zone, self.sub, self.pool)
@@ -140,9 +148,9 @@ def await_gauge(ctl: Ctl, family: str, ns: str, name: str, value: float) -> None
     wait_for(lambda: gauge(ctl, family, ns, name) == value, timeout=30, what=f"{family} of {ns}/{name} == {value}")
 
 
-def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, zone, ctl):
+def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, zone, ctl, vpc):
     ns, other_ns = namespace(admin, "pools-a"), namespace(admin, "pools-b")
-    n = Net(admin, zone, ns)
+    n = Net(admin, zone, ns, vpc)
     p = n.p
 
     # A second InClusterIPPool in the namespace (the case of capmox #763); the provider takes it.
@@ -183,9 +191,9 @@ def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, 
     no_writes_on(peers_bed, peers_bed.controller_user, {"inclusterippools", "globalinclusterippools"})
 
 
-def test_many_overlapping_pools_are_named_five_then_a_count(admin, zone, ctl):
+def test_many_overlapping_pools_are_named_five_then_a_count(admin, zone, ctl, vpc):
     ns = namespace(admin, "pools-many")
-    n = Net(admin, zone, ns)
+    n = Net(admin, zone, ns, vpc)
     p = n.p
     for i in range(1, 8):
         create_pool(admin, f"extra-{i}", [f"{p}.{100 + i}"], p, ns=ns)
@@ -196,9 +204,9 @@ def test_many_overlapping_pools_are_named_five_then_a_count(admin, zone, ctl):
     await_gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net", 7)
 
 
-def test_a_pod_on_an_address_of_the_pool_is_an_address_conflict(admin, peers_bed, zone, ctl):
+def test_a_pod_on_an_address_of_the_pool_is_an_address_conflict(admin, peers_bed, zone, ctl, vpc):
     ns = namespace(admin, "pools-pod")
-    n = Net(admin, zone, ns)
+    n = Net(admin, zone, ns, vpc)
     p = n.p
     # A machine's address from the provider: the first free one of the pool.
     admin.co.create_namespaced_custom_object(*CAPI, ns, "clusters", {

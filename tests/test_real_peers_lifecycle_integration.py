@@ -709,21 +709,68 @@ def test_hand_made_duplicate_vlan_on_kube_ovn_v115_flags_both_takes_the_subnet_d
 # --------------------------------------------------------------------------- Kube-OVN's Subnet defaults
 
 
-def test_subnet_without_vpc_gets_kube_ovns_default_vpc_and_no_router_port(bed, ctl, world):
-    """Kube-OVN writes ``vpc: ovn-cluster`` into a Subnet without one, so the controller
-    never sees "no spec.vpc" for long (§9.2 step 2): it looks up ``ovn-cluster-<subnet>``,
-    the name Kube-OVN gives that port, which it makes only for ``logicalGateway: true``."""
+DEFAULT_VPC_TAIL = ("; a Proxmox network needs a tenant VPC: the default VPC's router is the cluster's, so the "
+                    "controller never makes it the gateway of a VLAN. Recreate the Subnet with spec.vpc set to the "
+                    "tenant's VPC (the VLAN stays allocated meanwhile)")
+
+
+def default_vpc_router_port(bed: LocalCluster, sub: str) -> dict:
+    """Kube-OVN's router port of ``sub`` on the cluster router, awaited."""
+    return wait_for(lambda: next(iter(ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name=ovn-cluster-{sub}")), None),
+                    timeout=WAIT, what=f"Kube-OVN's router port ovn-cluster-{sub}")
+
+
+@pytest.mark.parametrize("vpc", [None, "ovn-cluster"], ids=["no-vpc", "vpc-ovn-cluster"])
+def test_a_subnet_in_the_default_vpc_never_gets_a_group_on_the_cluster_router(bed, ctl, world, vpc):
+    """Field report R2 (kubeovn/kube-ovn#5530). Kube-OVN writes ``vpc: ovn-cluster`` into a
+    Subnet without one and, for ``logicalGateway: true``, makes router port
+    ``ovn-cluster-<subnet>`` on the cluster's own router. The controller never makes that
+    port a tenant VLAN's gateway: no group, ``SubnetInvalid`` naming the VPC and what to do,
+    and the VLAN stays allocated. Before this check the network got ChassisAssigned there
+    (checked on main before the change: the group ``px-ovn-cluster-<subnet>`` was written)."""
     sc = world.scene()
     sc.create_network()
-    sc.create_subnet(vpc=None, logicalGateway=None)
+    sc.create_subnet(vpc=vpc)
     sc.create_pool()
     wait_for(lambda: sc.subnet()["spec"].get("vpc") == "ovn-cluster", timeout=WAIT, what="Kube-OVN's default VPC")
-    spec = sc.subnet()["spec"]
-    assert (spec["provider"], spec["gatewayType"], spec["enableLb"]) == ("ovn", "distributed", True)
-    assert spec["excludeIps"][0] == f"{sc.prefix}.1"
-    missing = f'OVN has no logical router port "ovn-cluster-{sc.sub}" yet'
-    wait_for(lambda: reason(sc.network(), "GatewayReady") == ("False", "RouterPortMissing", missing), timeout=WAIT,
-             what="the router port of the default VPC looked up")
-    obj = sc.wait("SubnetReady", "Ready")
-    assert reason(obj, "Ready") == ("False", "RouterPortMissing", missing)
-    assert not ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name=ovn-cluster-{sc.sub}")
+    port = default_vpc_router_port(bed, sc.sub)
+    # Kube-OVN's default lands at once, so both read "is in": the "has no spec.vpc" message
+    # is for the moment before it (test_plan_network.py).
+    invalid = ("False", "SubnetInvalid", f'Subnet "{sc.sub}" is in the default VPC "ovn-cluster"{DEFAULT_VPC_TAIL}')
+    obj = wait_for(lambda: (n := sc.network()) and reason(n, "SubnetReady") == invalid and n, timeout=WAIT,
+                   what="SubnetInvalid for the default VPC")
+    assert reason(obj, "Ready") == invalid
+    assert reason(obj, "GatewayReady") == (
+        "Unknown", "SubnetUnavailable",
+        f'no HA chassis group on router port "ovn-cluster-{sc.sub}" of the default VPC: see SubnetReady')
+    assert reason(obj, "VLANAllocated")[:2] == ("True", "Allocated") and obj["status"]["vlan"] == sc.first_vlan
+    assert ha_chassis_groups(bed.nbctl, f"px-ovn-cluster-{sc.sub}") == []
+    assert ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name=ovn-cluster-{sc.sub}")[0]["ha_chassis_group"] == []
+    assert port["name"] == f"ovn-cluster-{sc.sub}"
+    events = world.a.core.list_namespaced_event(sc.ns).items
+    assert any(e.type == "Warning" and e.reason == "SubnetInvalid" and e.involved_object.name == sc.net
+               for e in events)
+
+
+def test_a_group_already_on_a_default_vpc_router_port_is_removed_with_its_pointer(bed, ctl, world):
+    """Field report R2: a group a controller without the check attached to
+    ``ovn-cluster-<subnet>`` (written here as it wrote one: our owner and network ids, the
+    port pointing at it) is deleted together with the port's pointer; the VLAN stays."""
+    sc = world.scene()
+    sc.create_network()  # its Vlan: Kube-OVN configures a Subnet only once the Vlan it names exists
+    ctl.stop()
+    try:
+        sc.create_subnet(vpc="ovn-cluster")
+        sc.create_pool()
+        port = default_vpc_router_port(bed, sc.sub)
+        group = f"px-ovn-cluster-{sc.sub}"
+        uuid = bed.nbctl("--id=@g", "create", "HA_Chassis_Group", f"name={group}",
+                         f'external_ids:owner="proxmox-network"', f'external_ids:network="{sc.ns}/{sc.net}"',
+                         "--", "set", "Logical_Router_Port", port["_uuid"], "ha_chassis_group=@g").strip()
+        assert uuid and ha_chassis_groups(bed.nbctl, group)
+    finally:
+        ctl.start()
+    wait_for(lambda: ha_chassis_groups(bed.nbctl, group) == [], timeout=WAIT, what="the group deleted")
+    assert ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name=ovn-cluster-{sc.sub}")[0]["ha_chassis_group"] == []
+    obj = sc.wait("SubnetReady", "SubnetInvalid")
+    assert reason(obj, "VLANAllocated")[:2] == ("True", "Allocated")

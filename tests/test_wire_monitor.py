@@ -4,12 +4,14 @@ wire, and when a lost echo reply was due."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from hack.dataplane import Prober
-from hack.wire_monitor import GAP_LIMIT, WireFigures
+from hack.wire_monitor import GAP_LIMIT, WireFigures, binding_events, moves_after
 
 
 def figures(**kw) -> WireFigures:
-    base = dict(replies=100, lost=0, lost_at=[], longest_gap=0.12, seconds=10.0, gateway_claims=1, group_kept=True)
+    base = dict(replies=100, lost=0, lost_at=[], longest_gap=0.12, seconds=10.0, gateway_moves=[], group_kept=True)
     base.update(kw)
     return WireFigures(**base)
 
@@ -20,8 +22,9 @@ def test_a_steady_gateway_is_no_problem_even_with_an_isolated_lost_reply():
 
 
 def test_the_gateway_moving_its_group_rewritten_or_a_second_without_replies_is_a_problem():
-    assert figures(gateway_claims=2).problems() == ["the gateway port was claimed 2 times (moved)"]
-    assert figures(gateway_claims=0).problems() == ["the gateway port was claimed 0 times (moved)"]
+    moves = ["+12.3s released by ch1", "+12.5s claimed by ch2"]
+    assert figures(gateway_moves=moves).problems() == [
+        "the gateway port moved: +12.3s released by ch1, +12.5s claimed by ch2"]
     assert figures(group_kept=False).problems() == ["the HA chassis group was rewritten"]
     assert figures(longest_gap=GAP_LIMIT).problems() == [f"no reply for {GAP_LIMIT:.2f}s"]
     assert figures(longest_gap=GAP_LIMIT - 0.01).problems() == []
@@ -47,3 +50,34 @@ def test_no_loss_no_times():
     p = probe_with({4: 1.0, 5: 1.1, 6: 1.2})
     assert (p.lost(), p.lost_at()) == (0, [])
     assert (probe_with({}).lost(), probe_with({}).lost_at()) == (0, [])
+
+
+# ovn-controller's binding.c messages, in its default log format.
+LOG = """\
+2026-12-04T13:26:30.533Z|00045|binding|INFO|Claiming lport cr-v-s for this chassis.
+2026-12-04T13:26:30.533Z|00046|binding|INFO|cr-v-s: Claiming 00:00:00:aa:bb:cc 10.0.0.1/24
+2026-12-04T13:26:30.600Z|00047|binding|INFO|Claiming lport cr-v-s2 for this chassis.
+2026-12-04T13:26:31.000Z|00048|binding|INFO|Releasing lport cr-v-s from this chassis (sb_readonly=0)
+2026-12-04T13:26:32.250Z|00049|binding|INFO|Changing chassis for lport cr-v-s from ch2 to ch1.
+2026-12-04T13:26:33.000Z|00050|binding|INFO|Releasing lport cr-v-s from this additional chassis.
+"""
+
+
+def test_binding_events_are_the_ports_claims_and_releases_with_their_utc_times():
+    t0 = dt.datetime(2026, 12, 4, 13, 26, 30, 533000, tzinfo=dt.timezone.utc).timestamp()
+    events = binding_events(LOG, "cr-v-s", "ch1")
+    assert [(round(at - t0, 3), verb, ch) for at, verb, ch in events] == [
+        (0.0, "claimed", "ch1"), (0.467, "released", "ch1"), (1.717, "claimed", "ch1")]
+
+
+def test_only_a_release_or_another_chassis_claiming_after_the_first_reply_is_a_move():
+    start = [(100.0, "claimed", "ch2"), (100.2, "released", "ch2"), (100.5, "claimed", "ch1")]
+    # Before the first reply (at 101.0) the port settling on its chassis is not counted;
+    # ch1 logging its claim again (a retried transaction) is not a move either.
+    assert moves_after(101.0, start + [(150.0, "claimed", "ch1")]) == []
+    # Failover and failback: each release and each claim by a new holder, in time order.
+    assert moves_after(101.0, start + [(140.5, "claimed", "ch3"), (140.0, "released", "ch1"),
+                                       (160.0, "claimed", "ch1")]) == [
+        "+39.0s released by ch1", "+39.5s claimed by ch3", "+59.0s claimed by ch1"]
+    # A chassis the holder never was releasing it ("Releasing lport" for another kind) is not one.
+    assert moves_after(101.0, start + [(120.0, "released", "ch3")]) == []
