@@ -150,6 +150,30 @@ def _deleting(obj: Mapping[str, Any]) -> list[str]:
     return [f"deleting since {since}" + (f" on finalizer {', '.join(fins)}" if fins else "")]
 
 
+def _failed(machine: Mapping[str, Any]) -> list[str]:
+    """A machine's False conditions whose reason ends in ``Failed`` (capmox marks a VM it
+    cannot destroy ``DeletionFailed`` with the Proxmox error as the message, e.g. "VM 107 is
+    running - destroy failed"; issue 26 item 7), as ``<type> <reason>: "<message>"``, from
+    both condition lists a capmox machine may carry (``status.conditions``, and v1alpha2's
+    ``status.deprecated.v1beta1.conditions``), each reason once."""
+    status = machine.get("status") if isinstance(machine.get("status"), Mapping) else {}
+    lists = [status.get("conditions"),
+             ((status.get("deprecated") or {}).get("v1beta1") or {}).get("conditions")
+             if isinstance(status.get("deprecated"), Mapping) else None]
+    out: list[str] = []
+    for conds in lists:
+        for c in conds if isinstance(conds, list) else []:
+            if not isinstance(c, Mapping) or c.get("status") != "False":
+                continue
+            reason = str(c.get("reason") or "")
+            if not reason.endswith("Failed"):
+                continue
+            text = f'{c.get("type")} {reason}' + (f': "{c.get("message")}"' if c.get("message") else "")
+            if text not in out:
+                out.append(text)
+    return out
+
+
 def _missing_owner(obj: Mapping[str, Any], machines: set[str]) -> list[str]:
     """An owner reference to a ProxmoxMachine the namespace no longer has (the owners we
     can see; others are not judged)."""
@@ -178,7 +202,7 @@ def holders_of(
     address_names = {_name(a) for a in addresses}
     out: list[Holder] = []
     for m in sorted(machines, key=_name):
-        out.append(Holder("ProxmoxMachine", _name(m), "; ".join(_deleting(m))))
+        out.append(Holder("ProxmoxMachine", _name(m), "; ".join(_deleting(m) + _failed(m))))
     for c in sorted(claims, key=_name):
         odd = _deleting(c) + _missing_owner(c, all_machines)
         addr = _ref_name(c, "status", "addressRef")

@@ -171,12 +171,16 @@ def for_provider_network(pn: Mapping[str, Any], listers: Any) -> list[ZoneKey]:
 
 
 def for_subnet(subnet: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], list[ZoneKey]]:
-    """A Subnet changed: the networks naming it, and the zone of the Vlan it binds (a Subnet
-    bound to an orphaned Vlan holds it)."""
+    """A Subnet changed: the networks naming it, the network whose Vlan it names (another's
+    Subnet on that Vlan is its VLANConflict: field report R1), and the zone of the Vlan it
+    binds (a Subnet bound to an orphaned Vlan holds it)."""
     v = (subnet.get("spec") or {}).get("vlan")
     vlan = listers.vlans.get(v) if isinstance(v, str) and v else None
     zl = (((vlan or {}).get("metadata") or {}).get("labels") or {}).get(names.LABEL_ZONE)
-    return _networks(listers, "subnet", _name(subnet)), [ZoneKey(zl)] if zl else []
+    nets = _networks(listers, "subnet", _name(subnet))
+    if isinstance(v, str) and v and v != _name(subnet):
+        nets += [k for k in _networks(listers, "subnet", v) if k not in nets]
+    return nets, [ZoneKey(zl)] if zl else []
 
 
 def for_pool_user(kind: str, obj: Mapping[str, Any], listers: Any) -> list[NetworkKey]:

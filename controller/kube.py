@@ -201,8 +201,13 @@ class KubeWriter:
         path = object_path(resource, meta["name"], meta.get("namespace"), "status")
         return self.request("PUT", path, obj)
 
-    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
-        return self.request("DELETE", object_path(resource, name, namespace))
+    def delete(self, resource: Resource, name: str, namespace: str | None = None,
+               uid: str | None = None) -> dict[str, Any]:
+        """DELETE; with ``uid``, only that very object (``preconditions.uid``: a 409 when the
+        name now belongs to another). Returns the object, Terminating, while finalizers hold
+        it, else the API server's Status."""
+        body = {"preconditions": {"uid": uid}} if uid else None
+        return self.request("DELETE", object_path(resource, name, namespace), body)
 
     def add_finalizer(self, resource: Resource, obj: Mapping[str, Any], finalizer: str) -> dict[str, Any]:
         meta = obj["metadata"]

@@ -17,6 +17,9 @@ name                                                 type       labels
 ``cozy_proxmox_zone_vlans_free``                     gauge      zone
 ``cozy_proxmox_zone_networks``                       gauge      zone
 ``cozy_proxmox_orphaned_vlans``                      gauge      zone
+``cozy_proxmox_zone_vlans_outside_ranges``           gauge      zone (ours, issue 26 item 7)
+``cozy_proxmox_zone_vlans_held_for_reuse``           gauge      zone (ours, issue 26 item 7)
+``cozy_proxmox_network_foreign_subnets``             gauge      namespace, network (ours, field report R1)
 ``cozy_proxmox_network_ready``                       gauge      namespace, network, zone, vlan
 ``cozy_proxmox_network_ippool_addresses``            gauge      namespace, network, state
 ``cozy_proxmox_network_consumers``                   gauge      namespace, network
@@ -275,6 +278,14 @@ class Metrics:
             "cozy_proxmox_orphaned_vlans",
             "Kube-OVN Vlans of the zone whose ProxmoxNetwork is gone, still held after collection.",
             ["zone"], registry=reg)
+        self.zone_vlans_outside_ranges = Gauge(
+            "cozy_proxmox_zone_vlans_outside_ranges",
+            "Vlans of the zone whose ID is outside its current ranges (or reserved) and not a static VLAN: kept "
+            "until their networks go.", ["zone"], registry=reg)
+        self.zone_vlans_held_for_reuse = Gauge(
+            "cozy_proxmox_zone_vlans_held_for_reuse",
+            "Released IDs of the zone not handed out again before the reuse delay ends (status.vlansHeldForReuse).",
+            ["zone"], registry=reg)
 
         # -- networks ---------------------------------------------------------
         self.network_ready = Gauge(
@@ -290,6 +301,11 @@ class Metrics:
             "cozy_proxmox_network_vlan_changed_externally",
             "1 while the network's Vlan carries another ID than the one allocated to it "
             "(VLANChangedExternally), else 0.",
+            ["namespace", "network"], registry=reg)
+        self.network_foreign_subnets = Gauge(
+            "cozy_proxmox_network_foreign_subnets",
+            "Subnets other than the network's own that name its Vlan (VLANAllocated=VLANConflict: their L2 "
+            "segments are joined to the network's), else 0.",
             ["namespace", "network"], registry=reg)
         self.network_stuck_holders = Gauge(
             "cozy_proxmox_network_stuck_holders",
@@ -398,10 +414,17 @@ class Metrics:
         self.zone_networks.labels(zone).set(networks)
         self.orphaned_vlans.labels(zone).set(orphans)
 
+    def set_zone_kept(self, zone: str, outside_ranges: int, held_for_reuse: int) -> None:
+        """The IDs a zone keeps out of its free count for a while (issue 26 item 7): Vlans
+        outside its current ranges, IDs held for reuse."""
+        self.zone_vlans_outside_ranges.labels(zone).set(outside_ranges)
+        self.zone_vlans_held_for_reuse.labels(zone).set(held_for_reuse)
+
     def forget_zone(self, zone: str) -> None:
-        """The zone is gone (NotFound): drop its five series."""
+        """The zone is gone (NotFound): drop its series."""
         for gauge in (self.zone_vlans_total, self.zone_vlans_allocated, self.zone_vlans_free,
-                      self.zone_networks, self.orphaned_vlans):
+                      self.zone_networks, self.orphaned_vlans, self.zone_vlans_outside_ranges,
+                      self.zone_vlans_held_for_reuse):
             gauge.remove(zone)
 
     # --------------------------------------------------------------- networks
@@ -439,6 +462,11 @@ class Metrics:
                 self._pool_series.add(key)
         self.set_deleting(namespace, name, deleting)
 
+    def set_foreign_subnets(self, namespace: str, name: str, count: int) -> None:
+        """``network_foreign_subnets``: the Subnets of someone else naming the network's Vlan
+        (field report R1), set on each non-deleting pass that reaches its end."""
+        self.network_foreign_subnets.labels(namespace, name).set(count)
+
     def set_vlan_changed(self, namespace: str, name: str, changed: bool) -> None:
         """``network_vlan_changed_externally``: 1 while VLANAllocated is VLANChangedExternally."""
         self.network_vlan_changed.labels(namespace, name).set(1 if changed else 0)
@@ -469,7 +497,7 @@ class Metrics:
                 self.network_ippool_addresses.remove(namespace, name, state)
         for gauge in (self.network_consumers, self.network_deleting, self.network_vlan_changed,
                       self.network_stuck_holders, self.network_pool_overlaps, self.network_address_conflicts,
-                      self.network_gateway_chassis, self.network_gateway_ready):
+                      self.network_gateway_chassis, self.network_gateway_ready, self.network_foreign_subnets):
             gauge.remove(namespace, name)
 
     # ---------------------------------------------------------------- gateway

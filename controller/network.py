@@ -265,6 +265,9 @@ class NetworkReconciler:
             rivals=tuple(self.l.networks.by_index("subnet", sname)) if sname else (),
             subnet=subnet,
             subnet_bound=bool(self.l.subnets is not None and self.l.subnets.by_index("vlan", sname)),
+            strangers=(tuple(sorted(str(o["metadata"]["name"]) for o in self.l.subnets.by_index("vlan", sname)
+                                    if o["metadata"]["name"] != sname))
+                       if sname and self.l.subnets is not None else ()),
             pool=pool,
             other_pools=tuple(overlap_candidates(self.l.pools, self.l.global_pools, own)),
             kube_ovn_ips=(tuple(self.l.kube_ovn_ips.by_index("subnet", sname))

@@ -127,6 +127,8 @@ class NetworkSnapshot:
         ``spec.subnet``.
     :ivar subnet: the Subnet named by ``spec.subnet`` (cache), or None.
     :ivar subnet_bound: some cached Subnet names ``vlan`` in ``spec.vlan``.
+    :ivar strangers: names (sorted) of the cached Subnets other than ``spec.subnet`` that name
+        the network's Vlan in ``spec.vlan`` (field report R1).
     :ivar pool: the network's InClusterIPPool (cache), or None.
     :ivar other_pools: ``(kind, pool)`` of the InClusterIPPools (any namespace) and
         GlobalInClusterIPPools that may share addresses with ``pool`` (the overlap index's
@@ -154,6 +156,7 @@ class NetworkSnapshot:
     rivals: tuple[Mapping[str, Any], ...] = ()
     subnet: Mapping[str, Any] | None = None
     subnet_bound: bool = False
+    strangers: tuple[str, ...] = ()
     pool: Mapping[str, Any] | None = None
     other_pools: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     kube_ovn_ips: tuple[Mapping[str, Any], ...] = ()
@@ -194,6 +197,24 @@ def requeue_after(manage_gateway: bool, status: Mapping[str, Any]) -> float:
     return GATEWAY_RESYNC
 
 
+def outside_ranges(zspec: Mapping[str, Any], vid: Any, static: int | None) -> str:
+    """Why a network's VLAN ``vid`` is no longer the zone's to hand out (its ranges or
+    reserved IDs changed after the allocation; a static VLAN of the network may lie outside
+    the ranges, §4.2), or "" when it still is. The zone's own stranded list
+    (reference-behaviour.md §8 step 5) applies the same rule."""
+    if not isinstance(vid, int) or vid == static:
+        return ""
+    try:
+        if vid in allocator.candidates(zspec):
+            return ""
+    except allocator.VLANRangeError:
+        return ""  # the zone is ZoneInvalid: the zone's condition says why
+    if vid in (zspec.get("reservedVLANs") or []):
+        return f"VLAN {vid} is now among the zone's reservedVLANs"
+    ranges = ", ".join(str(r) for r in (zspec.get("vlanRanges") or []))
+    return f"VLAN {vid} is outside the zone's current vlanRanges ({ranges})"
+
+
 def set_not_ready(
     conds: list[dict[str, Any]], ctype: str, reason: str, message: str, gen: int, manage_gateway: bool,
     clock: Clock,
@@ -220,6 +241,17 @@ def duplicate_holders(vlan: Mapping[str, Any], on_provider: Any) -> list[str]:
         for v in on_provider
         if v["metadata"]["name"] != me and allocator.vlan_id(v) == vid
     )
+
+
+def strangers_message(vname: str, vid: Any, strangers: tuple[str, ...]) -> str:
+    """VLANConflict's message for Subnets of someone else on the network's Vlan (field
+    report R1: Kube-OVN gives every Subnet naming a Vlan its own localnet port with the
+    Vlan's tag, so their VMs and pods share one L2 segment with this network's)."""
+    named = ", ".join(f'"{n}"' for n in strangers)
+    return (f'Subnet {named} also name{"s" if len(strangers) == 1 else ""} Vlan "{vname}" (VLAN {vid}) of this '
+            "network: Kube-OVN puts each on the VLAN with a localnet port of its own, joining its L2 segment to "
+            "this network's. Delete it or point it at a Vlan of its own; the controller never deletes it, and "
+            f"keeps VLAN {vid} allocated while it exists")
 
 
 def kube_ovn_conflict_note(vlan: Mapping[str, Any], subnet: Mapping[str, Any] | None) -> str:
@@ -434,6 +466,9 @@ class _Live:
         others = duplicate_holders(vlan, s.holders)
         if others:
             return self.duplicate(vlan, vid, provider, others)
+        if s.strangers:
+            self.not_ready(reasons.VLAN_CONFLICT, strangers_message(vname, vid, s.strangers))
+            return None
         if kubeovn.flags_conflict(vlan):
             self.not_ready(reasons.VLAN_CONFLICT,
                            f'Kube-OVN reports VLAN {vid} on provider "{provider}" as conflicting with another Vlan')
@@ -442,7 +477,11 @@ class _Live:
         static = allocator.static_assignment_for(zone, self.ns, self.name)
         if static is not None and static != vid:
             msg += f"; the static assignment asks for VLAN {static}, which applies only when the network is recreated"
-        set_condition(conds, names.VLAN_ALLOCATED, TRUE, reasons.ALLOCATED, msg, gen, self.clock)
+        why = outside_ranges(zspec, vid, static)
+        if why:
+            msg += f"; {why}: the network keeps it until it is deleted, and it is not handed out again while so"
+        set_condition(conds, names.VLAN_ALLOCATED, TRUE, reasons.ALLOCATED_OUTSIDE_RANGES if why else reasons.ALLOCATED,
+                      msg, gen, self.clock)
 
         subnet = self.subnet_step(vname)
         self.pool_step(subnet)
@@ -704,6 +743,7 @@ class _Live:
                                             ready_event(self.old, status)))
         self.actions += network_series(self.net, status)
         self.actions.append(Metric("set_pool_conflicts", (self.ns, self.name, self.overlaps, self.conflicts)))
+        self.actions.append(Metric("set_foreign_subnets", (self.ns, self.name, len(s.strangers))))
         return Plan(tuple(self.actions), requeue_after=requeue)
 
 

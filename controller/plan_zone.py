@@ -5,7 +5,9 @@ Counts come from the synced Vlan cache (indexes ``provider`` and ``zone``) inste
 API list per pass (product-decisions.md §4.4). An orphaned Vlan (no owner label, or the
 owning network NotFound in the cache and then on the API server) is collected by the same
 release rule a network deletion uses (:func:`controller.release.release_step`), decided on
-fresh reads.
+fresh reads, and only when it carries our finalizer: an orphan without it was never made or
+adopted by a network and is named in ``Ready``'s message and counted as an orphan, never
+deleted (product-decisions.md §8, issue 26 item 7).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from controller.conditions import FALSE, TRUE, set_condition, transition
 from controller.events import NORMAL, WARNING
 from controller.prune import go_list
 from controller.rfc3339 import format_utc
-from controller.vlans import vlan_owner
+from controller.vlans import taken_over, vlan_owner
 
 ZONE_RESYNC = 600.0  # §8 step 11
 
@@ -137,6 +139,7 @@ def _fill(s: ZoneSnapshot, status: dict[str, Any], conds: list[dict[str, Any]], 
     stranded = []
     allocated = 0
     orphans = 0
+    unowned = []  # labelled as ours, never made or adopted by a network: reported, never deleted
     requeue = ZONE_RESYNC
     for v in s.labelled:
         allocated += 1
@@ -144,6 +147,14 @@ def _fill(s: ZoneSnapshot, status: dict[str, Any], conds: list[dict[str, Any]], 
         if vid not in in_range and vid not in static:
             stranded.append(f"{vid} ({v['metadata']['name']})")
         if not _is_orphan(s, v):
+            continue
+        if not taken_over(v):
+            # product-decisions.md §8, "we delete only what we own": our finalizer is the proof
+            # (written in the create call that makes the Vlan, or on adoption). Labels alone
+            # are anyone's to write.
+            if not (v.get("metadata") or {}).get("deletionTimestamp"):
+                unowned.append(f'"{v["metadata"]["name"]}" (VLAN {vid})')
+                orphans += 1
             continue
         collected, recheck = _collect_orphan(s, zone, v, actions)
         if collected:
@@ -167,6 +178,7 @@ def _fill(s: ZoneSnapshot, status: dict[str, Any], conds: list[dict[str, Any]], 
     status["freeVLANs"] = free
     status["networks"] = s.networks
     actions.append(Metric("set_zone", (s.name, len(cands), allocated, free, s.networks, orphans)))
+    actions.append(Metric("set_zone_kept", (s.name, len(stranded), len(mine))))
 
     pn = s.provider_network
     if pn is None:
@@ -183,8 +195,11 @@ def _fill(s: ZoneSnapshot, status: dict[str, Any], conds: list[dict[str, Any]], 
             msg += delayed
         if stranded:
             msg += "; allocated outside the current ranges: " + ", ".join(sorted(stranded))
-        if orphans:
-            msg += f"; {orphans} orphaned Vlan(s) still referenced by a subnet"
+        if orphans - len(unowned):
+            msg += f"; {orphans - len(unowned)} orphaned Vlan(s) still referenced by a subnet"
+    if unowned:
+        msg += (f"; Vlan(s) labelled as this zone's whose network does not exist, without the finalizer "
+                f"{names.FINALIZER} (never made or adopted by the controller), left alone: {', '.join(sorted(unowned))}")
     # product-decisions.md §7: every duplicate ID on the provider is named, whatever Ready says.
     dups = duplicates_on(s.on_provider)
     if dups:

@@ -16,6 +16,9 @@ PENDING = "Pending"  # a required condition has not been evaluated (§5.8)
 
 # -- VLANAllocated (§5.3, §5.4) -----------------------------------------------------------------
 ALLOCATED = "Allocated"
+# True: the VLAN is kept, but the zone's ranges (or reserved IDs) changed and no longer hold
+# it (issue 26 item 7).
+ALLOCATED_OUTSIDE_RANGES = "AllocatedOutsideRanges"
 ZONE_NOT_FOUND = "ZoneNotFound"
 NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
 ZONE_INVALID = "ZoneInvalid"

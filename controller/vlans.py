@@ -595,21 +595,31 @@ class VlanManager:
         return live, gone
 
     def release(self, vlan: dict[str, Any]) -> None:
-        """Remove our finalizer from the Vlan and delete it (NotFound ignored).
+        """Delete the Vlan (that very object: its UID), then remove our finalizer (NotFound
+        ignored at each step).
 
-        With a reuse delay the ID is first recorded on the Vlan's zone (:meth:`hold_for_reuse`):
-        recorded before the Vlan goes, so no crash in between frees it early.
+        In this order a crash in between leaves the Vlan Terminating with our finalizer, so
+        the next pass (the network's, or the zone's orphan collection) still knows it as
+        ours and finishes; the other order left a labelled Vlan without our finalizer, which
+        is no proof of ownership (product-decisions.md §8; found by the pods chaos run, a
+        leader SIGKILLed in between). With a reuse delay the ID is first recorded on the
+        Vlan's zone (:meth:`hold_for_reuse`): recorded before the Vlan goes, so no crash in
+        between frees it early.
 
         :raises ApiError: when the record or the release cannot be written (the pass is
             retried; the Vlan still holds its ID)."""
         self.hold_for_reuse(vlan)
+        meta = vlan.get("metadata") or {}
         try:
-            self.writer.remove_finalizer(names.VLANS, vlan, names.FINALIZER)
+            out = self.writer.delete(names.VLANS, meta["name"], uid=meta.get("uid") or None)
         except ApiError as err:
-            if not err.not_found:
-                raise
+            if err.not_found:
+                return
+            raise
+        if not ((out or {}).get("metadata") or {}).get("deletionTimestamp"):
+            return  # a Status: gone already (no finalizer held it)
         try:
-            self.writer.delete(names.VLANS, vlan["metadata"]["name"])
+            self.writer.remove_finalizer(names.VLANS, out, names.FINALIZER)
         except ApiError as err:
             if not err.not_found:
                 raise

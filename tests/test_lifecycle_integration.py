@@ -580,3 +580,42 @@ def test_subnet_recreated_and_deleted_again_gets_its_own_full_wait(peers_bed, pe
         env.gone("twice", timeout=timeout + 20)
         assert dt.datetime.now(dt.timezone.utc) >= second + dt.timedelta(seconds=timeout)
         assert not env.vlan_exists(sub)
+
+
+def test_a_shrunk_range_and_a_failed_vm_deletion_are_named_on_the_network(peers_admin, penv, pctl):
+    """Issue 26 item 7, found by an acceptance run on the real peers: the zone's ranges moved
+    away from the network's VLAN (kept: ``AllocatedOutsideRanges``, no longer a plain
+    ``Allocated``), and a Terminating machine capmox could not destroy holds the network:
+    ``InUse`` quotes its ``DeletionFailed`` condition."""
+    admin, env, co = peers_admin, penv, peers_admin.co
+    ns, net, sub, pool = env.ns, "keepnet", unique("sub"), "keeppool"
+    vid = env.ready_network(net, sub, pool)["status"]["vlan"]
+    moved = f"{env.first_vlan + 5}-{env.first_vlan + 9}"
+    assert vid == env.first_vlan  # the lowest free ID (§4.2), so outside the moved range
+    co.patch_cluster_custom_object(*PX, "proxmoxnetworkzones", env.zone, {"spec": {"vlanRanges": [moved]}})
+    obj = env.wait(net, "VLANAllocated", "AllocatedOutsideRanges")
+    assert reason(obj, "VLANAllocated")[2].endswith(
+        f"; VLAN {vid} is outside the zone's current vlanRanges ({moved}): the network keeps it until it is "
+        "deleted, and it is not handed out again while so")
+    assert obj["status"]["vlan"] == vid and reason(obj, "Ready")[0] == "True"
+
+    body = machine_v1alpha1(ns, "pm-107", pool)
+    body["metadata"]["finalizers"] = ["proxmoxmachine.infrastructure.cluster.x-k8s.io"]
+    co.create_namespaced_custom_object(CAPMOX, "v1alpha1", ns, "proxmoxmachines", body)
+    try:
+        co.patch_namespaced_custom_object_status(CAPMOX, "v1alpha1", ns, "proxmoxmachines", "pm-107", {"status": {
+            "conditions": [{"type": "VMProvisioned", "status": "False", "reason": "DeletionFailed", "severity": "Warning",
+                            "message": "VM 107 is running - destroy failed",
+                            "lastTransitionTime": "2026-12-04T10:00:00Z"}]}})
+        co.delete_namespaced_custom_object(CAPMOX, "v1alpha1", ns, "proxmoxmachines", "pm-107")
+        env.delete_network(net)
+        quoted = 'VMProvisioned DeletionFailed: "VM 107 is running - destroy failed"'
+        obj = wait_for(lambda: (lambda o: o if quoted in reason(o, "Ready")[2] else None)(admin.network(ns, net)),
+                       timeout=60, what="InUse quoting the failed deletion")
+        assert reason(obj, "Ready")[:2] == ("False", "InUse")
+        assert "ProxmoxMachine pm-107 (deleting since " in reason(obj, "Ready")[2]
+        assert env.vlan_exists(sub)
+    finally:
+        admin.strip_finalizers(CAPMOX, "v1alpha1", "proxmoxmachines", "pm-107", ns)
+    env.delete_subnet(sub)
+    env.gone(net)

@@ -270,8 +270,13 @@ class FakeApiServer:
         if cur is None:
             raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
         if method == "DELETE":
+            # As the API server: preconditions.uid checked, the object returned while
+            # finalizers hold it (Terminating), a Status once it is gone.
+            uid = ((body or {}).get("preconditions") or {}).get("uid")
+            if uid and cur["metadata"].get("uid") != uid:
+                raise ApiError(409, "Conflict", "Precondition failed: UID in precondition does not match")
             self.delete(plural, name, ns)
-            return {}
+            return self.find(plural, name, ns) or {"kind": "Status", "status": "Success"}
         if method == "PUT":
             if body["metadata"].get("resourceVersion") != cur["metadata"]["resourceVersion"]:
                 raise ApiError(409, "Conflict", "the object has been modified")

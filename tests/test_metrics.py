@@ -25,6 +25,8 @@ SERIES: dict[str, tuple[str, frozenset[str]]] = {
     "cozy_proxmox_zone_vlans_free": ("gauge", frozenset({"zone"})),
     "cozy_proxmox_zone_networks": ("gauge", frozenset({"zone"})),
     "cozy_proxmox_orphaned_vlans": ("gauge", frozenset({"zone"})),
+    "cozy_proxmox_zone_vlans_outside_ranges": ("gauge", frozenset({"zone"})),  # issue 26, item 7
+    "cozy_proxmox_zone_vlans_held_for_reuse": ("gauge", frozenset({"zone"})),  # issue 26, item 7
     "cozy_proxmox_network_ready": ("gauge", frozenset({"namespace", "network", "zone", "vlan"})),
     "cozy_proxmox_network_ippool_addresses": ("gauge", frozenset({"namespace", "network", "state"})),
     "cozy_proxmox_network_consumers": ("gauge", frozenset({"namespace", "network"})),
@@ -34,6 +36,7 @@ SERIES: dict[str, tuple[str, frozenset[str]]] = {
     "cozy_proxmox_network_pool_overlaps": ("gauge", frozenset({"namespace", "network"})),  # issue 15, item 3
     "cozy_proxmox_network_address_conflicts": ("gauge", frozenset({"namespace", "network"})),  # issue 15, item 3
     "cozy_proxmox_network_gateway_chassis": ("gauge", frozenset({"namespace", "network"})),
+    "cozy_proxmox_network_foreign_subnets": ("gauge", frozenset({"namespace", "network"})),  # R1
     "cozy_proxmox_network_gateway_ready": ("gauge", frozenset({"namespace", "network"})),
     "cozy_proxmox_gateway_groups_collected_total": ("counter", frozenset()),
     "cozy_proxmox_gateway_nb_errors_total": ("counter", frozenset()),
@@ -99,11 +102,13 @@ def lbl(**kw: str) -> frozenset:
 def populate(m: Metrics) -> None:
     """Touch every series once."""
     m.set_zone("zone-a", 10, 3, 7, 3, 1)
+    m.set_zone_kept("zone-a", 1, 2)
     m.set_network("tenant-a", "net-1", "zone-a", 101, True, {"total": 20, "used": 5, "free": 15}, False)
     m.set_gateway_chassis("tenant-a", "net-1", 2)
     m.set_gateway_ready("tenant-a", "net-1", True)
     m.set_vlan_changed("tenant-a", "net-1", False)
     m.set_stuck_holders("tenant-a", "net-1", 0)
+    m.set_foreign_subnets("tenant-a", "net-1", 1)
     m.set_pool_conflicts("tenant-a", "net-1", 0, 0)
     m.gateway_group_collected()
     m.gateway_nb_error()
@@ -238,6 +243,7 @@ PER_NETWORK = (
     "cozy_proxmox_network_address_conflicts",
     "cozy_proxmox_network_gateway_chassis",
     "cozy_proxmox_network_gateway_ready",
+    "cozy_proxmox_network_foreign_subnets",
 )
 
 
@@ -248,6 +254,7 @@ def _full_network(m: Metrics, ns: str, name: str, vlan: int) -> None:
     m.set_vlan_changed(ns, name, False)
     m.set_stuck_holders(ns, name, 1)
     m.set_pool_conflicts(ns, name, 2, 1)
+    m.set_foreign_subnets(ns, name, 1)
 
 
 def test_forget_network_removes_all_its_series_and_nothing_else():
@@ -269,8 +276,8 @@ def test_forget_network_removes_all_its_series_and_nothing_else():
         assert not any(dict(k).get("namespace") == "ns" and dict(k).get("network") == "net" for k in left)
         assert {(dict(k)["namespace"], dict(k)["network"]) for k in left} == {("ns", "other"), ("ns2", "net")}
     # 1 ready + 3 pool + consumers + deleting + vlan changed + stuck holders + pool overlaps
-    # + address conflicts + 2 gateway
-    assert len(gone) == 12
+    # + address conflicts + 2 gateway + foreign subnets
+    assert len(gone) == 13
     # forgetting twice, or a network never seen, is harmless
     m.forget_network("ns", "net")
     m.forget_network("nope", "nope")
@@ -309,6 +316,10 @@ def test_zone_series_and_forget_zone():
     m = Metrics()
     m.set_zone("a", 100, 40, 60, 41, 2)
     m.set_zone("b", 5, 5, 0, 5, 0)
+    m.set_zone_kept("a", 3, 1)
+    m.set_zone_kept("b", 0, 0)
+    assert series_of(m, "cozy_proxmox_zone_vlans_outside_ranges") == {lbl(zone="a"): 3, lbl(zone="b"): 0}
+    assert series_of(m, "cozy_proxmox_zone_vlans_held_for_reuse") == {lbl(zone="a"): 1, lbl(zone="b"): 0}
     assert series_of(m, "cozy_proxmox_zone_vlans_total") == {lbl(zone="a"): 100, lbl(zone="b"): 5}
     assert series_of(m, "cozy_proxmox_zone_vlans_allocated")[lbl(zone="a")] == 40
     assert series_of(m, "cozy_proxmox_zone_vlans_free")[lbl(zone="b")] == 0
@@ -316,7 +327,8 @@ def test_zone_series_and_forget_zone():
     assert series_of(m, "cozy_proxmox_orphaned_vlans")[lbl(zone="a")] == 2
     m.forget_zone("a")
     for name in ("cozy_proxmox_zone_vlans_total", "cozy_proxmox_zone_vlans_allocated",
-                 "cozy_proxmox_zone_vlans_free", "cozy_proxmox_zone_networks", "cozy_proxmox_orphaned_vlans"):
+                 "cozy_proxmox_zone_vlans_free", "cozy_proxmox_zone_networks", "cozy_proxmox_orphaned_vlans",
+                 "cozy_proxmox_zone_vlans_outside_ranges", "cozy_proxmox_zone_vlans_held_for_reuse"):
         assert set(series_of(m, name)) == {lbl(zone="b")}
     m.forget_zone("a")  # twice is harmless
 

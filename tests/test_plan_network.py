@@ -493,6 +493,26 @@ def test_allocated_notes_a_different_static_assignment():
         "which applies only when the network is recreated")
 
 
+@pytest.mark.parametrize("spec, why", [
+    ({"vlanRanges": ["200-210"]}, "VLAN 101 is outside the zone's current vlanRanges (200-210)"),
+    ({"vlanRanges": ["100-110"], "reservedVLANs": [101]}, "VLAN 101 is now among the zone's reservedVLANs"),
+], ids=["ranges-moved", "now-reserved"])
+def test_a_vlan_the_zone_no_longer_hands_out_is_kept_with_its_own_reason(spec, why):
+    """Issue 26 item 7: the range changed after the allocation; the network keeps its VLAN
+    (§4.2: never re-allocated) and says so instead of a plain ``Allocated``."""
+    p = drive(live(zone=zone(**spec)))
+    assert p.crm("VLANAllocated") == ("True", "AllocatedOutsideRanges", (
+        f"VLAN 101 on bridge {BRIDGE}; {why}: the network keeps it until it is deleted, "
+        "and it is not handed out again while so"))
+    assert p.status["vlan"] == 101 and p.crm("Ready")[0] == "True"
+    assert not p.of(AllocateVlan) and not p.of(ReleaseVlan)
+
+
+def test_a_static_vlan_outside_the_ranges_is_simply_allocated():
+    z = zone(vlanRanges=["200-210"], staticAssignments=[{"namespace": NS, "name": NAME, "vlan": 101}])
+    assert drive(live(zone=z)).crm("VLANAllocated") == ("True", "Allocated", f"VLAN 101 on bridge {BRIDGE}")
+
+
 def test_allocated_static_assignment_equal_to_the_vlan_adds_nothing():
     z = zone(staticAssignments=[{"namespace": NS, "name": NAME, "vlan": VID}])
     assert drive(live(zone=z)).crm("VLANAllocated")[2] == f"VLAN {VID} on bridge {BRIDGE}"
@@ -1215,6 +1235,29 @@ def test_in_use_says_what_is_odd_about_each_holder():
         "IPAddressClaim vm-1-eth0 (no IPAddress), IPAddress lost (its IPAddressClaim gone-claim not found), "
         f'IPAddress vm-0-eth0; VLAN {VID} and subnet "{SUBNET}" are kept until they are gone')
     assert Metric("set_stuck_holders", (NS, NAME, 3)) in p.applied
+
+
+def test_in_use_quotes_a_machines_failed_deletion():
+    """Issue 26 item 7: capmox could not destroy the VM; InUse quotes why (both condition
+    lists a capmox machine may carry: v1alpha1's, v1alpha2's deprecated v1beta1 ones)."""
+    failed = {"type": "VMProvisioned", "status": "False", "reason": "DeletionFailed", "severity": "Warning",
+              "message": "VM 107 is running - destroy failed"}
+    v1 = machine("pm-1", deletionTimestamp="2026-10-07T07:40:00Z", finalizers=["proxmoxmachine.infrastructure.cluster.x-k8s.io"])
+    v1["status"] = {"conditions": [{"type": "Ready", "status": "False", "reason": "DeletionFailed",
+                                    "message": "VM 107 is running - destroy failed"}, failed,
+                                   {"type": "VMProvisioned", "status": "True", "reason": "SomethingFailed"}]}
+    v2 = machine("pm-2")
+    v2["status"] = {"conditions": [{"type": "Ready", "status": "False", "reason": "Deleting"}],
+                    "deprecated": {"v1beta1": {"conditions": [failed]}}}
+    p = drive(deleting(consumers=count_consumers(None, POOL, [v1, v2], [], [])))
+    assert p.crm("Ready")[2] == (
+        f'0 address(es) of pool "{POOL}" are allocated and 2 ProxmoxMachine(s) reference it; held by '
+        "ProxmoxMachine pm-1 (deleting since 2026-10-07T07:40:00Z on finalizer "
+        'proxmoxmachine.infrastructure.cluster.x-k8s.io; Ready DeletionFailed: "VM 107 is running - destroy failed"; '
+        'VMProvisioned DeletionFailed: "VM 107 is running - destroy failed"), '
+        'ProxmoxMachine pm-2 (VMProvisioned DeletionFailed: "VM 107 is running - destroy failed"); '
+        f'VLAN {VID} and subnet "{SUBNET}" are kept until they are gone')
+    assert Metric("set_stuck_holders", (NS, NAME, 2)) in p.applied
 
 
 def test_deletion_wait_leaves_observed_generation_and_other_conditions_alone():

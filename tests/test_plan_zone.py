@@ -183,6 +183,7 @@ def test_stranded_ids_are_listed_sorted_as_strings():
     assert p.ready == ("True", "Ready", "8 of 9 VLANs free; trunk ready on 2 node(s); allocated outside the current "
                                         "ranges: 1000 (v-1000), 105 (v-105), 200 (v-200)")
     assert p.counts[:2] == (9, 5)
+    assert Metric("set_zone_kept", (ZONE, 3, 0)) in p.applied  # issue 26 item 7
 
 
 def test_duplicate_ids_on_the_provider_are_named():
@@ -227,6 +228,43 @@ def test_vlan_with_an_empty_owner_label_is_collected_without_asking_for_the_netw
     assert "v1" in ev[0].message and "101" in ev[0].message
     assert p.counts[1] == 0  # allocated excludes the collected one
     assert Metric("set_zone", (ZONE, 10, 0, 9, 1, 0)) in p.applied
+
+
+@pytest.mark.parametrize("owner", [(NS, "net-gone"), ("", "")], ids=["network-gone", "no-owner"])
+def test_an_orphan_without_our_finalizer_is_named_and_never_touched(owner):
+    """Issue 26 item 7, product-decisions.md §8 ("we delete only what we own"): a hand-made
+    Vlan with our labels but not our finalizer (the controller writes it in the create call,
+    or on adoption) is reported on the zone and counted as an orphan, never read for
+    collection, patched or deleted."""
+    v = vlan("v1", 101, owner=owner)
+    v["metadata"]["finalizers"] = ["example.com/keep"]
+    p = orphan_pass(v, canned={"owners[v1]": None})
+    assert not p.of(ReleaseVlan) and not p.of(RemoveFinalizer) and not p.of(SetPruneTimers)
+    assert not [a for a in p.of(Get) if a.resource == names.VLANS] and not p.of(Event)
+    assert p.ready == ("True", "Ready", (
+        "9 of 10 VLANs free; trunk ready on 2 node(s); Vlan(s) labelled as this zone's whose network does not "
+        f"exist, without the finalizer {FIN} (never made or adopted by the controller), left alone: "
+        '"v1" (VLAN 101)'))
+    assert p.counts[1] == 1
+    assert Metric("set_zone", (ZONE, 10, 1, 9, 1, 1)) in p.applied
+
+
+def test_a_terminating_orphan_without_our_finalizer_is_neither_named_nor_touched():
+    v = vlan("v1", 101, owner=("", ""))
+    v["metadata"].update(finalizers=["kubeovn.io/kube-ovn-controller"], deletionTimestamp="2026-10-07T07:59:00Z")
+    p = orphan_pass(v)
+    assert not p.of(ReleaseVlan) and not p.of(Get)
+    assert p.ready[2] == "9 of 10 VLANs free; trunk ready on 2 node(s)"
+
+
+def test_a_terminating_orphan_with_our_finalizer_is_collected():
+    """A release cut short between its delete and the finalizer's removal (controller.vlans
+    release order): the Vlan is still ours, and the zone finishes the release."""
+    v = vlan("v1", 101, owner=(NS, "net-gone"))
+    v["metadata"]["deletionTimestamp"] = "2026-10-07T07:59:00Z"
+    p = orphan_pass(v, canned={"owners[v1]": None})
+    assert p.of(ReleaseVlan) == [ReleaseVlan(v, "collected orphaned VLAN", {"vlan": 101, "name": "v1"},
+                                             into="released[v1]")]
 
 
 def test_owner_missing_from_the_cache_is_read_fresh_and_tolerantly():
@@ -435,6 +473,7 @@ def test_held_ids_are_not_free_and_are_shown_with_their_end():
     assert p.ready == ("True", "Ready", "7 of 10 VLANs free; trunk ready on 2 node(s); 2 released ID(s) held by "
                                         f"the VLAN reuse delay, free again from {ts(until)}")
     assert p.last.requeue_after == 240.0  # back when the first one expires
+    assert Metric("set_zone_kept", (ZONE, 0, 2)) in p.applied  # issue 26 item 7
     assert not [a for a in p.applied if type(a).__name__ == "PruneReleasedVlans"]
 
 

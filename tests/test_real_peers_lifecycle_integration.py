@@ -774,3 +774,27 @@ def test_a_group_already_on_a_default_vpc_router_port_is_removed_with_its_pointe
     assert ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name=ovn-cluster-{sc.sub}")[0]["ha_chassis_group"] == []
     obj = sc.wait("SubnetReady", "SubnetInvalid")
     assert reason(obj, "VLANAllocated")[:2] == ("True", "Allocated")
+
+
+def test_a_hand_made_vlan_with_our_labels_but_not_our_finalizer_is_reported_never_deleted(bed, ctl, world):
+    """Issue 26 item 7 (an acceptance run saw such a Vlan deleted 38 ms after it appeared):
+    a Vlan labelled with our zone and a network that does not exist, without our finalizer,
+    is no proof of ownership (product-decisions.md §8): the zone names it and counts it as an
+    orphan, and the Vlan stays as its maker wrote it."""
+    sc = world.scene()
+    name = unique("hand-made")
+    world.a.co.create_cluster_custom_object(*KUBEOVN, "vlans", {
+        "apiVersion": "kubeovn.io/v1", "kind": "Vlan", "metadata": {"name": name, "labels": {
+            names.LABEL_ZONE: sc.zone, names.LABEL_NETWORK_NAMESPACE: sc.ns,
+            names.LABEL_NETWORK_NAME: "no-such-network"}},
+        "spec": {"id": sc.first_vlan + 50, "provider": world.provider}})
+    try:
+        wait_for(lambda: f'left alone: "{name}" (VLAN {sc.first_vlan + 50})' in reason(world.a.zone(sc.zone), "Ready")[2],
+                 timeout=WAIT, what="the hand-made Vlan named on the zone")
+        ctl.resync()
+        vlan = world.get("vlans", name)
+        assert not vlan["metadata"].get("deletionTimestamp")
+        assert names.FINALIZER not in (vlan["metadata"].get("finalizers") or [])
+        assert vlan["metadata"]["labels"][names.LABEL_NETWORK_NAME] == "no-such-network"
+    finally:
+        world.a.co.delete_cluster_custom_object(*KUBEOVN, "vlans", name)
