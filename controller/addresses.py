@@ -802,6 +802,50 @@ def find_address_conflicts(
     return sorted(out)
 
 
+@attrs.frozen(order=True)
+class DuplicateAddress:
+    """One address of the pool that two or more IPAddresses hold (field report R6: the IPAM
+    provider can hand an address to two claims under cache lag): the address (``family``,
+    ``value``, ``text``) and the IPAddresses (sorted ``<namespace>/<name>``)."""
+
+    family: int
+    value: int
+    text: str = attrs.field(order=False)
+    addresses: tuple[str, ...] = attrs.field(order=False)
+
+    def __str__(self) -> str:
+        return f"{self.text} (IPAddress {', IPAddress '.join(self.addresses)})"
+
+
+def find_duplicate_addresses(addresses: Iterable[Mapping[str, Any]]) -> list[DuplicateAddress]:
+    """The addresses held by more than one of ``addresses`` (IPAddresses of one pool), by
+    address. Each IPAddress is its own holder: nothing is merged by address (a VM per
+    object)."""
+    by_addr: dict[tuple[int, int], tuple[str, list[str]]] = {}
+    for a in addresses:
+        spec = a.get("spec") if isinstance(a, Mapping) else None
+        if not isinstance(spec, Mapping):
+            continue
+        try:
+            addr = _parse_addr(_text(spec.get("address")).strip())
+        except _NetipError:
+            continue
+        meta = a.get("metadata") or {}
+        by_addr.setdefault((addr.version, int(addr)), (_go_addr_string(addr), []))[1].append(
+            f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}")
+    return sorted(DuplicateAddress(k[0], k[1], text, tuple(sorted(names_)))
+                  for k, (text, names_) in by_addr.items() if len(names_) > 1)
+
+
+def duplicate_addresses_message(pool: str, dups: Sequence[DuplicateAddress]) -> str:
+    """The ``AddressConflict`` message for addresses the pool handed out twice (R6)."""
+    return (
+        f'InClusterIPPool "{pool}" gave one address to several IPAddresses: {first_shown(dups)}; their VMs would '
+        "answer for one address: delete the IPAddressClaim of the VM that is to get another address (the "
+        "provider then gives it a free one), the controller deletes nothing"
+    )
+
+
 def address_conflicts_message(pool: str, conflicts: Sequence[AddressConflict]) -> str:
     """The ``AddressConflict`` message: the addresses with their pod, Kube-OVN IP and
     IPAddress, first five then a count, and what to fix (the controller deletes nothing)."""

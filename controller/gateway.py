@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -205,6 +206,60 @@ def gateway_status(
     return out
 
 
+# Field report R12: the default of --trunk-node-hold-down (seconds).
+DEFAULT_TRUNK_HOLD_DOWN = 90.0
+
+
+class TrunkHoldDown:
+    """Field report R12: a trunk node that leaves the provider's ready set stays in the
+    groups for ``hold_down`` seconds. kube-ovn-cni removes a node's
+    ``<provider>.provider-network.kubernetes.io/ready`` label at each of its starts and sets
+    it again once the bridge is up (pkg/daemon/controller.go, initProviderNetwork), so a
+    restart of it is a flap; rewriting the groups for it moves the active chassis, which
+    costs traffic that OVN's own BFD failover would not (a dead node keeps its label: BFD
+    moves the gateway off it). A node that comes back is a member again at once; a node
+    deleted (or deleting), or whose chassis annotation changed or went, leaves at once.
+
+    Memory is this process's: a node not ready when the controller starts leaves at once.
+    Thread-safe (the workers share it). ``clock``: monotonic seconds.
+    """
+
+    def __init__(self, hold_down: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.hold_down = hold_down
+        self.clock = clock
+        self._seen: dict[tuple[str, str], tuple[str, float]] = {}  # (provider, node) -> (chassis, last ready)
+        self._lock = threading.Lock()
+
+    def apply(self, provider: str, ready: list[planner.TrunkNode],
+              node: Callable[[str], Mapping[str, Any] | None]) -> tuple[list[planner.TrunkNode], float | None]:
+        """The trunk of ``provider``: ``ready`` (:func:`ovn.planner.trunk_nodes`) plus the
+        nodes held down, by name; and the seconds until the first held one leaves (None:
+        none held). ``node`` looks a Node up by name in the cache."""
+        if self.hold_down <= 0:
+            return ready, None
+        now = self.clock()
+        held: list[planner.TrunkNode] = []
+        recheck: float | None = None
+        with self._lock:
+            for n in ready:
+                self._seen[(provider, n.name)] = (n.chassis, now)
+            names_ = {n.name for n in ready}
+            taken = {n.chassis for n in ready}
+            for (p, name), (chassis, at) in list(self._seen.items()):
+                if p != provider or name in names_:
+                    continue
+                left = self.hold_down - (now - at)
+                meta = ((node(name) or {}).get("metadata") or {})
+                now_chassis = ((meta.get("annotations") or {}).get(planner.CHASSIS_ANNOTATION) or "").strip()
+                if left <= 0 or not meta or meta.get("deletionTimestamp") or now_chassis != chassis or chassis in taken:
+                    del self._seen[(p, name)]
+                    continue
+                held.append(planner.TrunkNode(name, chassis))
+                taken.add(chassis)
+                recheck = left if recheck is None else min(recheck, left)
+        return sorted(ready + held, key=lambda n: n.name), recheck
+
+
 class GatewayStep:
     """The NB side of a network pass (§9.2) and of its release (§6 step 3): the caches it
     reads and the NB writer it calls; what a pass makes of the outcome is
@@ -223,6 +278,7 @@ class GatewayStep:
         metrics: Metrics,
         events: EventRecorder | None = None,
         grace: float = NB_GRACE_PERIOD,
+        hold_down: float = 0.0,
     ) -> None:
         self.applier = applier
         self.nodes = nodes
@@ -230,10 +286,15 @@ class GatewayStep:
         self.metrics = metrics
         self.events = events
         self.grace = grace
+        self.hold = TrunkHoldDown(hold_down)
 
-    def trunk(self, provider: str) -> list[planner.TrunkNode]:
-        """The trunk nodes of ``provider`` from the Node cache (§9.3)."""
-        return planner.trunk_nodes(self.nodes.by_index("provider", provider), provider) if provider else []
+    def trunk(self, provider: str) -> tuple[list[planner.TrunkNode], float | None]:
+        """The trunk nodes of ``provider`` from the Node cache (§9.3) with those held down
+        (:class:`TrunkHoldDown`), and the seconds until a held one leaves (None: none)."""
+        if not provider:
+            return [], None
+        ready = planner.trunk_nodes(self.nodes.by_index("provider", provider), provider)
+        return self.hold.apply(provider, ready, self.nodes.get)
 
     def siblings(self, vpc: str) -> frozenset[str]:
         """Names of the VPC's subnets (whose groups vote on the active chassis, §9.4)."""

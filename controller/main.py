@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 import time
@@ -18,7 +17,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import structlog
 
+from controller.entry import SignalStop
 from controller.config import load_api_client_and_source, parse_bool, parse_duration, parse_tls_secret
+from controller.gateway import DEFAULT_TRUNK_HOLD_DOWN
 from controller.kube import KubeWriter
 from controller.leader import LeaderElector, default_identity
 from controller.manager import Manager, Options
@@ -65,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a released VLAN ID is held back before it is allocated again (Go duration; 0 turns it off)",
     )
     p.add_argument("--manage-gateway-chassis", type=parse_bool, nargs="?", const=True, default=True)
+    p.add_argument(
+        "--trunk-node-hold-down",
+        type=parse_duration,
+        default=DEFAULT_TRUNK_HOLD_DOWN,
+        help="how long a trunk node that lost its provider-network ready label stays in the HA chassis groups "
+             "(Go duration; 0 turns it off): kube-ovn-cni removes the label at each of its restarts",
+    )
     p.add_argument("--ovn-nb-address", default="ssl:ovn-nb.cozy-kubeovn.svc:6641")
     p.add_argument("--ovn-tls-secret", type=parse_tls_secret, default=("cozy-kubeovn", "kube-ovn-tls"))
     p.add_argument("--ovn-tls-dir", default="",
@@ -144,7 +152,9 @@ def serve_probes(
     return srv
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -> int:
+    """Run the controller; ``signals``: the handlers the console script installed first
+    (controller.entry), else they are installed here (``python -m controller.main``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["doctor"]:
         from controller import doctor
@@ -184,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ovn_nb_address=args.ovn_nb_address,
         ovn_tls_secret="/".join(args.ovn_tls_secret),
         ovn_tls_dir=args.ovn_tls_dir,
+        trunk_hold_down=args.trunk_node_hold_down,
     )
     metrics = Metrics()
     try:
@@ -192,7 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("unable to start manager", error=repr(err))
         return 1
 
-    stop = threading.Event()
+    signals = signals or SignalStop().install()
+    stop = signals.event
     lost = threading.Event()
     elector: LeaderElector | None = None
 
@@ -232,12 +244,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         manager.stop()
         return 1
 
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("stopping", signal=signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     log.info("starting manager", workers=options.workers, manage_gateway_chassis=options.manage_gateway,
              leader_elect=args.leader_elect)
     try:
@@ -263,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         started_leading()
     stop.wait()
+    if signals.received:
+        log.info("stopping", signal=signals.received)
     exit_by = time.monotonic() + EXIT_BUDGET
     if elector is not None:
         elector.stop_acquiring()  # a standby stopping must not take over (issue 17: rollouts)

@@ -100,6 +100,9 @@ class Options:
     ovn_tls_secret: str = "cozy-kubeovn/kube-ovn-tls"
     ovn_tls_dir: str = ""  # private directory for the TLS files; "" = a fresh temporary one
     nb_grace_period: float = NB_GRACE_PERIOD
+    # R12: seconds a trunk node that left the ready set stays in the groups; the CLI's
+    # default is 90 s (controller.gateway.DEFAULT_TRUNK_HOLD_DOWN), 0 here and for tests.
+    trunk_hold_down: float = 0.0
     gateway_collect_period: float = COLLECT_PERIOD
     nb_first_sync_timeout: float = 10.0  # seconds the first workers wait for the NB's first sync
 
@@ -257,7 +260,7 @@ class Manager:
         )
         self.collector = GatewayCollector(applier, self._network_exists, self.metrics, options.gateway_collect_period)
         return GatewayStep(applier, self.nodes.store, self.subnets.store, self.metrics, self.events,
-                           grace=options.nb_grace_period)
+                           grace=options.nb_grace_period, hold_down=options.trunk_hold_down)
 
     def _network_exists(self, ns: str, name: str) -> bool:
         """Fresh API Get for the collector (§9.6): NotFound -> False, other errors raise."""

@@ -250,10 +250,12 @@ class NetworkReconciler:
         provider = str(((zone or {}).get("spec") or {}).get("providerNetwork") or "")
         subnet = self.l.subnets.get(sname) if self.l.subnets is not None else None
         trunk: tuple[Any, ...] = ()
+        trunk_recheck: float | None = None
         siblings: frozenset[str] = frozenset()
         if self.gateway is not None and subnet is not None:
             vpc = str((subnet.get("spec") or {}).get("vpc") or "")
-            trunk = tuple(self.gateway.trunk(provider))
+            nodes, trunk_recheck = self.gateway.trunk(provider)
+            trunk = tuple(nodes)
             siblings = self.gateway.siblings(vpc) if vpc else frozenset()
         own = pool_spans(pool.get("spec")) if pool is not None else ()
         return attrs.evolve(
@@ -276,5 +278,6 @@ class NetworkReconciler:
                             if own and self.l.addresses is not None else ()),
             annotation=self.namespaces.value(ns),
             trunk=trunk,
+            trunk_recheck=trunk_recheck,
             siblings=siblings,
         )

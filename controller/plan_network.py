@@ -51,7 +51,9 @@ from controller.addresses import (
     IN_CLUSTER_IP_POOL,
     address_conflicts_message,
     check_pool_split,
+    duplicate_addresses_message,
     find_address_conflicts,
+    find_duplicate_addresses,
     find_pool_overlaps,
     pool_overlaps_message,
     pool_cidrs,
@@ -140,6 +142,8 @@ class NetworkSnapshot:
         for a deleting network only; §6 step 3 releases then even without ``status.vlan``).
     :ivar annotation: the namespace annotation's value (None: no Namespace).
     :ivar trunk, siblings: the gateway step's inputs (trunk nodes, the VPC's subnet names).
+    :ivar trunk_recheck: seconds until a trunk node held down leaves ``trunk`` (field report
+        R12), None when none is held: the pass comes back then.
     """
 
     key: str
@@ -165,6 +169,7 @@ class NetworkSnapshot:
     owns_group: bool = False
     annotation: str | None = None
     trunk: tuple[Any, ...] = ()
+    trunk_recheck: float | None = None
     siblings: frozenset[str] = frozenset()
     # pass: allocation and adoption
     refusal: tuple[str, str] | None = None
@@ -667,7 +672,8 @@ class _Live:
         own = pool_spans(pool.get("spec"))
         overlaps = find_pool_overlaps((IN_CLUSTER_IP_POOL, f"{self.ns}/{pname}"), own, self.s.other_pools)
         conflicts = find_address_conflicts(own, self.s.kube_ovn_ips, self.s.pool_addresses)
-        self.overlaps, self.conflicts = len(overlaps), len(conflicts)
+        twice = find_duplicate_addresses(self.s.pool_addresses)
+        self.overlaps, self.conflicts = len(overlaps), len(conflicts) + len(twice)
         ip = (pool.get("status") or {}).get("ipAddresses")
         if isinstance(ip, Mapping):
             status["ipPool"] = {k: ip.get(k) if isinstance(ip.get(k), int) else 0 for k in ("total", "used", "free")}
@@ -685,8 +691,10 @@ class _Live:
         )
         if failure is None and overlaps:
             failure = reasons.POOL_OVERLAPS_POOL, pool_overlaps_message(pname, overlaps)
-        if failure is None and conflicts:
-            failure = reasons.ADDRESS_CONFLICT, address_conflicts_message(pname, conflicts)
+        if failure is None and (conflicts or twice):
+            failure = reasons.ADDRESS_CONFLICT, "; ".join(
+                ([address_conflicts_message(pname, conflicts)] if conflicts else [])
+                + ([duplicate_addresses_message(pname, twice)] if twice else []))
         if failure is not None:
             set_condition(conds, names.IPPOOL_READY, FALSE, failure[0], failure[1], gen, clock)
             return
@@ -736,6 +744,8 @@ class _Live:
         if ready is not None and ready.get("status") != TRUE:
             self.actions.append(Metric("reconcile_error", (ready.get("reason", ""),)))
         requeue = requeue_after(s.manage_gateway, status)
+        if s.gateway_enabled and s.trunk_recheck is not None:
+            requeue = min(requeue, max(s.trunk_recheck, 1.0))  # R12: the held node leaves then
         if waits or status_waits(s, status):
             return Plan(tuple(self.actions), requeue_after=requeue)
         if status != self.old:
@@ -864,8 +874,13 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
         vname = vlan["metadata"]["name"]
         released_id = allocator.vlan_id(vlan)
         if step.kind == release.WAIT_LIVE:
-            return wait(reasons.VLAN_STILL_REFERENCED,
-                        f'Kube-OVN still lists subnets {go_list(live)} on Vlan "{vname}"', VLAN_REFERENCED_RETRY)
+            message = f'Kube-OVN still lists subnets {go_list(live)} on Vlan "{vname}"'
+            others = sorted(n for n in live if n != sname)
+            if others:
+                # Field report R1: another's Subnet on our Vlan is theirs to delete.
+                message += (f"; {go_list(others)} are not this network's: the controller never deletes them, and "
+                            f"VLAN {released_id} is released once they are gone")
+            return wait(reasons.VLAN_STILL_REFERENCED, message, VLAN_REFERENCED_RETRY)
         if step.kind == release.WAIT_PRUNE:
             assert step.deadline is not None
             return wait(

@@ -11,7 +11,9 @@
 #   * a venv /opt/venv holding this tree's package (pyproject.toml) and its dependencies
 #     from PyPI, every version pinned by constraints.txt (PIP_CONSTRAINT also pins the
 #     build backend in pip's isolated build environment);
-#   * user 65532:65532, entrypoint `proxmox-network-controller` (on PATH from /opt/venv/bin),
+#   * Debian's tini as PID 1 (a Python PID 1 ignores a SIGTERM that comes before its handler
+#     exists: a pod deleted while starting ran on until SIGKILL; tini forwards the signal);
+#   * user 65532:65532, entrypoint `tini -- proxmox-network-controller` (on PATH from /opt/venv/bin),
 #     working directory /, PYTHONDONTWRITEBYTECODE=1 and PYTHONUNBUFFERED=1 so nothing is
 #     written under a read-only root (the bytecode is compiled at install time), ports 8080
 #     (metrics) and 8081 (probes);
@@ -89,8 +91,8 @@ PYTHON_VERSION="$(sed -n 's/^ARG PYTHON_VERSION=\([0-9.]*\)$/\1/p' Containerfile
 
 MIRROR="${PNC_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 SECURITY="${PNC_DEBIAN_SECURITY:-http://deb.debian.org/debian-security}"
-log "root filesystem: mmdebstrap bookworm minbase + python3, python3-venv; the venv from PyPI"
-mmdebstrap --variant=minbase --include=python3,python3-venv \
+log "root filesystem: mmdebstrap bookworm minbase + python3, python3-venv, tini; the venv from PyPI"
+mmdebstrap --variant=minbase --include=python3,python3-venv,tini \
   --dpkgopt='path-exclude=/usr/share/man/*' \
   --dpkgopt='path-exclude=/usr/share/doc/*' \
   --dpkgopt='path-include=/usr/share/doc/*/copyright' \
@@ -115,7 +117,7 @@ buildah "${BUILDAH[@]}" config \
   --env PYTHONDONTWRITEBYTECODE=1 \
   --env PYTHONUNBUFFERED=1 \
   --port 8080/tcp --port 8081/tcp \
-  --entrypoint '["proxmox-network-controller"]' \
+  --entrypoint '["tini", "--", "proxmox-network-controller"]' \
   --label "org.opencontainers.image.title=proxmox-network-controller" \
   --label "org.opencontainers.image.version=$VERSION" \
   "$CTR"

@@ -107,14 +107,14 @@ install_node_tools() {
   if command -v mmdebstrap >/dev/null && command -v buildah >/dev/null && command -v containerd >/dev/null \
      && command -v containerd-shim-runc-v2 >/dev/null && command -v runc >/dev/null && command -v ctr >/dev/null \
      && [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local ]] && dpkg -s busybox-static >/dev/null 2>&1 \
-     && command -v socat >/dev/null \
+     && command -v socat >/dev/null && command -v tini >/dev/null \
      && command -v cc >/dev/null && compgen -G "/usr/lib/*/libc.a" >/dev/null; then
     return 0
   fi
   log "installing mmdebstrap, buildah, containerd, runc, containernetworking-plugins, busybox-static, socat from Debian"
-  apt_install mmdebstrap buildah containerd runc containernetworking-plugins busybox-static socat gcc libc6-dev
+  apt_install mmdebstrap buildah containerd runc containernetworking-plugins busybox-static socat gcc libc6-dev tini
   local t
-  for t in mmdebstrap buildah containerd runc ctr socat; do
+  for t in mmdebstrap buildah containerd runc ctr socat tini; do
     command -v "$t" >/dev/null || die "$t still missing after apt-get install"
   done
 }

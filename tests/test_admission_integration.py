@@ -882,3 +882,74 @@ def test_kube_ovn_ip_update_judges_only_what_changed(pools, kubectl):
     assert cur["metadata"].get("deletionTimestamp")
     cur["spec"]["namespace"] = p.foreign
     admitted(b.try_replace(cur))
+
+
+# ================================ proxmox-network-subnet-vlan (R1) ================================
+
+SUBNETVLAN = "proxmox-network-subnet-vlan"
+
+
+def kube_ovn_subnet(name: str, vlan: str, octet: int) -> dict:
+    return {"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name},
+            "spec": {"vlan": vlan, "vpc": "tenant-vpc", "protocol": "IPv4", "cidrBlock": f"10.78.{octet}.0/24",
+                     "gateway": f"10.78.{octet}.1"}}
+
+
+def subnet_refusal(p: Pools) -> str:
+    return (f"Vlan {p.subnet} belongs to the Proxmox network {p.owner}/net: only its Subnet {p.subnet} may name it "
+            "(another Subnet on it would share the VLAN, one L2 segment, with that network)")
+
+
+def test_subnet_vlan_policy_as_shipped(pools, kubectl):
+    pol = json.loads(kubectl("get", "validatingadmissionpolicy", SUBNETVLAN, "-o", "json"))
+    assert pol["spec"]["failurePolicy"] == "Fail"
+    assert pol["spec"]["paramKind"] == {"apiVersion": "kubeovn.io/v1", "kind": "Vlan"}
+    assert [c["name"] for c in pol["spec"]["matchConditions"]] == ["names-a-vlan-of-a-network", "moves-onto-it"]
+    assert pol["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE"]
+    binding = json.loads(kubectl("get", "validatingadmissionpolicybinding", SUBNETVLAN, "-o", "json"))
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["paramRef"]["selector"] == {
+        "matchExpressions": [{"key": "proxmox.cozystack.io/network-namespace", "operator": "Exists"}]}
+
+
+def test_a_second_subnet_on_a_networks_vlan_is_refused(pools, kubectl):
+    """Field report R1: Kube-OVN would give it a localnet port with the network's tag."""
+    p, b = pools, pools.b
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/subnets.kubeovn.io")
+    denied(b.try_create(kube_ovn_subnet(f"stranger-{_hex()}", p.subnet, 1)), SUBNETVLAN, subnet_refusal(p))
+    # Controls: the network's own Subnet (named as its Vlan), and any Subnet on a Vlan that is
+    # not a network's (no owner label), or on no Vlan at all.
+    admitted(b.try_create(kube_ovn_subnet(p.subnet, p.subnet, 2)))
+    plain = f"plain-{_hex()}"
+    p.vlan(plain, p.owner, None, labelled=False)
+    admitted(b.try_create(kube_ovn_subnet(f"other-{_hex()}", plain, 3)))
+    overlay = kube_ovn_subnet(f"overlay-{_hex()}", "", 4)
+    del overlay["spec"]["vlan"]
+    admitted(b.try_create(overlay))
+
+
+def test_a_subnet_already_on_the_vlan_is_not_judged_but_moving_one_onto_it_is(pools, kubectl):
+    """A Subnet that was on the Vlan before it was a network's (or before the policy) can still
+    be updated (Kube-OVN writes its Subnets; its finalizer must come off) and deleted; moving
+    a Subnet onto a network's Vlan is a CREATE in all but name and is refused."""
+    p, b = pools, pools.b
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/subnets.kubeovn.io")
+    later = f"later-{_hex()}"
+    p.vlan(later, p.owner, None, labelled=False)  # not a network's yet
+    early = kube_ovn_subnet(f"early-{_hex()}", later, 5)
+    b.apply(early)
+    mover = kube_ovn_subnet(f"mover-{_hex()}", f"elsewhere-{_hex()}", 6)
+    b.apply(mover)
+    try:
+        p.vlan(later, p.owner, None)  # now labelled: a network's Vlan (the param)
+        wait_for(lambda: b.try_create(kube_ovn_subnet(f"probe-{_hex()}", later, 7)) is not None,
+                 what="the policy sees the labelled Vlan", timeout=60)
+        cur = json.loads(kubectl("get", "subnet", early["metadata"]["name"], "-o", "json"))
+        cur["spec"]["excludeIps"] = ["10.78.5.10"]
+        admitted(b.try_replace(cur))
+        cur = json.loads(kubectl("get", "subnet", mover["metadata"]["name"], "-o", "json"))
+        cur["spec"]["vlan"] = later
+        denied(b.try_replace(cur), SUBNETVLAN, f"Vlan {later} belongs to the Proxmox network {p.owner}/net")
+    finally:
+        for s in (early, mover):
+            kubectl("delete", "subnet", s["metadata"]["name"], "--ignore-not-found", "--wait=false", check=False)

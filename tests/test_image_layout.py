@@ -180,7 +180,7 @@ def _env(config: dict) -> dict[str, str]:
 def test_user_entrypoint_workdir_ports_and_env_are_the_declared_ones(image: Image, declared: Declared) -> None:
     cfg = image.config["config"]
     assert cfg["User"] == declared.user == "65532:65532"
-    assert cfg["Entrypoint"] == declared.entrypoint == ["proxmox-network-controller"]
+    assert cfg["Entrypoint"] == declared.entrypoint == ["tini", "--", "proxmox-network-controller"]
     assert not cfg.get("Cmd")
     assert (cfg.get("WorkingDir") or "/") == declared.workdir
     assert set(cfg.get("ExposedPorts", {})) == declared.exposed
@@ -194,7 +194,9 @@ def test_the_entrypoint_is_the_venvs_console_script(image: Image, declared: Decl
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     for script in scripts:
         assert f"{venv_bin.lstrip('/')}/{script}" in image.names, script
-    assert declared.entrypoint[0] in scripts
+    # Debian's tini as PID 1 (it forwards a SIGTERM that comes before Python's handler exists).
+    assert declared.entrypoint[:2] == ["tini", "--"] and "usr/bin/tini" in image.names
+    assert declared.entrypoint[2] in scripts
 
 
 def test_python_major_minor_is_the_declared_one_on_debian_bookworm(image: Image, declared: Declared) -> None:

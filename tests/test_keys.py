@@ -106,6 +106,15 @@ def test_a_subnet_maps_to_the_networks_naming_it_and_the_zone_of_the_vlan_it_bin
     assert keys.for_subnet({"metadata": {"name": "s1"}, "spec": {}}, l) == ([NetworkKey("t", "a")], [])
 
 
+def test_a_subnet_on_another_networks_vlan_maps_to_that_network_too():
+    # Field report R1: a stranger's Subnet naming our Vlan (named after our Subnet) queues
+    # our network, whose VLANConflict names it.
+    l = listers(networks=[net("t", "ours", subnet="s1"), net("u", "theirs", subnet="s2")],
+                vlans=[vlan("s1", 5, zone_label="z7")])
+    stranger = {"metadata": {"name": "s2"}, "spec": {"vlan": "s1"}}
+    assert keys.for_subnet(stranger, l) == ([NetworkKey("u", "theirs"), NetworkKey("t", "ours")], [ZoneKey("z7")])
+
+
 def test_pool_users_map_to_the_networks_of_their_pools_in_their_namespace():
     l = listers(networks=[net("t", "a", pool="p1"), net("u", "b", pool="p1"), net("t", "c", pool="p2")])
     assert keys.for_pool_user("pools", {"metadata": {"namespace": "t", "name": "p1"}}, l) == [NetworkKey("t", "a")]

@@ -450,8 +450,8 @@ class RecordingGateway:
         self.applier = self._Applier()
         self.evaluated: list[str] = []
 
-    def trunk(self, provider: str) -> list:
-        return []
+    def trunk(self, provider: str) -> tuple[list, None]:
+        return [], None
 
     def siblings(self, vpc: str) -> frozenset:
         return frozenset()

@@ -444,6 +444,30 @@ def test_kube_ovn_conflict():
     assert (p.status["vlan"], p.status["vlanName"], p.status["bridge"]) == (VID, SUBNET, BRIDGE)  # stay set
 
 
+@pytest.mark.parametrize("strangers, names_", [
+    (("tenant-b-sub",), 'Subnet "tenant-b-sub" also names'),
+    (("a-sub", "b-sub"), 'Subnet "a-sub", "b-sub" also name'),
+])
+def test_another_subnet_on_our_vlan_is_a_conflict_naming_it(strangers, names_):
+    """Field report R1: Kube-OVN puts every Subnet naming a Vlan on it with a localnet port
+    of its own; a Subnet other than the network's on its Vlan is VLANConflict, the VLAN
+    stays allocated (never released, nothing deleted), and the gauge counts them."""
+    p = drive(gw_live(strangers=strangers))
+    want = ("False", "VLANConflict", (
+        f'{names_} Vlan "{SUBNET}" (VLAN {VID}) of this network: Kube-OVN puts each on the VLAN with a localnet '
+        "port of its own, joining its L2 segment to this network's. Delete it or point it at a Vlan of its own; "
+        f"the controller never deletes it, and keeps VLAN {VID} allocated while it exists"))
+    assert p.crm("VLANAllocated") == want and p.crm("Ready") == want
+    assert p.status["vlan"] == VID
+    assert not p.of(ReleaseVlan) and not p.of(ReleaseGateway)
+    assert Metric("set_foreign_subnets", (NS, NAME, len(strangers))) in p.applied
+    assert p.of(WriteStatus)[-1].event == EventSpec("Warning", "VLANConflict", want[2])
+
+
+def test_no_stranger_sets_the_gauge_to_zero():
+    assert Metric("set_foreign_subnets", (NS, NAME, 0)) in drive(live()).applied
+
+
 def kube_ovn_took_it_down(sub):
     """The Subnet as Kube-OVN v1.15 leaves it when its Vlan is flagged (validateSubnetVlan)."""
     sub["status"]["conditions"][0].update(reason="ValidateSubnetVlanFailed", message=(
@@ -850,6 +874,37 @@ def test_address_held_by_a_kube_ovn_ip():
     assert Metric("set_pool_conflicts", (NS, NAME, 0, 1)) in p.applied
 
 
+def pool_address(name, addr):
+    return {"metadata": {"name": name, "namespace": NS},
+            "spec": {"address": addr, "poolRef": {"kind": "InClusterIPPool", "name": POOL}}}
+
+
+def test_one_address_given_to_two_ipaddresses_is_a_conflict_naming_both():
+    """Field report R6: the IPAM provider handed one address to two claims under cache lag;
+    both IPAddresses are named, each counts as a holder of its own."""
+    twice = (pool_address("vm1-inet", "10.0.0.210"), pool_address("vm2-inet", "10.0.0.210"),
+             pool_address("vm3-inet", "10.0.0.211"))
+    p = drive(live(pool_addresses=twice))
+    message = ('InClusterIPPool "pool-a" gave one address to several IPAddresses: 10.0.0.210 (IPAddress '
+               "tenant-a/vm1-inet, IPAddress tenant-a/vm2-inet); their VMs would answer for one address: delete the "
+               "IPAddressClaim of the VM that is to get another address (the provider then gives it a free one), the "
+               "controller deletes nothing")
+    assert p.crm("IPPoolReady") == ("False", "AddressConflict", message)
+    assert Metric("set_pool_conflicts", (NS, NAME, 0, 1)) in p.applied
+    # Holders are objects, never merged by address: three IPAddresses hold the pool.
+    c = count_consumers(None, POOL, [], twice, [])
+    assert c.addresses == 3 and [h.name for h in c.holders] == ["vm1-inet", "vm2-inet", "vm3-inet"]
+
+
+def test_a_pod_and_a_second_ipaddress_on_the_pool_are_both_named():
+    twice = (pool_address("vm1-inet", "10.0.0.210"), pool_address("vm2-inet", "10.0.0.210"))
+    p = drive(live(pool_addresses=twice, kube_ovn_ips=(kube_ovn_ip("web-1.tenant-a", "10.0.0.20"),)))
+    msg = p.crm("IPPoolReady")[2]
+    assert msg.startswith('Kube-OVN has given addresses of InClusterIPPool "pool-a" to pods: 10.0.0.20')
+    assert '; InClusterIPPool "pool-a" gave one address to several IPAddresses: 10.0.0.210' in msg
+    assert Metric("set_pool_conflicts", (NS, NAME, 0, 2)) in p.applied
+
+
 def test_pool_precedence_split_then_overlap_then_conflict_then_exhausted():
     overlap = (("InClusterIPPool", other_pool("pool-b", ["10.0.0.10"])),)
     conflict = (kube_ovn_ip("web-1.tenant-a", "10.0.0.11"),)
@@ -1013,6 +1068,15 @@ def test_a_default_vpc_subnet_without_gateway_management_or_nb_is_invalid_all_th
     p = drive(live(subnet=subnet(vpc="ovn-cluster"), manage_gateway=manage, gateway_enabled=False), {})
     assert p.crm("SubnetReady")[:2] == ("False", "SubnetInvalid")
     assert not p.of(ReleaseGateway)
+
+
+def test_a_trunk_node_held_down_brings_the_pass_back_when_it_leaves():
+    """Field report R12: the pass comes back when the hold-down of a trunk node ends (then
+    the node leaves the group), not at the 5 min resync."""
+    canned = {"gateway": GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2))}
+    assert drive(gw_live(trunk=("t1",), trunk_recheck=12.5), canned).last.requeue_after == 12.5
+    assert drive(gw_live(trunk=("t1",)), canned).last.requeue_after == 300
+    assert drive(live(trunk_recheck=12.5)).last.requeue_after == 600  # no NB side: nothing to come back for
 
 
 def test_chassis_assigned_from_the_nb_outcome():
@@ -1386,9 +1450,18 @@ def test_not_still_ours_forgets_the_overlay_and_releases_nothing(fresh_net):
 
 
 def test_vlan_still_referenced():
-    p = drive(deleting(), clear(listed=(("sub-x", "sub-y"), ())))
-    waits(p, "VLANStillReferenced", f'Kube-OVN still lists subnets [sub-x sub-y] on Vlan "{SUBNET}"', 10)
+    p = drive(deleting(), clear(listed=((SUBNET,), ())))
+    waits(p, "VLANStillReferenced", f'Kube-OVN still lists subnets [{SUBNET}] on Vlan "{SUBNET}"', 10)
     assert p.cond("SwitchDeleted") is None
+
+
+def test_vlan_still_referenced_by_subnets_of_someone_else_says_they_are_never_deleted():
+    # Field report R1: the release waits for them; they are not ours to delete.
+    p = drive(deleting(), clear(listed=(("sub-x", "sub-y"), ())))
+    waits(p, "VLANStillReferenced", f'Kube-OVN still lists subnets [sub-x sub-y] on Vlan "{SUBNET}"; [sub-x sub-y] '
+          f"are not this network's: the controller never deletes them, and VLAN {VID} is released once they are gone",
+          10)
+    assert not p.of(ReleaseVlan)
 
 
 def timers(**starts: str) -> dict[str, str]:

@@ -21,6 +21,7 @@ networks whose pools overlap its old or new range through ``keys.for_pool_overla
 
 from __future__ import annotations
 
+import copy
 import itertools
 from typing import Iterator
 
@@ -37,6 +38,7 @@ from tests.support.peers import ADDRESS_V, IPAM, KUBEOVN, POOL_V, WAIT, Ctl, Tru
 pytestmark = pytest.mark.integration
 
 CAPI = ("cluster.x-k8s.io", "v1beta1")
+PX = ("proxmox.cozystack.io", "v1alpha1")
 OVERLAP_TAIL = ("; the IPAM provider checks addresses only within one pool, so two machines can be given the "
                 "same address: take the shared addresses out of one of the pools (spec.addresses or "
                 "spec.excludedAddresses)")
@@ -243,3 +245,40 @@ def test_a_pod_on_an_address_of_the_pool_is_an_address_conflict(admin, peers_bed
     obj = n.wait("Ready", "Ready")
     assert reason(obj, "IPPoolReady")[:2] == ("True", "Ready")
     await_gauge(ctl, "cozy_proxmox_network_address_conflicts", ns, "net", 0)
+
+
+def test_one_address_handed_to_two_ipaddresses_is_named_on_the_network(admin, peers_bed, zone, ctl, vpc):
+    """Field report R6: the provider gave one address to two claims (under cache lag; made
+    here as the second claim's IPAddress with the first one's address). The network names
+    both IPAddresses, each counts as a holder of its own, and nothing is deleted."""
+    ns = namespace(admin, "pools-twice")
+    n = Net(admin, zone, ns, vpc)
+    admin.co.create_namespaced_custom_object(*CAPI, ns, "clusters", {
+        "apiVersion": "/".join(CAPI), "kind": "Cluster", "metadata": {"name": "c1"}, "spec": {}})
+    for claim in ("m1-net1-inet", "m2-net1-inet"):
+        admin.co.create_namespaced_custom_object(IPAM, ADDRESS_V, ns, "ipaddressclaims", {
+            "apiVersion": f"{IPAM}/{ADDRESS_V}", "kind": "IPAddressClaim",
+            "metadata": {"name": claim, "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+            "spec": {"poolRef": {"apiGroup": IPAM, "kind": "InClusterIPPool", "name": n.pool}}})
+    first = wait_for(lambda: admin.co.get_namespaced_custom_object(IPAM, ADDRESS_V, ns, "ipaddresses", "m1-net1-inet"),
+                     timeout=WAIT, what="the provider's first IPAddress")
+    wait_for(lambda: admin.co.get_namespaced_custom_object(IPAM, ADDRESS_V, ns, "ipaddresses", "m2-net1-inet"),
+             timeout=WAIT, what="the provider's second IPAddress")
+    # The lag: a third IPAddress, as the provider would write it for a claim it answered from
+    # a stale view of the pool, with the first one's address.
+    twin = copy.deepcopy(first)
+    twin["metadata"] = {"name": "m3-net1-inet", "namespace": ns}
+    twin["spec"]["claimRef"] = {"name": "m3-net1-inet"}
+    admin.co.create_namespaced_custom_object(IPAM, ADDRESS_V, ns, "ipaddresses", twin)
+    addr = first["spec"]["address"]
+    msg = (f'InClusterIPPool "vm-pool" gave one address to several IPAddresses: {addr} (IPAddress {ns}/m1-net1-inet, '
+           f"IPAddress {ns}/m3-net1-inet); their VMs would answer for one address: delete the IPAddressClaim of the "
+           "VM that is to get another address (the provider then gives it a free one), the controller deletes nothing")
+    obj = n.wait("IPPoolReady", "AddressConflict", msg)
+    assert reason(obj, "Ready") == ("False", "AddressConflict", msg)
+    await_gauge(ctl, "cozy_proxmox_network_address_conflicts", ns, "net", 1)
+    no_writes_on(peers_bed, peers_bed.controller_user, {"ipaddresses", "ipaddressclaims"})
+    # Deleting the network: three IPAddresses hold it, one each (never merged by address).
+    admin.co.delete_namespaced_custom_object(*PX, ns, "proxmoxnetworks", "net")
+    obj = n.wait("Ready", "InUse")
+    assert "3 IPAddress(es) and 2 IPAddressClaim(s) name the pool" in reason(obj, "Ready")[2]

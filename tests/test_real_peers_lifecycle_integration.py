@@ -798,3 +798,36 @@ def test_a_hand_made_vlan_with_our_labels_but_not_our_finalizer_is_reported_neve
         assert vlan["metadata"]["labels"][names.LABEL_NETWORK_NAME] == "no-such-network"
     finally:
         world.a.co.delete_cluster_custom_object(*KUBEOVN, "vlans", name)
+
+
+def test_a_strangers_subnet_on_our_vlan_is_a_conflict_and_never_deleted(bed, ctl, world):
+    """Field report R1, on the real Kube-OVN: a second Subnet (another tenant's, made before
+    the admission policy or with it off) names the network's Vlan; Kube-OVN gives it a
+    localnet port with our tag. The network says VLANConflict naming it, keeps its VLAN,
+    and a deletion of the network waits for the stranger (VLANStillReferenced) and never
+    deletes it; once the stranger goes the VLAN is released."""
+    sc = world.scene()
+    vid = sc.ready()["status"]["vlan"]
+    stranger = unique("stranger")
+    p = f"10.{next(world._octets)}.9"
+    world.a.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
+        "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": stranger},
+        "spec": {"vpc": VPC, "vlan": sc.sub, "cidrBlock": f"{p}.0/24", "gateway": f"{p}.1", "protocol": "IPv4"}})
+    try:
+        wait_for(lambda: ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{stranger}"), timeout=WAIT,
+                 what="Kube-OVN's localnet port for the stranger (the joined segment)")
+        obj = sc.wait("VLANAllocated", "VLANConflict")
+        assert reason(obj, "VLANAllocated")[2].startswith(
+            f'Subnet "{stranger}" also names Vlan "{sc.sub}" (VLAN {vid}) of this network: ')
+        assert reason(obj, "Ready")[:2] == ("False", "VLANConflict") and obj["status"]["vlan"] == vid
+        sc.delete_network()
+        sc.delete_subnet()
+        obj = sc.wait("Ready", "VLANStillReferenced")
+        assert reason(obj, "Ready")[2] == (
+            f'Kube-OVN still lists subnets [{stranger}] on Vlan "{sc.sub}"; [{stranger}] are not this network\'s: the '
+            f"controller never deletes them, and VLAN {vid} is released once they are gone")
+        ctl.resync()
+        assert not world.gone("subnets", stranger) and not world.gone("vlans", sc.sub)
+    finally:
+        world.a.co.delete_cluster_custom_object(*KUBEOVN, "subnets", stranger)
+    wait_for(lambda: world.gone("vlans", sc.sub), timeout=WAIT, what="the VLAN released once the stranger went")
