@@ -48,6 +48,7 @@ import ovs.poller
 import ovs.stream
 import ovs.timeval
 import ovs.util
+import structlog
 
 from informers.backoff import Backoff
 from ovn import tls
@@ -307,6 +308,35 @@ class _Idl(ovs.db.idl.Idl):
                 pass
 
 
+log = structlog.get_logger("ovn-nb")
+
+
+def server_refusal(idl: Any, leader_only: bool) -> str:
+    """Why python-ovs's IDL refuses the server it reached, or "" (issue 26 item 7: the
+    condition read ``OVN NB IDL is not synced: `` with nothing after it). The IDL checks the
+    server's ``_Server.Database`` row (``Idl.__check_server_db``) and, on a refusal, tries the
+    next remote, saying why only through OVS's own vlog, which this process does not show.
+    Mirrors its rules: a relay is never a leader; a cluster member must be connected to its
+    cluster and, with ``leader_only``, be the leader."""
+    tables = getattr(idl, "server_tables", None)
+    table = tables.get("Database") if isinstance(tables, dict) else None
+    if table is None:
+        return ""
+    for row in list(table.rows.values()):
+        if getattr(row, "name", None) != DATABASE:
+            continue
+        model = getattr(row, "model", "")
+        if model == "relay" and leader_only:
+            return ("is an OVSDB relay, and the controller writes to the NB cluster's leader only (a relay is never "
+                    "the leader): give --ovn-nb-address the addresses of the NB cluster's members")
+        if model == "clustered" and not getattr(row, "connected", True):
+            return "is an NB cluster member that is disconnected from its cluster"
+        if model == "clustered" and leader_only and not getattr(row, "leader", True):
+            return ("is an NB cluster member that is not the leader (the controller writes to the leader only): give "
+                    "--ovn-nb-address every member's address, it finds the leader among them")
+    return ""
+
+
 class NBClient:
     """python-ovs IDL of OVN_Northbound, owned by one thread."""
 
@@ -443,7 +473,13 @@ class NBClient:
 
         Returns the commit status; ``TRY_AGAIN``/``ERROR``/``NOT_LOCKED``/``TIMED_OUT``
         mean "nothing known to be applied": resync and redo the whole step.
+
+        ``timeout`` counts from this call, not from when the owner thread gets to the
+        transaction: a pass queued behind a hung one ends at its own deadline (issue 26 item
+        7: three passes behind a hung transaction ended at 7.5 s, past the 5 s bound), and a
+        transaction whose deadline passed in the queue is not sent at all.
         """
+        deadline = time.monotonic() + timeout
 
         def run(idl: ovs.db.idl.Idl) -> TxnResult:
             txn = ovs.db.idl.Transaction(idl)
@@ -452,7 +488,10 @@ class NBClient:
             except BaseException:
                 txn.abort()
                 raise
-            deadline = time.monotonic() + timeout
+            if time.monotonic() >= deadline:
+                txn.abort()
+                return TxnResult(TIMED_OUT, f"no commit reply within {timeout:g}s (queued behind another "
+                                 "transaction; not sent)", value)
             status = txn.commit()
             while status == ovs.db.idl.Transaction.INCOMPLETE:
                 left = deadline - time.monotonic()
@@ -511,25 +550,38 @@ class NBClient:
         else:
             if self._synced.is_set():
                 self.last_error = self.last_error or f"lost the connection to {self.remote}"
+                self._tls_checked_at = 0.0  # probe at once: name a handshake failure (item 7)
                 self._synced.clear()
                 if self.on_lost is not None:
                     try:
                         self.on_lost()
                     except Exception:  # never kill the owner thread
                         pass
+            why = server_refusal(idl, self.leader_only)
+            if why:
+                message = f"OVN NB {idl._session.get_name() or self.remote} {why}"
+                if message != self.last_error:
+                    log.warning("OVN NB server refused", error=message)
+                self.last_error = message
             self._refresh_tls_while_down()
 
     def _refresh_tls_while_down(self) -> None:
         """While python-ovs reconnects on its own, re-read the Secret now and then so a
-        rotated one is used by the next attempt (python-ovs reads the files per connect)."""
-        if self.tls_source is None or not any(a.startswith("ssl:") for a in self.addresses):
+        rotated one is used by the next attempt (python-ovs reads the files per connect),
+        and probe the remote with it as a fresh dial does (:func:`ovn.tls.probe`): python-ovs
+        says nothing of a failed handshake, so without the probe a certificate from another
+        CA read as "lost the connection" for as long as it lasted (issue 26 item 7). At once
+        after the connection is lost, then every ``BACKOFF_MAX`` seconds."""
+        ssl = [a for a in self.addresses if a.startswith("ssl:")]
+        if self.tls_source is None or not ssl:
             return
         now = time.monotonic()
         if now - self._tls_checked_at < BACKOFF_MAX:
             return
         self._tls_checked_at = now
+        remote = self.remote if self.remote.startswith("ssl:") else ssl[0]
         try:
-            self.tls_source.material()
+            tls.probe(remote, self.tls_source.material(), self.dial_timeout)
         except Exception as e:  # noqa: BLE001 - reported through last_error
             self.last_error = str(e)
 

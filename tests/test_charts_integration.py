@@ -239,7 +239,7 @@ def test_default_rendering_is_the_kustomization(helm, kubectl):
     manifests = [o for o in manifests if o["kind"] != "Namespace"]
     chart = render(helm, CRDS_CHART) + render(helm, CHART)
     assert drift(chart, manifests) == []
-    assert len(chart) == len(manifests) == 22
+    assert len(chart) == len(manifests) == 24
 
     rule = [d for d in yaml.safe_load_all((MANIFESTS / "monitoring" / "prometheusrule.yaml").read_text()) if d]
     with_monitoring = render(helm, CHART, {"monitoring": {"enabled": True}})
@@ -275,7 +275,7 @@ def test_default_rendering_applies_and_its_args_are_the_controllers_flags(helm, 
     assert all(c["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for c in crds)
     assert kinds(objs) == sorted(["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "Role",
                                   "RoleBinding", "RoleBinding", "Deployment", "Service"]
-                                 + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 5)
+                                 + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 6)
     a = parsed(objs)
     assert (a.leader_elect, a.manage_gateway_chassis, a.ovn_nb_address, a.ovn_tls_secret, a.ovn_tls_dir) == (
         True, True, "ssl:ovn-nb.cozy-kubeovn.svc:6641", ("cozy-kubeovn", "kube-ovn-tls"), "/run/ovn-tls")
@@ -335,7 +335,7 @@ def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
         assert c["volumeMounts"] == [{"name": "ovn-tls", "mountPath": "/tmp/tls"}]
     elif toggle == "admission-off":
         assert not [o for o in objs if o["kind"].startswith("ValidatingAdmissionPolicy")]
-        assert len(objs) == len(default) - 10
+        assert len(objs) == len(default) - 12
     elif toggle.startswith("admission-"):
         pols = {o["metadata"]["name"]: o for o in find(objs, "ValidatingAdmissionPolicy")}
         conds = {n: {c["name"]: c["expression"] for c in p["spec"].get("matchConditions", [])} for n, p in pols.items()}

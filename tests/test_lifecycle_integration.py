@@ -448,7 +448,9 @@ def test_vlan_still_referenced_by_another_subnet(peers_admin, penv, pctl):
     env.wait(net, "Ready", "SubnetStillExists")
     env.delete_subnet(sub)
     obj = env.wait(net, "Ready", "VLANStillReferenced")
-    assert reason(obj, "Ready")[2] == f'Kube-OVN still lists subnets [{other}] on Vlan "{sub}"'
+    assert reason(obj, "Ready")[2] == (
+        f'Kube-OVN still lists subnets [{other}] on Vlan "{sub}"; [{other}] are not this network\'s: the controller '
+        f"never deletes them, and VLAN {vid} is released once they are gone")
     assert admin.vlan(sub)["status"]["subnets"] == [other]
     assert admin.vlan(sub)["spec"]["id"] == vid
     env.delete_subnet(other)

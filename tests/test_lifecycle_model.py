@@ -5,7 +5,10 @@ product-decisions.md §6: no VLAN is ever held by two networks of one provider, 
 is released while a consumer exists or while Kube-OVN still lists a live subnet on it —
 under restarts, cache lag and kills. Field reports B01 (duplicates, a hand-made Vlan racing
 us), B03 (Kube-OVN prunes late or never: prune timers), B12 (a restart relists), B15
-(consumers).
+(consumers), R1 (another tenant's Subnet names a network's Vlan: the network reports
+``VLANConflict`` naming it, the release waits for it, the controller never touches it). The
+R12 label flap is not modelled here (the model runs without the OVN side);
+tests/test_trunk_hold_down.py and tests/test_trunk_flap_integration.py cover it.
 
 What is real: ``controller.network.NetworkReconciler`` (its deletion walk), ``ZoneReconciler``
 (orphan collection), ``controller.vlans.VlanManager`` (allocation under the per-provider
@@ -560,6 +563,51 @@ class Lifecycle(RuleBasedStateMachine):
                     self.api.put("vlans", v)
         self._sync_events()
 
+    # -- someone else (field report R1) --------------------------------------------------------
+    def stranger(self, i: int) -> str:
+        return f"stranger-{i}"
+
+    @rule(i=slot)
+    def a_stranger_subnet_names_the_vlan(self, i):
+        """Another tenant's Subnet names network i's Vlan (made before the admission policy,
+        or with it off); Kube-OVN lists it on the Vlan as it does any Subnet on a Vlan."""
+        name = self.stranger(i)
+        if self.api.find("subnets", name) is None:
+            self.api.put("subnets", {"metadata": {"name": name},
+                                     "spec": {"vlan": self.subnet(i), "vpc": "vpc-b", "cidrBlock": f"10.9.{i}.0/24",
+                                              "gateway": f"10.9.{i}.1"}})
+        v = self.api.find("vlans", self.subnet(i))
+        if v is not None and name not in ((v.get("status") or {}).get("subnets") or []):
+            v.setdefault("status", {})["subnets"] = ((v.get("status") or {}).get("subnets") or []) + [name]
+            self.api.put("vlans", v)
+        self._sync_events()
+
+    @rule(i=slot)
+    def the_stranger_goes(self, i):
+        """Its owner deletes it; Kube-OVN prunes it from the Vlan on the delete event."""
+        self._remove_stranger(i)
+        self._sync_events()
+
+    def _remove_stranger(self, i: int) -> None:
+        name = self.stranger(i)
+        if self.api.find("subnets", name) is None:
+            return
+        self.api.delete("subnets", name)
+        for v in self.api.items("vlans"):
+            listed = (v.get("status") or {}).get("subnets") or []
+            if name in listed:
+                v["status"]["subnets"] = [x for x in listed if x != name]
+                self.api.put("vlans", v)
+
+    @invariant()
+    def a_stranger_subnet_is_never_touched(self):
+        """R1: the controller never deletes or holds someone else's Subnet (the release
+        waits for it: the fake API judges every release against the Vlan's live listing)."""
+        for s in self.api.items("subnets"):
+            if s["metadata"]["name"].startswith("stranger-"):
+                assert not s["metadata"].get("deletionTimestamp"), s["metadata"]
+                assert not [f for f in s["metadata"].get("finalizers") or [] if f.startswith("proxmox.cozystack.io/")]
+
     # -- the controller --------------------------------------------------------------------
     @rule(n=st.integers(1, 6))
     def deliver(self, n):
@@ -709,6 +757,17 @@ class Lifecycle(RuleBasedStateMachine):
             twins = [v["metadata"]["name"] for v in vlans
                      if v["spec"]["id"] == mine["spec"]["id"] and v is not mine]
             conds = {c["type"]: c for c in (n.get("status") or {}).get("conditions") or []}
+            strangers = [s["metadata"]["name"] for s in self.api.items("subnets")
+                         if (s.get("spec") or {}).get("vlan") == mine["metadata"]["name"]
+                         and s["metadata"]["name"] != n["spec"]["subnet"]]
+            if strangers and not twins and (mine["metadata"].get("labels") or {}).get(names.LABEL_NETWORK_NAME) == \
+                    n["metadata"]["name"]:
+                # R1: another Subnet on the network's Vlan is its VLANConflict, naming it (a
+                # Vlan whose ID was edited by hand reports that first: VLANChangedExternally).
+                c = conds.get("VLANAllocated", {})
+                if c.get("reason") != "VLANChangedExternally":
+                    assert (c.get("status"), c.get("reason")) == ("False", "VLANConflict"), (n["metadata"]["name"], c)
+                    assert all(f'"{s}"' in c.get("message", "") for s in strangers), c
             if twins:
                 c = conds.get("VLANAllocated", {})
                 assert (c.get("status"), c.get("reason")) == ("False", "VLANConflict"), (n["metadata"]["name"], c)
@@ -721,6 +780,8 @@ class Lifecycle(RuleBasedStateMachine):
         for kind in ("proxmoxmachines", "ipaddresses", "ipaddressclaims"):
             for o in self.api.items(kind):
                 self.api.delete(kind, o["metadata"]["name"], NS)
+        for i in range(N):
+            self._remove_stranger(i)
         for i in range(N):
             if self.api.find("proxmoxnetworks", self.net(i), NS) is not None:
                 self.api.delete("proxmoxnetworks", self.net(i), NS, self.t.strftime("%Y-%m-%dT%H:%M:%SZ"))

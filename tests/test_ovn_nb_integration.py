@@ -356,3 +356,94 @@ def test_tls_wrong_ca_never_syncs(ssl_nb):
             c.snapshot()
     finally:
         c.stop()
+
+
+@pytest.fixture
+def relay_nb(cluster, tmp_path):
+    """An OVSDB relay of the bed's NB (``ovsdb-server relay:OVN_Northbound:<nb>``), as an
+    operator may put in front of a large NB cluster."""
+    import subprocess
+
+    sock = tmp_path / "relay.sock"
+    proc = subprocess.Popen(
+        ["ovsdb-server", f"relay:OVN_Northbound:{cluster.nb_unix}", f"--remote=punix:{sock}",
+         f"--unixctl={tmp_path / 'relay.ctl'}", f"--log-file={tmp_path / 'relay.log'}", "-vconsole:off"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(sock.exists, what="the relay's socket")
+        yield f"unix:{sock}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_relay_is_refused_with_its_reason(relay_nb):
+    """Issue 26 item 7: python-ovs refuses a relay when the client wants the leader and says
+    why only through OVS's vlog; the condition read ``OVN NB IDL is not synced: ``."""
+    c = NBClient(relay_nb).start()
+    try:
+        wait_for(lambda: "relay" in c.last_error, timeout=20, what="the relay named in last_error")
+        assert c.last_error == (
+            f"OVN NB {relay_nb} is an OVSDB relay, and the controller writes to the NB cluster's leader only (a relay "
+            "is never the leader): give --ovn-nb-address the addresses of the NB cluster's members")
+        assert not c.synced()
+        with pytest.raises(NBNotSynced, match="is an OVSDB relay"):
+            c.snapshot()
+    finally:
+        c.stop()
+    # The control: the same relay serves a client that does not ask for the leader.
+    c = NBClient(relay_nb, leader_only=False).start()
+    try:
+        assert c.wait_synced(20), c.last_error
+    finally:
+        c.stop()
+
+
+def test_transactions_queued_behind_a_hung_one_end_at_their_own_deadline(tmp_path):
+    """Issue 26 item 7: the NB stops answering (SIGSTOP: a hung server, connections open);
+    three passes' transactions submitted at once each end by their own deadline (2 s here,
+    counted from the call, plus the owner thread's poll granularity), not one after the other
+    (before: 2, 4, 6 s). None is known to be applied."""
+    import os
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    from hack.cluster import NB_SCHEMA
+    from ovn.nb import TIMED_OUT
+
+    db, sock = tmp_path / "nb.db", tmp_path / "nb.sock"
+    subprocess.run(["ovsdb-tool", "create", str(db), str(NB_SCHEMA)], check=True, capture_output=True)
+    proc = subprocess.Popen(["ovsdb-server", str(db), f"--remote=punix:{sock}", f"--unixctl={tmp_path / 'ctl'}",
+                             f"--log-file={tmp_path / 'nb.log'}", "-vconsole:off"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    c = None
+    try:
+        wait_for(sock.exists, what="the NB's socket")
+        c = NBClient(f"unix:{sock}").start()
+        assert c.wait_synced(15), c.last_error
+        os.kill(proc.pid, signal.SIGSTOP)
+        took: dict[int, tuple[float, str]] = {}
+
+        def one(i: int) -> None:
+            def build(txn, idl):
+                txn.insert(idl.tables["HA_Chassis_Group"]).name = f"hung-{i}"
+            t0 = time.monotonic()
+            r = c.transact(build, timeout=2.0)
+            took[i] = (time.monotonic() - t0, r.status)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(s for _, s in took.values()) == [TIMED_OUT] * 3
+        assert max(t for t, _ in took.values()) < 3.0, took
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+        if c is not None:
+            c.stop()
+        proc.terminate()
+        proc.wait(10)

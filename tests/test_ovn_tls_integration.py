@@ -20,7 +20,7 @@ from pathlib import Path
 import ovs.stream
 import pytest
 
-from ovn.nb import NBError, jsonrpc_call
+from ovn.nb import NBClient, NBError, jsonrpc_call
 from ovn.tls import TLSError, TLSSource, probe
 from tests.support.pki import BOTH, CA, CLIENT_AUTH, SERVER_AUTH, CertKey, kube_ovn_secret, restore_ovs_ssl  # noqa: F401 (autouse fixture)
 from hack.wait import wait_for
@@ -71,6 +71,16 @@ class Servers:
         self.ca_pem = ca_pem
         self.procs: dict[str, subprocess.Popen] = {}
         self.remotes: dict[str, str] = {}
+        self.args: dict[str, list[str]] = {}
+
+    def restart(self, label: str) -> None:
+        """Stop the server (its clients lose their connections) and start it again on the
+        same port with the same files."""
+        proc = self.procs[label]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(5)
+        self.procs[label] = subprocess.Popen(self.args[label], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=subprocess.DEVNULL, start_new_session=True)
 
     def remote(self, label: str, leaf: CertKey) -> str:
         if label not in self.remotes:
@@ -94,14 +104,13 @@ class Servers:
         last = ""
         for _ in range(3):  # the free port may be taken between probe and bind
             port = _free_port()
-            proc = subprocess.Popen(
-                [OVSDB_SERVER, str(d / "nb.db"), f"--remote=pssl:{port}:127.0.0.1",
-                 f"--private-key={d / 'key.pem'}", f"--certificate={d / 'cert.pem'}",
-                 f"--ca-cert={d / 'ca.pem'}", f"--unixctl={d / 'ctl'}", f"--log-file={d / 'ovsdb.log'}",
-                 "--no-chdir", "-vconsole:off", *extra],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            args = [OVSDB_SERVER, str(d / "nb.db"), f"--remote=pssl:{port}:127.0.0.1",
+                    f"--private-key={d / 'key.pem'}", f"--certificate={d / 'cert.pem'}",
+                    f"--ca-cert={d / 'ca.pem'}", f"--unixctl={d / 'ctl'}", f"--log-file={d / 'ovsdb.log'}",
+                    "--no-chdir", "-vconsole:off", *extra]
+            self.args[label] = args
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
             self.procs[label] = proc
 
             def listening() -> bool:
@@ -278,3 +287,23 @@ def test_server_refusing_our_client_certificate(pki, servers, tmp_path):
         assert "OVN NB certificate" not in str(exc)  # not a verdict on the server's certificate
     with pytest.raises(ConnectionError):
         ovs_call(remote, "list_dbs", [])
+
+
+def test_a_handshake_failure_after_a_good_connection_is_named(pki, servers, tmp_path):
+    """Issue 26 item 7: the Secret rotated to another CA and the NB restarted. python-ovs
+    reconnects on its own and says nothing of the handshake; the client probes as a fresh
+    dial does, so the error names the certificate instead of only "lost the connection"."""
+    remote = servers.remote("rotation", pki["server_auth"])
+    secret = kube_ovn_secret(pki["ca"].cert_pem, pki["client"], resource_version="1")
+    src, _ = source_for(secret, tmp_path / "tls")
+    c = NBClient(remote, tls_source=src).start()
+    try:
+        assert c.wait_synced(15), c.last_error
+        secret.update(kube_ovn_secret(pki["other_ca"].cert_pem, pki["client"], resource_version="2"))
+        servers.restart("rotation")
+        prefix = f"{remote}: TLS handshake: OVN NB certificate: "
+        wait_for(lambda: c.last_error.startswith(prefix), timeout=30, what=f"last_error naming the handshake "
+                 f"(now {c.last_error!r})")
+        assert not c.synced()
+    finally:
+        c.stop()
