@@ -775,17 +775,7 @@ def find_address_conflicts(
     :returns: the conflicts, by address then IP name.
     """
     spans = list(spans)
-    holders: dict[tuple[int, int], list[str]] = {}
-    for a in addresses:
-        spec = a.get("spec") if isinstance(a, Mapping) else None
-        if not isinstance(spec, Mapping):
-            continue
-        try:
-            addr = _parse_addr(_text(spec.get("address")).strip())
-        except _NetipError:
-            continue
-        meta = a.get("metadata") or {}
-        holders.setdefault((addr.version, int(addr)), []).append(f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}")
+    holders = ipaddress_holders(addresses)
     out: list[AddressConflict] = []
     for ip in ips:
         if not isinstance(ip, Mapping):
@@ -798,8 +788,27 @@ def find_address_conflicts(
             key = (addr.version, int(addr))
             if _contains(spans, *key):
                 out.append(AddressConflict(addr.version, int(addr), ip_name, _go_addr_string(addr), pod,
-                                           tuple(sorted(holders.get(key, ())))))
+                                           tuple(sorted(holders.get(key, ("", []))[1]))))
     return sorted(out)
+
+
+def ipaddress_holders(addresses: Iterable[Mapping[str, Any]]) -> dict[tuple[int, int], tuple[str, list[str]]]:
+    """CAPI IPAddresses by the address they hold (``spec.address``; unreadable ones are
+    skipped): ``(family, value)`` -> (the address as text, ``<namespace>/<name>`` of each
+    IPAddress, one entry per object)."""
+    out: dict[tuple[int, int], tuple[str, list[str]]] = {}
+    for a in addresses:
+        spec = a.get("spec") if isinstance(a, Mapping) else None
+        if not isinstance(spec, Mapping):
+            continue
+        try:
+            addr = _parse_addr(_text(spec.get("address")).strip())
+        except _NetipError:
+            continue
+        meta = a.get("metadata") or {}
+        out.setdefault((addr.version, int(addr)), (_go_addr_string(addr), []))[1].append(
+            f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}")
+    return out
 
 
 @attrs.frozen(order=True)
@@ -821,20 +830,8 @@ def find_duplicate_addresses(addresses: Iterable[Mapping[str, Any]]) -> list[Dup
     """The addresses held by more than one of ``addresses`` (IPAddresses of one pool), by
     address. Each IPAddress is its own holder: nothing is merged by address (a VM per
     object)."""
-    by_addr: dict[tuple[int, int], tuple[str, list[str]]] = {}
-    for a in addresses:
-        spec = a.get("spec") if isinstance(a, Mapping) else None
-        if not isinstance(spec, Mapping):
-            continue
-        try:
-            addr = _parse_addr(_text(spec.get("address")).strip())
-        except _NetipError:
-            continue
-        meta = a.get("metadata") or {}
-        by_addr.setdefault((addr.version, int(addr)), (_go_addr_string(addr), []))[1].append(
-            f"{_text(meta.get('namespace'))}/{_text(meta.get('name'))}")
     return sorted(DuplicateAddress(k[0], k[1], text, tuple(sorted(names_)))
-                  for k, (text, names_) in by_addr.items() if len(names_) > 1)
+                  for k, (text, names_) in ipaddress_holders(addresses).items() if len(names_) > 1)
 
 
 def duplicate_addresses_message(pool: str, dups: Sequence[DuplicateAddress]) -> str:

@@ -258,6 +258,7 @@ class NetworkReconciler:
             trunk = tuple(nodes)
             siblings = self.gateway.siblings(vpc) if vpc else frozenset()
         own = pool_spans(pool.get("spec")) if pool is not None else ()
+        on_vlan = self.l.subnets.by_index("vlan", sname) if sname and self.l.subnets is not None else []
         return attrs.evolve(
             base,
             zone=zone,
@@ -266,10 +267,8 @@ class NetworkReconciler:
             holders=self.vlans.holders_of(vlan, zone),
             rivals=tuple(self.l.networks.by_index("subnet", sname)) if sname else (),
             subnet=subnet,
-            subnet_bound=bool(self.l.subnets is not None and self.l.subnets.by_index("vlan", sname)),
-            strangers=(tuple(sorted(str(o["metadata"]["name"]) for o in self.l.subnets.by_index("vlan", sname)
-                                    if o["metadata"]["name"] != sname))
-                       if sname and self.l.subnets is not None else ()),
+            subnet_bound=bool(on_vlan),
+            strangers=tuple(sorted(str(o["metadata"]["name"]) for o in on_vlan if o["metadata"]["name"] != sname)),
             pool=pool,
             other_pools=tuple(overlap_candidates(self.l.pools, self.l.global_pools, own)),
             kube_ovn_ips=(tuple(self.l.kube_ovn_ips.by_index("subnet", sname))

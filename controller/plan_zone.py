@@ -154,7 +154,6 @@ def _fill(s: ZoneSnapshot, status: dict[str, Any], conds: list[dict[str, Any]], 
             # are anyone's to write.
             if not (v.get("metadata") or {}).get("deletionTimestamp"):
                 unowned.append(f'"{v["metadata"]["name"]}" (VLAN {vid})')
-                orphans += 1
             continue
         collected, recheck = _collect_orphan(s, zone, v, actions)
         if collected:
@@ -177,7 +176,8 @@ def _fill(s: ZoneSnapshot, status: dict[str, Any], conds: list[dict[str, Any]], 
     status["allocatedVLANs"] = allocated
     status["freeVLANs"] = free
     status["networks"] = s.networks
-    actions.append(Metric("set_zone", (s.name, len(cands), allocated, free, s.networks, orphans)))
+    # The gauge counts both kinds of orphan; the message names them apart.
+    actions.append(Metric("set_zone", (s.name, len(cands), allocated, free, s.networks, orphans + len(unowned))))
     actions.append(Metric("set_zone_kept", (s.name, len(stranded), len(mine))))
 
     pn = s.provider_network
@@ -195,8 +195,8 @@ def _fill(s: ZoneSnapshot, status: dict[str, Any], conds: list[dict[str, Any]], 
             msg += delayed
         if stranded:
             msg += "; allocated outside the current ranges: " + ", ".join(sorted(stranded))
-        if orphans - len(unowned):
-            msg += f"; {orphans - len(unowned)} orphaned Vlan(s) still referenced by a subnet"
+        if orphans:
+            msg += f"; {orphans} orphaned Vlan(s) still referenced by a subnet"
     if unowned:
         msg += (f"; Vlan(s) labelled as this zone's whose network does not exist, without the finalizer "
                 f"{names.FINALIZER} (never made or adopted by the controller), left alone: {', '.join(sorted(unowned))}")

@@ -1194,6 +1194,14 @@ class LocalCluster:
             raise ClusterError(f"ovn-sbctl {' '.join(args)} failed: {r.stderr.strip()}")
         return r.stdout
 
+    def gateway_chassis(self, router_port: str) -> str | None:
+        """The SB chassis (its name) the gateway port ``cr-<router_port>`` is bound on, or
+        None while it is unbound or absent."""
+        rows = ovsdb_rows(self.sbctl, "Port_Binding", f"logical_port=cr-{router_port}")
+        if not rows or not rows[0]["chassis"]:
+            return None
+        return next((c["name"] for c in ovsdb_rows(self.sbctl, "Chassis") if c["_uuid"] == rows[0]["chassis"]), None)
+
     def _wait_sb(self) -> None:
         log = self.workdir / "ovsdb-sb.log"
         deadline = time.monotonic() + 20

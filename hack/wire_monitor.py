@@ -129,8 +129,8 @@ class WireMonitor:
         # A new group's gateway port can first be claimed by another chassis and move to the
         # highest priority once the chassis' BFD sessions are up (OVN's own settling: the CI
         # run saw two claims 0.4 s after the first reply). The run is judged from then on.
-        wait_for(lambda: self._bound_chassis() == self._active_chassis(), timeout=timeout, interval=0.1,
-                 what=f"cr-{self.router_port} bound on its group's highest-priority chassis")
+        wait_for(lambda: self.cluster.gateway_chassis(self.router_port) == self._active_chassis(), timeout=timeout,
+                 interval=0.1, what=f"cr-{self.router_port} bound on its group's highest-priority chassis")
         self.started, self.started_wall = time.monotonic(), time.time()
         self.group_at_start = self._group()
         return self
@@ -140,13 +140,6 @@ class WireMonitor:
         _, members = self._group()
         return max(members, key=lambda m: int(m[1]))[0] if members else ""
 
-    def _bound_chassis(self) -> str | None:
-        """The SB chassis (name) ``cr-<router port>`` is bound on, or None."""
-        rows = ovsdb_rows(self.cluster.sbctl, "Port_Binding", f"logical_port=cr-{self.router_port}")
-        if not rows or not rows[0]["chassis"]:
-            return None
-        return next((c["name"] for c in ovsdb_rows(self.cluster.sbctl, "Chassis") if c["_uuid"] == rows[0]["chassis"]),
-                    None)
 
     def _group(self) -> tuple[str, list[tuple[str, int]]]:
         """The HA chassis group's row: its UUID and its (chassis, priority) pairs."""

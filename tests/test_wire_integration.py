@@ -107,10 +107,7 @@ class Net:
 
     def cr_chassis(self, bed: LocalCluster) -> str | None:
         """The SB chassis (name) ``cr-<port>`` is bound on, or None."""
-        rows = ovsdb_rows(bed.sbctl, "Port_Binding", f"logical_port=cr-{self.lrp}")
-        if not rows or not rows[0]["chassis"]:
-            return None
-        return next(c["name"] for c in ovsdb_rows(bed.sbctl, "Chassis") if c["_uuid"] == rows[0]["chassis"])
+        return bed.gateway_chassis(self.lrp)
 
 
 def answers(vm: Vm, target: str) -> list[tuple[str, str]]:
