@@ -5,10 +5,16 @@ the in-cluster service account."""
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 import durationpy
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.config.incluster_config import SERVICE_TOKEN_FILENAME
+from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION
+
+from controller.credentials import RotatingTokenApiClient, TokenFile
 
 
 def parse_bool(value: str) -> bool:
@@ -50,20 +56,28 @@ def load_api_client_and_source(kubeconfig: str | None) -> tuple[k8s.ApiClient, s
     """:func:`load_api_client` and where its configuration came from: ``"kubeconfig"``
     (the flag), ``"in-cluster"`` (the pod's service account token and CA, the API server at
     ``$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``) or ``"default kubeconfig"``
-    ($KUBECONFIG or ``~/.kube/config``). Raises what the kubernetes client's loaders raise
-    (``ConfigException``, ``OSError``)."""
+    ($KUBECONFIG or ``~/.kube/config``). A token read from a file (in-cluster, or a
+    kubeconfig user's ``tokenFile``) is re-read as it rotates, and a 401 retried once with
+    the new one (:mod:`controller.credentials`, R11). Raises what the kubernetes client's
+    loaders raise (``ConfigException``, ``OSError``)."""
     cfg = k8s.Configuration()
+    token_file: Path | None = None
     if kubeconfig:
         k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         source = "kubeconfig"
+        token_file = _token_file(kubeconfig)
     else:
         try:
             k8s_config.load_incluster_config(client_configuration=cfg)
             source = "in-cluster"
+            token_file = Path(SERVICE_TOKEN_FILENAME)
         except k8s_config.ConfigException:
             k8s_config.load_kube_config(client_configuration=cfg)
             source = "default kubeconfig"
+            token_file = _token_file(os.path.expanduser(KUBE_CONFIG_DEFAULT_LOCATION.split(os.pathsep)[0]))
     cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    if token_file is not None:
+        return RotatingTokenApiClient(cfg, TokenFile(token_file)), source
     if kubeconfig and _static_credentials(kubeconfig):
         # The loader's refresh hook re-reads the kubeconfig on every request (~6% of CPU
         # in docs/performance.md); a static token or client certificate never changes.
@@ -71,9 +85,8 @@ def load_api_client_and_source(kubeconfig: str | None) -> tuple[k8s.ApiClient, s
     return k8s.ApiClient(cfg), source
 
 
-def _static_credentials(path: str) -> bool:
-    """True when the kubeconfig's current user has a token or client certificate and no
-    exec plugin or auth provider (whose credentials expire and must be refreshed)."""
+def _current_user(path: str) -> dict | None:
+    """The current context's user of the kubeconfig at ``path``, or None if unreadable."""
     try:
         import yaml
 
@@ -81,7 +94,23 @@ def _static_credentials(path: str) -> bool:
         ctx = next(c["context"] for c in doc.get("contexts") or [] if c.get("name") == doc.get("current-context"))
         user = next(u["user"] for u in doc.get("users") or [] if u.get("name") == ctx.get("user"))
     except (OSError, StopIteration, KeyError, TypeError, AttributeError, ValueError):
-        return False
-    if not isinstance(user, dict) or "exec" in user or "auth-provider" in user or "tokenFile" in user:
+        return None
+    return user if isinstance(user, dict) else None
+
+
+def _token_file(path: str) -> Path | None:
+    """The current user's ``tokenFile`` (relative to the kubeconfig's directory, as
+    kubectl resolves it), when it has one and no inline ``token`` (which wins in client-go)."""
+    user = _current_user(path)
+    if not user or user.get("token") or not user.get("tokenFile"):
+        return None
+    return Path(path).resolve().parent / Path(os.path.expanduser(str(user["tokenFile"])))
+
+
+def _static_credentials(path: str) -> bool:
+    """True when the kubeconfig's current user has a token or client certificate and no
+    exec plugin or auth provider (whose credentials expire and must be refreshed)."""
+    user = _current_user(path)
+    if user is None or "exec" in user or "auth-provider" in user or "tokenFile" in user:
         return False
     return bool(user.get("token") or user.get("client-certificate") or user.get("client-certificate-data"))

@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import structlog
 
 from controller.entry import SignalStop
+from controller.credentials import RotatingTokenApiClient
 from controller.config import load_api_client_and_source, parse_bool, parse_duration, parse_tls_secret
 from controller.gateway import DEFAULT_TRUNK_HOLD_DOWN
 from controller.kube import KubeWriter
@@ -38,8 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         "`proxmox-network-controller doctor --help` explains what each network waits on.",
     )
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file; when unset: in-cluster config, else $KUBECONFIG or ~/.kube/config")
-    p.add_argument("--metrics-bind-address", default=":8080", help='metrics endpoint; "0" disables')
-    p.add_argument("--health-probe-bind-address", default=":8081", help='health probes; "0" disables')
+    p.add_argument("--metrics-bind-address", default=":8080", help='metrics endpoint [host]:port; "0" disables, port 0 picks a free port (logged: "serving metrics")')
+    p.add_argument("--health-probe-bind-address", default=":8081", help='health probes [host]:port; "0" disables, port 0 picks a free port (logged: "serving probes")')
     p.add_argument(
         "--leader-elect",
         type=parse_bool,
@@ -197,6 +198,8 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         trunk_hold_down=args.trunk_node_hold_down,
     )
     metrics = Metrics()
+    if isinstance(api, RotatingTokenApiClient):
+        api.token.on_unauthorized = metrics.api_unauthorized.inc
     try:
         manager = Manager(api, options, metrics)
     except Exception as err:  # a bug in wiring; the constructor talks to no server
@@ -235,10 +238,12 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
     try:
         probes = split_address(args.health_probe_bind_address)
         if probes:
-            serve_probes(probes, readiness, liveness)
+            host, port = serve_probes(probes, readiness, liveness).server_address[:2]
+            log.info("serving probes", address=f"{host}:{port}")
         maddr = split_address(args.metrics_bind_address)
         if maddr:
-            metrics.serve(*maddr)
+            host, port = metrics.serve(*maddr)
+            log.info("serving metrics", address=f"{host}:{port}")
     except OSError as err:  # e.g. the port is taken: one clear line, not a traceback
         log.error("unable to serve metrics or probes", error=str(err))
         manager.stop()

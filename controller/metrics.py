@@ -365,6 +365,12 @@ class Metrics:
             "cozy_proxmox_leader", "1 while this process holds the leader lease (or runs without election).",
             registry=reg)
 
+        # -- API credentials (R11) -----------------------------------------
+        self.api_unauthorized = Counter(
+            "cozy_proxmox_api_unauthorized_total",
+            "401 answers from the API server to a request sent with a token read from a file "
+            "(in-cluster or a kubeconfig tokenFile); each makes the file be re-read.", registry=reg)
+
         # -- work queue (client-go names) -----------------------------------
         self.workqueue_depth = Gauge(
             "workqueue_depth", "Keys waiting in the work queue, ready to be handed out", ["name"], registry=reg)

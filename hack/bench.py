@@ -76,7 +76,7 @@ CONTROLLER_TREE = REPO
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
-from cluster import LocalCluster, _free_ports  # noqa: E402
+from cluster import LocalCluster, free_ports  # noqa: E402
 from hack import audit  # noqa: E402
 
 GROUP, VERSION = "proxmox.cozystack.io", "v1alpha1"
@@ -114,7 +114,7 @@ class Controller:
         tree = Path(tree or CONTROLLER_TREE)
         self.tree = tree
         self.log_path = log_path
-        self.metrics_port = _free_ports(1)[0]
+        self.metrics_port = free_ports(1)[0]
         gw = ["--manage-gateway-chassis=true", f"--ovn-nb-address={nb}"] if nb else ["--manage-gateway-chassis=false"]
         flags = [
             f"--kubeconfig={cluster.controller_kubeconfig}",

@@ -97,7 +97,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -126,7 +125,7 @@ from hack.cluster import (  # noqa: E402
     ovsdb_rows,
     ovsdb_set,
 )
-from hack.probe import status_of  # noqa: E402
+from hack.probe import Endpoints  # noqa: E402
 from hack.wire_monitor import WireFigures, WireMonitor  # noqa: E402
 from attrs import asdict as attrs_asdict  # noqa: E402
 
@@ -152,12 +151,6 @@ PEER_OF_FAULT = {"kubeovn": "kube-ovn-controller", "ipam": "ipam-provider"}
 
 def log(msg: str) -> None:
     print(f"[chaos {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def api_status(exc: BaseException) -> int | None:
@@ -379,9 +372,8 @@ class Replica:
 
     def __init__(self, cluster: LocalCluster, logdir: Path, n: int, cfg: ChaosConfig) -> None:
         self.n = n
-        self.health = free_port()
-        self.metrics = free_port()
         self.log = logdir / f"replica-{n}.log"
+        self.endpoints = Endpoints(self.log)  # ports picked by the process's own bind: no race for them
         self.killed = False
         self.started = time.monotonic()
         with open(self.log, "wb") as out:
@@ -390,14 +382,14 @@ class Replica:
                  "--leader-elect=true", *gateway_flags(cluster, cfg),
                  f"--subnet-prune-timeout={cfg.subnet_prune_timeout}", f"--resync-period={cfg.resync_period}",
                  f"--vlan-reuse-delay={cfg.vlan_reuse_delay}",
-                 f"--health-probe-bind-address=127.0.0.1:{self.health}",
-                 f"--metrics-bind-address=127.0.0.1:{self.metrics}", "--log-format=console"],
+                 "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0",
+                 "--log-format=console"],
                 cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, preexec_fn=_set_pdeathsig,
             )
 
     def probe(self, path: str) -> int:
-        return status_of(f"http://127.0.0.1:{self.health}{path}")
+        return self.endpoints.status(path)
 
     def ready(self) -> bool:
         return self.proc.poll() is None and self.probe("/readyz") == 200

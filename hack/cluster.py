@@ -23,6 +23,7 @@ import argparse
 import atexit
 import base64
 import contextlib
+import functools
 import ctypes
 import datetime as _dt
 import json
@@ -114,7 +115,7 @@ class ClusterError(RuntimeError):
 # --------------------------------------------------------------------------- helpers
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
     """n distinct free loopback ports (held open together so they differ)."""
     socks = []
     try:
@@ -551,7 +552,7 @@ class LocalCluster:
             self._prepare_files()
             # All ports at once, so no two components can be handed the same one.
             names = ("etcd", "etcd-peer", "apiserver", "nb", "sb", "kubelet", "kubelet-healthz")
-            self._ports = dict(zip(names, _free_ports(len(names))))
+            self._ports = dict(zip(names, free_ports(len(names))))
             self._start_etcd()
             if self.with_nb:
                 self._start_nb()
@@ -1202,6 +1203,37 @@ class LocalCluster:
             return None
         return next((c["name"] for c in ovsdb_rows(self.sbctl, "Chassis") if c["_uuid"] == rows[0]["chassis"]), None)
 
+    def active_tunnels(self, chassis: str) -> set[str]:
+        """The chassis (SB names) the data plane's chassis ``chassis`` (its SB name) counts as
+        up: the far end of each ``br-int`` tunnel with BFD enabled and in state ``up``, as its
+        ovn-controller computes them (OVN controller/bfd.c, bfd_calculate_active_tunnels). An
+        HA chassis group's member claims the gateway port while no higher-priority member is
+        among them (controller/ha-chassis.c).
+
+        :raises ClusterError: no data plane, or no chassis of that name.
+        """
+        dp = self.dataplane
+        ch = next((c for c in dp.chassis if c.system_id == chassis), None) if dp else None
+        if dp is None or ch is None:
+            raise ClusterError(f"no data-plane chassis {chassis!r}")
+        ctl = functools.partial(dp.vsctl, ch.ns, ch.rundir)
+        up = {i["name"] for i in ovsdb_rows(ctl, "Interface", columns="name,bfd,bfd_status")
+              if i["bfd"].get("enable") == "true" and i["bfd_status"].get("state") == "up"}
+        return {p["external_ids"]["ovn-chassis-id"].split("@")[0]
+                for p in ovsdb_rows(ctl, "Port", columns="name,external_ids")
+                if p["name"] in up and "ovn-chassis-id" in p["external_ids"]}
+
+    def gateway_settled(self, router_port: str, members: Sequence[tuple[str, int]]) -> bool:
+        """Whether OVN has settled the gateway port ``cr-<router_port>`` of an HA chassis group
+        of ``members`` (``(SB chassis name, priority)``): every member's BFD sessions to the
+        other members are up (:meth:`active_tunnels`), so no member can still claim it, and it
+        is bound on the highest priority. Until then a new group's port can be claimed by a
+        lower-priority member whose session to the highest is not up yet, and move."""
+        names = {m[0] for m in members}
+        if not names or self.gateway_chassis(router_port) != max(members, key=lambda m: int(m[1]))[0]:
+            return False
+        return all(names - {n} <= self.active_tunnels(n) for n in names)
+
     def _wait_sb(self) -> None:
         log = self.workdir / "ovsdb-sb.log"
         deadline = time.monotonic() + 20
@@ -1514,7 +1546,7 @@ class LocalCluster:
         # told to bind the Pod's own IP: here loopback, on a free port.
         env.update(POD_NAMESPACE=KUBE_OVN_NAMESPACE, POD_NAME=KUBE_OVN_POD, NODE_NAME="testbed",
                    ENABLE_BIND_LOCAL_IP="true", POD_IPS="127.0.0.1")
-        argv.append(f"--pprof-port={_free_ports(1)[0]}")
+        argv.append(f"--pprof-port={free_ports(1)[0]}")
         # It creates /var/log/kube-ovn/kube-ovn-controller.log (a hard-coded path; exits 1
         # when it cannot): a private mount namespace shows it a /var/log of the work
         # directory, and the host's is never touched. `unshare` and `sh` exec in turn, so

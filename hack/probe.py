@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 
 def status_of(url: str, timeout: float = 2.0) -> int:
@@ -15,3 +17,43 @@ def status_of(url: str, timeout: float = 2.0) -> int:
         return e.code
     except OSError:
         return 0
+
+
+_SERVING = re.compile(r"serving (probes|metrics)\b")
+_ADDRESS = re.compile(r"\baddress\W+([0-9.]+:[0-9]+)")  # key=value (console) or "key": "value" (JSON)
+
+
+class Endpoints:
+    """The probe and metrics addresses (``host:port``) a controller process started with
+    ``--health-probe-bind-address=127.0.0.1:0 --metrics-bind-address=127.0.0.1:0`` logged it
+    bound ("serving probes" / "serving metrics", controller.main; console or JSON format),
+    read from ``log``. The kernel picks the ports when the process binds them, so no other
+    process can take them between a choice and the bind."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+
+    def address(self, what: str) -> str | None:
+        """The last address logged for ``what`` ("probes" or "metrics"), or None before it."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except FileNotFoundError:
+            return None
+        found = [a.group(1) for line in text.splitlines()
+                 if (m := _SERVING.search(line)) and m.group(1) == what and (a := _ADDRESS.search(line))]
+        return found[-1] if found else None
+
+    def status(self, path: str) -> int:
+        """HTTP status of a GET of ``path`` on the probe server; 0 before it is served."""
+        addr = self.address("probes")
+        return status_of(f"http://{addr}{path}") if addr else 0
+
+    def metrics_url(self) -> str:
+        """``http://<metrics address>/metrics``.
+
+        :raises LookupError: the process has not logged it yet.
+        """
+        addr = self.address("metrics")
+        if addr is None:
+            raise LookupError(f"{self.log}: no 'serving metrics' line yet")
+        return f"http://{addr}/metrics"

@@ -138,7 +138,7 @@ class ApiClientTransport:
     def __init__(self, api_client) -> None:
         self._api_client = api_client
 
-    def _open(self, path: str, query: Query, timeout: tuple[float, float]) -> urllib3.BaseHTTPResponse:
+    def _headers(self) -> dict[str, str]:
         # Built from the Configuration only (host, auth_settings()), which has
         # the same shape in the old (<= v34) and new (pydantic) generated
         # clients; auth_settings() also runs the token refresh hook.
@@ -150,9 +150,25 @@ class ApiClientTransport:
         for setting in cfg.auth_settings().values():
             if setting.get("in") == "header" and setting.get("value"):
                 headers[setting["key"]] = setting["value"]
-        url = cfg.host.rstrip("/") + path
+        return headers
+
+    def _open(self, path: str, query: Query, timeout: tuple[float, float]) -> urllib3.BaseHTTPResponse:
+        """GET ``path``; after a 401, once more when the client's token rotated since it was
+        sent (``controller.credentials.TokenFile.renew``, as client-go retries once): a
+        rotated token is never the LIST's or WATCH's own error (R11)."""
+        url = self._api_client.configuration.host.rstrip("/") + path
         if query:
             url += "?" + urlencode(list(query))
+        headers = self._headers()
+        resp = self._send(url, headers, timeout)
+        token = getattr(self._api_client, "token", None)
+        if resp.status == 401 and token is not None and token.renew(headers.get("authorization")):
+            resp.drain_conn()
+            resp.release_conn()
+            resp = self._send(url, self._headers(), timeout)
+        return resp
+
+    def _send(self, url: str, headers: dict[str, str], timeout: tuple[float, float]) -> urllib3.BaseHTTPResponse:
         pool = self._api_client.rest_client.pool_manager
         return pool.request(
             "GET",

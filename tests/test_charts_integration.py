@@ -30,7 +30,6 @@ import socket
 import subprocess
 import sys
 import tomllib
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
@@ -41,8 +40,9 @@ from kubernetes import client as k8s
 from controller.main import build_parser
 from hack.audit import read_events
 from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
+from hack.probe import Endpoints
 from hack.wait import wait_for
-from tests.support.ovsdb import NBServer, free_port
+from tests.support.ovsdb import NBServer
 from tests.support.pki import CA, kube_ovn_secret
 from tests.test_gateway_integration import Router, Trunk
 
@@ -521,14 +521,6 @@ def sa_kubeconfig(bed, token: str, path: Path) -> Path:
     return path
 
 
-def http_status(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
 def test_chart_install_brings_networks_to_ready_as_the_charts_service_account(helm, bed, kubectl, admin_client, tmp_path):
     """Both charts rendered with the operator's values and applied as the admin: a release
     namespace and name of its own (so its ServiceAccount has the chart's bindings and no
@@ -593,9 +585,8 @@ def test_chart_install_brings_networks_to_ready_as_the_charts_service_account(he
     spec = dep["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == name
     args = spec["containers"][0]["args"]
-    metrics_port, health_port = free_port(), free_port()
-    extra = [f"--kubeconfig={kubeconfig}", f"--metrics-bind-address=127.0.0.1:{metrics_port}",
-             f"--health-probe-bind-address=127.0.0.1:{health_port}"]
+    extra = [f"--kubeconfig={kubeconfig}", "--metrics-bind-address=127.0.0.1:0",
+             "--health-probe-bind-address=127.0.0.1:0"]  # the process picks its ports: no race for them
     pod = f"{name}-0"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "POD_NAME": pod, "POD_NAMESPACE": release_ns}
     env.pop("KUBECONFIG", None)
@@ -629,7 +620,8 @@ def test_chart_install_brings_networks_to_ready_as_the_charts_service_account(he
                 assert reason(obj, "Ready")[0] == "True", (reason(obj, "Ready"), (tmp_path / "controller.log").read_text()[-3000:])
                 assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
             assert {tuple(sorted(r.chassis())) for r in routers} == {("ch-worker1", "ch-worker2")}
-            assert wait_for(lambda: http_status(f"http://127.0.0.1:{health_port}/readyz") == 200, what="/readyz 200")
+            endpoints = Endpoints(tmp_path / "controller.log")
+            assert wait_for(lambda: endpoints.status("/readyz") == 200, what="/readyz 200")
             lease = json.loads(kubectl("get", "lease", "-n", release_ns, "proxmox-network-controller.proxmox.cozystack.io",
                                        "-o", "json"))
             # <hostname>_<uuid> (in a pod the hostname is the pod's name)

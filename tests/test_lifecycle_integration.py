@@ -20,13 +20,17 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
+import os
+import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from hack.cluster import LocalCluster
+from controller.leader import DEFAULT_LEASE_NAME as LEASE
+from hack.cluster import CONTROLLER_NAMESPACE, CONTROLLER_SA, LocalCluster
 from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
 from tests.support.controller import running_controller
 from tests.support.peers import ADDRESS_V, IPAM_PROVIDER, OURS, Trunk, kube_get, lose_subnet_delete, make_vpc
@@ -621,3 +625,143 @@ def test_a_shrunk_range_and_a_failed_vm_deletion_are_named_on_the_network(peers_
         admin.strip_finalizers(CAPMOX, "v1alpha1", "proxmoxmachines", "pm-107", ns)
     env.delete_subnet(sub)
     env.gone(net)
+
+
+class RotatingToken:
+    """The controller's ServiceAccount token in a file, as the kubelet keeps a projected one:
+    each token is bound to a Secret of its own (TokenRequest ``boundObjectRef``), so deleting
+    that Secret makes the API server refuse the token at once (401), as an expired one is.
+    :meth:`rotate` writes a new token (atomic rename, as the kubelet does) and then revokes
+    the previous one."""
+
+    def __init__(self, bed: LocalCluster, admin: Admin, directory) -> None:
+        import yaml
+
+        self.a, self.path, self.secret = admin, directory / "token", ""
+        self.rotate()
+        self.kubeconfig = directory / "token.kubeconfig"
+        self.kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+            "clusters": [{"name": "bed", "cluster": {"server": bed.server, "certificate-authority": str(bed.ca_file)}}],
+            "users": [{"name": "sa", "user": {"tokenFile": str(self.path)}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "bed", "user": "sa"}}]}))
+
+    def rotate(self) -> None:
+        old, self.secret = self.secret, unique("pnc-token")
+        s = self.a.core.create_namespaced_secret(CONTROLLER_NAMESPACE, k8s.V1Secret(
+            metadata=k8s.V1ObjectMeta(name=self.secret)))
+        tr = self.a.core.create_namespaced_service_account_token(CONTROLLER_SA, CONTROLLER_NAMESPACE, k8s.AuthenticationV1TokenRequest(
+            spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600, bound_object_ref=k8s.V1BoundObjectReference(
+                api_version="v1", kind="Secret", name=self.secret, uid=s.metadata.uid))))
+        tmp = self.path.with_suffix(".new")
+        tmp.write_text(tr.status.token)
+        tmp.replace(self.path)
+        if old:
+            self.a.core.delete_namespaced_secret(old, CONTROLLER_NAMESPACE)
+
+
+def metric_sum(url: str, name: str) -> dict[str, float]:
+    """The samples of ``name`` at ``url`` by their label set (as printed)."""
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def test_rotated_service_account_tokens_are_reread_and_nothing_is_released_on_a_401(
+        peers_bed, peers_admin, penv, tmp_path, peers_restored):
+    """R11 (../shared/cases/field-reports.md): the controller as a process of its own reading
+    its ServiceAccount's token from a file that is rotated three times, the previous token
+    revoked each time, while it leads and a deleted network is held by a machine and an
+    address. Each rotation costs at least one 401 (the old token is refused) and every 401 is
+    retried once with the re-read token: no request fails (no ``API error`` with 401 in the
+    log), the leader keeps its Lease (same holder, no transition) and ``/readyz`` stays 200,
+    no informer relists more than once per rotation, the network stays held while its
+    holders exist and goes once the deletions made during a rotation are seen."""
+    import subprocess
+    import sys
+    import threading
+
+    from hack.probe import Endpoints
+
+    admin, env, co = peers_admin, penv, peers_admin.co
+    ns, net, sub, pool = env.ns, "tokennet", unique("sub"), "tokenpool"
+    token = RotatingToken(peers_bed, admin, tmp_path)
+    log = tmp_path / "controller.log"
+    repo = Path(__file__).resolve().parent.parent
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "controller.main", f"--kubeconfig={token.kubeconfig}", "--manage-gateway-chassis=false",
+             "--leader-elect", f"--subnet-prune-timeout={PRUNE}s", "--resync-period=30s",
+             "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0", "--log-format=console"],
+            cwd=repo, env=dict(os.environ, PYTHONPATH=str(repo)), stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL)
+    ep = Endpoints(log)
+    not_ready: list[float] = []
+    stop = threading.Event()
+    try:
+        wait_for(lambda: ep.status("/readyz") == 200, timeout=60, what="the controller leading")
+        coord = k8s.CoordinationV1Api(admin.co.api_client)
+        holder = coord.read_namespaced_lease(LEASE, CONTROLLER_NAMESPACE).spec
+        obj = env.ready_network(net, sub, pool)
+        vid = obj["status"]["vlan"]
+        wait_for(lambda: env.a.network(ns, net)["status"].get("ipPool", {}).get("total") == 51, timeout=60,
+                 what="the provider's count of the pool")
+        p = env.prefixes[sub]
+        co.create_namespaced_custom_object(CAPMOX, "v1alpha1", ns, "proxmoxmachines", machine_v1alpha1(ns, "m1", pool))
+        co.create_namespaced_custom_object(IPAM_GROUP, ADDRESS_V, ns, "ipaddresses",
+                                           ip_address(ns, "m1-net1-00-inet", pool, f"{p}.200"))
+        env.delete_network(net)
+        obj = wait_for(lambda: (lambda o: o if "held by" in reason(o, "Ready")[2] and "1 IPAddress" in reason(o, "Ready")[2]
+                                else None)(admin.network(ns, net)), timeout=60, what="InUse, held by the machine and the address")
+        assert reason(obj, "Ready")[1] == "InUse"
+
+        def watch_ready() -> None:
+            while not stop.wait(0.2):
+                if ep.status("/readyz") != 200:
+                    not_ready.append(time.monotonic())
+
+        threading.Thread(target=watch_ready, daemon=True).start()
+        url = ep.metrics_url()
+        unauthorized = "cozy_proxmox_api_unauthorized_total"
+        relists = "cozy_proxmox_informer_relists_total"
+        per_rotation = []
+        for step in range(3):
+            before, relists_before = metric_sum(url, unauthorized), metric_sum(url, relists)
+            token.rotate()
+            if step == 1:  # the holders go while the token rotates
+                co.delete_namespaced_custom_object(CAPMOX, "v1alpha1", ns, "proxmoxmachines", "m1")
+                co.delete_namespaced_custom_object(IPAM_GROUP, ADDRESS_V, ns, "ipaddresses", "m1-net1-00-inet")
+            # The Lease is renewed every 2 s: its next renewal meets the revoked token.
+            after = wait_for(lambda: (lambda m: m if sum(m.values()) > sum(before.values()) else None)(
+                metric_sum(url, unauthorized)), timeout=30, what="the revoked token refused")
+            per_rotation.append(sum(after.values()) - sum(before.values()))
+            assert reason(admin.network(ns, net), "Ready")[1] in ("InUse", "SubnetStillExists")
+            moved = {k: v - relists_before.get(k, 0.0) for k, v in metric_sum(url, relists).items()}
+            assert all(v <= 1 for v in moved.values()), moved
+            if step == 1:
+                obj = env.wait(net, "Ready", "SubnetStillExists", timeout=30)  # within one resync (30 s)
+                assert reason(obj, "Ready")[2] == f'Subnet "{sub}" still exists; VLAN {vid} is released after it is deleted'
+        env.delete_subnet(sub)
+        env.gone(net)
+        stop.set()
+        assert not_ready == []
+        now = coord.read_namespaced_lease(LEASE, CONTROLLER_NAMESPACE).spec
+        assert (now.holder_identity, now.lease_transitions) == (holder.holder_identity, holder.lease_transitions)
+        text = log.read_text()
+        assert "status=401" not in text and "Unauthorized" not in text and "leadership lost" not in text, text[-3000:]
+        assert proc.poll() is None
+        print(f"\n[R11] 401s per rotation: {per_rotation}")
+    finally:
+        stop.set()
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -43,6 +43,7 @@ SERIES: dict[str, tuple[str, frozenset[str]]] = {
     "cozy_proxmox_gateway_nb_transactions_total": ("counter", frozenset({"op"})),
     "cozy_proxmox_vlan_allocations_total": ("counter", frozenset({"zone", "result"})),
     "cozy_proxmox_network_reconcile_errors_total": ("counter", frozenset({"reason"})),
+    "cozy_proxmox_api_unauthorized_total": ("counter", frozenset()),  # R11
     "cozy_proxmox_network_reconcile_duration_seconds": ("histogram", frozenset()),
     # ours
     "cozy_proxmox_leader": ("gauge", frozenset()),

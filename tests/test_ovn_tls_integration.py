@@ -22,6 +22,7 @@ import pytest
 
 from ovn.nb import NBClient, NBError, jsonrpc_call
 from ovn.tls import TLSError, TLSSource, probe
+from tests.support.ovsdb import free_port
 from tests.support.pki import BOTH, CA, CLIENT_AUTH, SERVER_AUTH, CertKey, kube_ovn_secret, restore_ovs_ssl  # noqa: F401 (autouse fixture)
 from hack.wait import wait_for
 
@@ -55,12 +56,6 @@ def pki():
         "via_intermediate": inter.issue("ovn", SERVER_AUTH),  # cert PEM = leaf + intermediate
         "expired": ca.issue("ovn", SERVER_AUTH, expired=True),
     }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Servers:
@@ -103,7 +98,7 @@ class Servers:
         subprocess.run([OVSDB_TOOL, "create", str(d / "nb.db"), NB_SCHEMA], check=True, capture_output=True)
         last = ""
         for _ in range(3):  # the free port may be taken between probe and bind
-            port = _free_port()
+            port = free_port()
             args = [OVSDB_SERVER, str(d / "nb.db"), f"--remote=pssl:{port}:127.0.0.1",
                     f"--private-key={d / 'key.pem'}", f"--certificate={d / 'cert.pem'}",
                     f"--ca-cert={d / 'ca.pem'}", f"--unixctl={d / 'ctl'}", f"--log-file={d / 'ovsdb.log'}",

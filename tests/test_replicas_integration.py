@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hack.probe import status_of
+from hack.probe import Endpoints
 from hack.objects import Admin, reason, unique
 from hack.wait import wait_for
 
@@ -26,30 +25,22 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Replica:
     def __init__(self, cluster, log: Path) -> None:
-        self.health = free_port()
-        self.metrics = free_port()
         self.log = log
+        self.endpoints = Endpoints(log)  # ports picked by the process's own bind: no race for them
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "controller.main", f"--kubeconfig={cluster.controller_kubeconfig}",
              "--manage-gateway-chassis=false", "--leader-elect",
-             f"--health-probe-bind-address=127.0.0.1:{self.health}",
-             f"--metrics-bind-address=127.0.0.1:{self.metrics}"],
+             "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0"],
             cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=open(log, "wb"), stderr=subprocess.STDOUT,
         )
 
     def probe(self, path: str) -> int:
-        return status_of(f"http://127.0.0.1:{self.health}{path}")
+        return self.endpoints.status(path)
 
     def metric(self, name: str) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics", timeout=2) as r:
+        with urllib.request.urlopen(self.endpoints.metrics_url(), timeout=2) as r:
             return "\n".join(line for line in r.read().decode().splitlines() if line.startswith(name))
 
     def ready(self) -> bool:

@@ -109,6 +109,15 @@ class Net:
         """The SB chassis (name) ``cr-<port>`` is bound on, or None."""
         return bed.gateway_chassis(self.lrp)
 
+    def settled(self, bed: LocalCluster) -> str:
+        """Wait until OVN has settled ``cr-<port>`` on its group's highest priority with every
+        member's BFD sessions up (:meth:`LocalCluster.gateway_settled`); that chassis (SB name).
+        Before, a lower-priority member can still claim it (OVN's own settling)."""
+        (group,) = ha_chassis_groups(bed.nbctl, self.group)
+        members = [(c, p[0]) for c, p in group["chassis"].items()]
+        wait_for(lambda: bed.gateway_settled(self.lrp, members), timeout=WAIT, what=f"cr-{self.lrp} settled")
+        return max(members, key=lambda m: m[1])[0]
+
 
 def answers(vm: Vm, target: str) -> list[tuple[str, str]]:
     """The replies to one ARP request (waiting up to 1 s)."""
@@ -149,14 +158,14 @@ def test_vm_gets_no_arp_answer_without_the_group_and_exactly_one_from_the_chosen
         ping_after = time.monotonic() - ready_at
 
         # The chassis that answers is the planner's: the group's highest priority, bound in the SB.
-        # A new group's port can first be claimed by another chassis and moves to the highest
-        # priority once the chassis' BFD sessions are up (OVN's own settling, seen 0.4 s after
-        # the first reply): the steady state is judged once it has.
+        # A new group's port can first be claimed by a lower-priority member whose BFD session
+        # to the highest is not up yet, and moves once it is (OVN's own settling, seen 0.4 s
+        # after the first reply): the steady state is judged once every session is up.
         (group,) = ha_chassis_groups(bed.nbctl, t.group)
         assert sorted(group["chassis"].values()) == [[80], [90], [100]]
         active = max(group["chassis"], key=lambda c: group["chassis"][c][0])
         assert active in {c.system_id for c in dp.chassis}
-        wait_for(lambda: t.cr_chassis(bed) == active, timeout=WAIT, what=f"cr-{t.lrp} bound on {active}")
+        assert t.settled(bed) == active
         assert vm.ping(t.gateway, count=5, timeout=1, interval=0.2) == 5
         assert reason(t.network(), "Ready")[:2] == ("True", "Ready")
         print(f"\n[wire] after GatewayReady=True: first ARP answer {arp_after:.2f}s, first ping reply "
@@ -280,7 +289,7 @@ def failover_once(bed: LocalCluster, dp: DataPlane, n: Net, vm: Vm) -> dict[str,
     """Kill the active chassis' ovs-vswitchd, then start it again; the seconds from each
     event to the VM's next answered ARP (broadcast) and next ping reply, and the longest ping
     gap around the failback. Probes every 0.1 s."""
-    active = n.cr_chassis(bed)
+    active = n.settled(bed)
     chassis = next(c for c in dp.chassis if c.system_id == active)
     arp, ping = Prober(vm, "arping", n.gateway), Prober(vm, "ping", n.gateway)
     try:

@@ -19,7 +19,6 @@ import pytest
 
 from hack.cluster import ClusterError, LocalCluster
 from hack.objects import Admin, reason
-from hack.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups
 from tests.test_wire_integration import Tenant, gateway_controller, reaches
 
@@ -72,7 +71,7 @@ def test_with_two_trunk_nodes_the_survivor_does_not_take_over_and_the_network_sa
 
         vm = n.vm(dp, "vm-two")
         assert reaches(vm, n.gateway)
-        active = wait_for(lambda: n.cr_chassis(bed), timeout=WAIT, what="cr- bound")
+        active = n.settled(bed)
         chassis = next(c for c in dp.chassis if c.system_id == active)
         dp.kill_vswitchd(chassis)
         killed = time.monotonic()

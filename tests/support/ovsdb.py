@@ -17,15 +17,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hack.cluster import free_ports
 from hack.wait import wait_for
 
 NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now (for peers that cannot bind port 0 and report it)."""
+    return free_ports(1)[0]
 
 
 class NBServer:
