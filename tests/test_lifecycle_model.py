@@ -6,9 +6,11 @@ is released while a consumer exists or while Kube-OVN still lists a live subnet 
 under restarts, cache lag and kills. Field reports B01 (duplicates, a hand-made Vlan racing
 us), B03 (Kube-OVN prunes late or never: prune timers), B12 (a restart relists), B15
 (consumers), R1 (another tenant's Subnet names a network's Vlan: the network reports
-``VLANConflict`` naming it, the release waits for it, the controller never touches it). The
-R12 label flap is not modelled here (the model runs without the OVN side);
-tests/test_trunk_hold_down.py and tests/test_trunk_flap_integration.py cover it.
+``VLANConflict`` naming it, the release waits for it, the controller never touches it), R12
+(a trunk node's ready label flaps: Kube-OVN rewrites the ProviderNetwork's ready nodes, and
+no flap may release, move or duplicate a VLAN). The model runs without the OVN side; the
+hold-down's own rules are a state machine of their own in tests/test_trunk_hold_down.py, and
+tests/test_trunk_flap_integration.py counts the NB writes on the real peers.
 
 What is real: ``controller.network.NetworkReconciler`` (its deletion walk), ``ZoneReconciler``
 (orphan collection), ``controller.vlans.VlanManager`` (allocation under the per-provider
@@ -607,6 +609,16 @@ class Lifecycle(RuleBasedStateMachine):
             if s["metadata"]["name"].startswith("stranger-"):
                 assert not s["metadata"].get("deletionTimestamp"), s["metadata"]
                 assert not [f for f in s["metadata"].get("finalizers") or [] if f.startswith("proxmox.cozystack.io/")]
+
+    # -- Kube-OVN's node agent (field report R12) -------------------------------------------
+    @rule(ready=st.booleans())
+    def a_ready_label_flaps(self, ready):
+        """kube-ovn-cni removes the trunk node's ready label at its start and sets it again
+        once the bridge is up; kube-ovn-controller rewrites the ProviderNetwork's status."""
+        pn = self.api.find("provider-networks", PROVIDER)
+        pn["status"] = {"ready": ready, "readyNodes": ["node-a"] if ready else [], "notReadyNodes": [] if ready else ["node-a"]}
+        self.api.put("provider-networks", pn)
+        self._sync_events()
 
     # -- the controller --------------------------------------------------------------------
     @rule(n=st.integers(1, 6))
