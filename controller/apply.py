@@ -177,7 +177,14 @@ class Executor:
         return fill(s, a.into, self.fresh_consumers(a.namespace, a.pool))
 
     def fresh_consumers(self, ns: str, pname: str) -> Consumers:
-        """:func:`count_consumers` over objects read from the API server, not the cache."""
+        """:func:`count_consumers` over objects read from the API server, not the cache.
+
+        A kind the API server answers with an error other than 404 (a conversion webhook
+        that fails every LIST of a version, R8) is named in ``Consumers.unlisted``, which
+        keeps the network ``InUse``: an object that cannot be read may hold the pool.
+        Connection failures raise (the pass is retried)."""
+        unlisted: list[str] = []
+
         def items(key: str) -> list[dict[str, Any]]:
             res = self.consumer_resources.get(key)
             if res is None:
@@ -187,7 +194,8 @@ class Executor:
             except ApiError as err:
                 if err.not_found:
                     return []
-                raise
+                unlisted.append(f"{res.plural}.{res.group}/{res.version} (HTTP {err})")
+                return []
 
         pool = None
         res = self.consumer_resources.get("pools")
@@ -197,7 +205,8 @@ class Executor:
             except ApiError as err:
                 if not err.not_found:
                     raise
-        return count_consumers(pool, pname, items("machines"), items("addresses"), items("claims"))
+        counted = count_consumers(pool, pname, items("machines"), items("addresses"), items("claims"))
+        return attrs.evolve(counted, unlisted=tuple(unlisted)) if unlisted else counted
 
     def _SplitListed(self, a: SplitListed, s: Any) -> Any:
         live, gone = self.vlans.split_listed_subnets(a.vlan)

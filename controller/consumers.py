@@ -103,12 +103,14 @@ class Consumers:
     claims: int = 0
     paused: bool = False
     holders: tuple[Holder, ...] = ()
+    # Kinds the fresh read could not list, "<Kind>: <error>" (R8): an unknown holder is a holder.
+    unlisted: tuple[str, ...] = ()
 
     @property
     def busy(self) -> bool:
         return (
             self.used > 0 or self.protected or self.paused
-            or self.machines > 0 or self.addresses > 0 or self.claims > 0
+            or self.machines > 0 or self.addresses > 0 or self.claims > 0 or bool(self.unlisted)
         )
 
     @property
@@ -133,6 +135,10 @@ class Consumers:
             msg += f"; the pool or one of its addresses carries {PAUSED} (a move is in progress)"
         if self.holders and limit != 0:
             msg += f"; held by {self.named(limit)}"
+        if self.unlisted:
+            msg += (f"; cannot list {'; '.join(self.unlisted)}, and an object that cannot be read may hold the pool, "
+                    f"so VLAN {vlan} and subnet \"{subnet}\" are kept until it can be listed and nothing holds them")
+            return msg
         return msg + f'; VLAN {vlan} and subnet "{subnet}" are kept until they are gone'
 
 

@@ -228,6 +228,9 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
     def readiness() -> tuple[bool, str]:
         if not manager.caches_fresh():
             return False, "caches not synced or stale"
+        failing = manager.unlistable()
+        if failing:  # R8: e.g. a conversion webhook that fails every LIST of a version
+            return False, "cannot list " + "; ".join(failing)
         if elector is not None and not elector.is_leader:
             return False, "not the leader"
         return True, "ok"

@@ -13,7 +13,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -77,6 +77,7 @@ ZONE_COUNTS_DELAY = 5.0  # seconds a zone pass waits after another kind's event 
 STOP_TIMEOUT = 1.2  # seconds for Manager.stop, within main's EXIT_BUDGET (issue 15: exit within 2 s of SIGTERM)
 DISCOVERY_RETRY_FIRST = 1.0  # seconds before the first retry of a failed API discovery
 DISCOVERY_RETRY_MAX = 30.0  # cap of the discovery retry backoff
+UNLISTABLE_GRACE = 30.0  # seconds a kind's LISTs fail before /readyz names it (R8); a blip is not named
 
 def zone_index_provider(zone: Mapping[str, Any]) -> list[str]:
     """Indexer ``provider``: a zone's ``spec.providerNetwork``."""
@@ -142,11 +143,12 @@ OPTIONAL_INDEXERS = {
 }
 
 
-def discover(writer: KubeWriter, group: str, plural: str, versions: tuple[str, ...]) -> str | None:
-    """The first of ``versions`` in which the API server serves ``group``/``plural``, or None.
+def served_versions(writer: KubeWriter, group: str, plural: str, versions: tuple[str, ...]) -> list[str]:
+    """Those of ``versions`` in which the API server serves ``group``/``plural``, in order.
 
     :raises ApiError: for discovery failures other than 404 (the group is not served).
     """
+    out = []
     for version in versions:
         try:
             doc = writer.request("GET", f"/apis/{group}/{version}")
@@ -155,7 +157,33 @@ def discover(writer: KubeWriter, group: str, plural: str, versions: tuple[str, .
                 continue
             raise
         if any(r.get("name") == plural for r in doc.get("resources") or []):
+            out.append(version)
+    return out
+
+
+def discover(writer: KubeWriter, group: str, plural: str, versions: tuple[str, ...]) -> str | None:
+    """The first of ``versions`` in which the API server serves ``group``/``plural``, or None.
+
+    :raises ApiError: for discovery failures other than 404 (the group is not served).
+    """
+    return next(iter(served_versions(writer, group, plural, versions)), None)
+
+
+def listable_version(writer: KubeWriter, resource: Callable[[str], Resource], served: list[str]) -> str | None:
+    """The first of the ``served`` versions whose LIST answers (``limit=1``, all
+    namespaces), or None. A version can be served and still not list: capmox converts its
+    stored version through a conversion webhook, and while that webhook fails every LIST and
+    WATCH of another version fails whole (field report R8), while the stored one lists.
+
+    :raises ApiError: only for failures of the API server itself (5xx of every version is
+        "none lists", not an error).
+    """
+    for version in served:
+        try:
+            writer.request("GET", resource(version).path(None), query=[("limit", "1")])
             return version
+        except ApiError as err:
+            log.info("served version does not list", resource=str(resource(version)), error=str(err))
     return None
 
 
@@ -295,10 +323,7 @@ class Manager:
             return []
         added = self._optional_informers(missing)
         for key, inf in added.items():
-            self.optional[key] = inf
-            if key in OPTIONAL_KINDS:
-                self.network_reconciler.consumer_resources[key] = inf.resource
-            setattr(self.listers, key, inf.store)
+            self._use_optional(key, inf)
             self._wire_optional(key, inf)
         if added:
             self.metrics.register_informers({str(inf.resource): inf for inf in self.factory.informers()})
@@ -310,16 +335,71 @@ class Manager:
         uses it)."""
         out: dict[str, Any] = {}
         for key, (group, plural, versions, kind) in wanted.items():
-            version = discover(self.writer, group, plural, versions)
-            if version is None:
+            served = served_versions(self.writer, group, plural, versions)
+            if not served:
                 log.info("kind not served; treated as having no objects", group=group, resource=plural)
                 continue
+            # The newest version that lists; if none does, the newest (its informer says why).
+            version = listable_version(self.writer, self._resource_of(key), served) or served[0]
             log.info("watching", group=group, version=version, resource=plural)
             out[key] = self.factory.informer(
-                Resource(group, version, plural, namespaced=key not in CLUSTER_KINDS, kind=kind),
-                indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}),
-            )
+                self._resource_of(key)(version), indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}))
         return out
+
+    @staticmethod
+    def _resource_of(key: str) -> Callable[[str], Resource]:
+        group, plural, _, kind = (OPTIONAL_KINDS | CLUSTER_KINDS)[key]
+        return lambda version: Resource(group, version, plural, namespaced=key not in CLUSTER_KINDS, kind=kind)
+
+    def move_failing_kinds(self, sync_timeout: float = 60.0) -> list[str]:
+        """Field report R8: an optional kind whose informer cannot list (its last LIST or
+        WATCH failed) moves to another served version that lists, found by discovery (at
+        every resync). The new informer replaces the old one once its cache has synced;
+        until then the old cache and the fresh reads before a release stand.
+
+        :returns: the ``"<old resource> -> <new resource>"`` moves made.
+        """
+        moved = []
+        for key, inf in list(self.optional.items()):
+            if not inf.last_error:
+                continue
+            group, plural, versions, _ = (OPTIONAL_KINDS | CLUSTER_KINDS)[key]
+            served = served_versions(self.writer, group, plural, versions)
+            version = listable_version(self.writer, self._resource_of(key), served)
+            if version is None or version == inf.resource.version:
+                continue
+            new = self.factory.informer(self._resource_of(key)(version),
+                                        indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}))
+            self._wire_optional(key, new)
+            new.start()
+            if not new.wait_for_sync(sync_timeout) or self._stop.is_set():
+                log.warning("moving to another version: its cache did not sync; keeping the old one",
+                            old=str(inf.resource), new=str(new.resource))
+                self.factory.remove(new)
+                continue
+            self._use_optional(key, new)
+            self.factory.remove(inf)
+            self.metrics.unregister_informer(str(inf.resource))
+            self.metrics.register_informers({str(new.resource): new})
+            log.warning("kind cannot be listed in its version; moved to another served version",
+                        old=str(inf.resource), new=str(new.resource), error=inf.last_error)
+            moved.append(f"{inf.resource} -> {new.resource}")
+        if moved:
+            self.enqueue_all()  # what the old cache missed: every network looks again
+        return moved
+
+    def _use_optional(self, key: str, inf: Any) -> None:
+        """``inf`` serves ``key`` from now on: the listers, the fresh reads of a release."""
+        self.optional[key] = inf
+        if key in OPTIONAL_KINDS:
+            self.network_reconciler.consumer_resources[key] = inf.resource
+        setattr(self.listers, key, inf.store)
+
+    def unlistable(self, grace: float = UNLISTABLE_GRACE) -> list[str]:
+        """``"<resource>: <error>"`` of each informer whose LISTs and WATCHes have failed for
+        at least ``grace`` seconds (``/readyz`` names them; R8)."""
+        return [f"{inf.resource}: {inf.last_error}" for inf in self.factory.informers()
+                if inf.last_error and inf.failing_for() >= grace]
 
     # -- event -> key mapping (controller.keys) ----------------------------------------------
     def _route(self, keys: tuple[list[NetworkKey], list[ZoneKey]]) -> None:
@@ -618,6 +698,7 @@ class Manager:
         while not self._stop.wait(self.options.resync_period):
             try:
                 self.discover_late_kinds()
+                self.move_failing_kinds()
             except Exception as err:  # discovery is retried at the next resync
                 log.info("discovery failed", error=repr(err))
             n = self.enqueue_all()

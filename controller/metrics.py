@@ -49,7 +49,8 @@ Ours on top of them:
   ``informer.last_sync_age()``, ``+Inf`` before the first LIST),
   ``cozy_proxmox_informer_relists_total{resource}`` (``informer.relists``) and
   ``cozy_proxmox_informer_watch_restarts_total{resource,reason}``
-  (``informer.watch_restarts``); see :meth:`Metrics.register_informers`;
+  (``informer.watch_restarts``) and ``cozy_proxmox_informer_list_failing{resource}``
+  (``informer.last_error`` set: R8); see :meth:`Metrics.register_informers`;
 * ``cozy_proxmox_leader`` (gauge, no labels): 1 while this process leads (and
   always 1 with ``--leader-elect=false``), else 0 (B13);
 * ``cozy_proxmox_network_vlan_changed_externally{namespace,network}`` (gauge): 1 while
@@ -193,7 +194,7 @@ class _InformerCollector:
 
     def collect(self) -> list[Metric]:
         families = self._families()
-        age, relists, restarts = families
+        age, relists, restarts, failing = families
         for resource, informer in self._owner._informers_snapshot():
             try:
                 value = float(informer.last_sync_age())
@@ -212,6 +213,7 @@ class _InformerCollector:
             else:
                 for reason, count in sorted(counts):
                     restarts.add_metric([resource, str(reason)], float(count))
+            failing.add_metric([resource], 1.0 if getattr(informer, "last_error", None) else 0.0)
         return families
 
     @staticmethod
@@ -232,6 +234,12 @@ class _InformerCollector:
                 "cozy_proxmox_informer_watch_restarts_total",
                 "Watches of the resource that ended, by reason (expired, dropped, timeout, closed, error).",
                 labels=["resource", "reason"],
+            ),
+            GaugeMetricFamily(
+                "cozy_proxmox_informer_list_failing",
+                "1 while the last LIST or WATCH of the resource failed (e.g. a conversion webhook "
+                "that answers 500), else 0.",
+                labels=["resource"],
             ),
         ]
 
@@ -649,6 +657,11 @@ class Metrics:
         """
         with self._lock:
             self._informers.update(informers)
+
+    def unregister_informer(self, resource: str) -> None:
+        """Stop exporting the informer of ``resource`` (replaced by one of another version)."""
+        with self._lock:
+            self._informers.pop(resource, None)
 
     def _informers_snapshot(self) -> list[tuple[str, Any]]:
         with self._lock:

@@ -99,6 +99,15 @@ class SharedInformerFactory:
                 inf.store.add_indexers(indexers)
             return inf
 
+    def remove(self, informer: SharedIndexInformer) -> None:
+        """Stop ``informer`` and forget it (its successor serves another version of the
+        kind, field report R8). Does not wait for its thread."""
+        with self._lock:
+            for key, inf in list(self._informers.items()):
+                if inf is informer:
+                    del self._informers[key]
+        informer.stop()
+
     def informers(self) -> list[SharedIndexInformer]:
         """All informers handed out so far."""
         with self._lock:

@@ -238,6 +238,17 @@ class SharedIndexInformer:
         return self._reflector.relists
 
     @property
+    def last_error(self) -> str | None:
+        """Why the last LIST or WATCH failed (``HTTP 500: <message>``, …), None once one
+        succeeded again: the kind cannot be listed while it is set (field report R8)."""
+        return self._reflector.last_error
+
+    def failing_for(self) -> float:
+        """Seconds since the LISTs and WATCHes began to fail; 0 while they succeed."""
+        t = self._reflector.failing_since
+        return 0.0 if t is None else max(0.0, time.monotonic() - t)
+
+    @property
     def last_resource_version(self) -> str | None:
         """Where the next watch would start (advanced by every event and BOOKMARK)."""
         return self._reflector.last_resource_version

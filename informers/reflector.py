@@ -40,7 +40,7 @@ from kubernetes.client.exceptions import ApiException
 
 from .backoff import Backoff
 from .resource import Resource
-from .transport import Transport, WatchStream, retry_after_seconds, status_code_of
+from .transport import Transport, WatchStream, api_error_text, retry_after_seconds, status_code_of
 from .watchstream import WatchDecodeError, iter_events
 
 log = structlog.get_logger("informers.reflector")
@@ -168,6 +168,10 @@ class Reflector:
         self.lists_completed = 0
         self.last_resource_version: str | None = None
         self.last_sync_monotonic: float | None = None
+        # The failure of the last LIST or WATCH and since when they fail (monotonic), None
+        # once one succeeds: a kind that cannot be listed (field report R8) says so.
+        self.last_error: str | None = None
+        self.failing_since: float | None = None
         self._next_relist_at = math.inf
 
     # ------------------------------------------------------------ lifecycle
@@ -194,6 +198,7 @@ class Reflector:
                     self._list_and_replace()
                     need_list = False
                     self._backoff.reset()
+                    self._succeeded()
                     continue
                 reason, productive = self._watch_once()
                 if reason == "stopped":
@@ -206,6 +211,7 @@ class Reflector:
                 if productive:
                     self._backoff.reset()
                     expired_streak = 0
+                    self._succeeded()
                 else:
                     # A watch that ended within a second having delivered
                     # nothing: wait, or a broken server/proxy becomes a hot loop.
@@ -225,10 +231,12 @@ class Reflector:
                 # e.g. a 500 inside the stream. The resourceVersion is still
                 # ours; if the server cannot serve it, it will say 410.
                 self.watch_restarts["error"] += 1
+                self._failed(str(e))
                 self._log.warning("watch ERROR event; rewatching after backoff", detail=str(e))
                 self._sleep_backoff()
             except ApiException as e:
                 self.watch_restarts["error"] += 1
+                self._failed(api_error_text(e))
                 code = status_code_of(e)
                 retry_after = retry_after_seconds(e)
                 if code == 404:
@@ -246,6 +254,7 @@ class Reflector:
                 # Server unreachable, connect/TLS timeout, connection reset
                 # during a LIST: expected while the API server is away.
                 self.watch_restarts["error"] += 1
+                self._failed(f"API server unreachable: {e!r}")
                 if not self._stop.is_set():
                     self._log.warning("API server unreachable; retrying after backoff", detail=repr(e),
                                       relisting=need_list)
@@ -255,6 +264,7 @@ class Reflector:
                 # and relist, since the cache may have missed what failed.
                 need_list = True
                 self.watch_restarts["error"] += 1
+                self._failed("list/watch failed (see the log)")
                 if not self._stop.is_set():
                     self._log.exception("list/watch failed; retrying after backoff", relisting=need_list)
                 self._sleep_backoff()
@@ -269,6 +279,14 @@ class Reflector:
 
     def _mark_sync(self) -> None:
         self.last_sync_monotonic = self._clock()
+
+    def _failed(self, text: str) -> None:
+        self.last_error = text
+        if self.failing_since is None:
+            self.failing_since = self._clock()
+
+    def _succeeded(self) -> None:
+        self.last_error = self.failing_since = None
 
     def _selectors(self) -> list[tuple[str, str]]:
         q = []

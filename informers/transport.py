@@ -61,6 +61,19 @@ def status_code_of(exc: ApiException) -> int | None:
     return exc.status
 
 
+def api_error_text(exc: ApiException) -> str:
+    """``HTTP <code>: <the Status message>`` of an error answer (the body's ``message``, else
+    the HTTP reason), e.g. ``HTTP 500: conversion webhook for … failed: …``."""
+    message = ""
+    try:
+        body = json.loads(exc.body) if exc.body else None
+        if isinstance(body, dict):
+            message = str(body.get("message") or "")
+    except (ValueError, TypeError):
+        message = str(exc.body or "")[:300]
+    return f"HTTP {status_code_of(exc)}: {message or exc.reason or 'no message'}"
+
+
 def retry_after_seconds(exc: ApiException) -> float:
     """Seconds the server asked us to wait (``Retry-After`` header or the
     Status ``details.retryAfterSeconds``), 0 if none."""

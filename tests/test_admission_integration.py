@@ -242,6 +242,37 @@ def test_policies_as_shipped(bed, kubectl):
             assert conds == ["not-a-platform-namespace", "not-being-deleted"]
 
 
+@pytest.mark.parametrize("version", ["v1alpha1", "v1alpha2"])
+def test_a_zone_nic_on_net0_only_on_an_additional_device_only_and_on_both(bed, version):
+    """Issue 26 item 7: an additional NIC is judged by the same rules as net0 (the seed's
+    ``proxmox.additionalNetworks[]``), in both capmox shapes; each refusal next to an
+    admitted control. Rule 0 stays (spec validation 0; capmox v0.7's own webhook requires
+    ``network.default`` too): in a namespace that owns networks, net0 must be one of them."""
+    b = bed
+    a, bb = nic(b.bra, 101, "pool-a"), nic(b.brb, b.uplink_vlan, "pool-b")  # the owner's two networks
+    foreign = nic(b.bra, 102, "pool-x")  # the other tenant's network on the same zone bridge
+    infra = nic("vmbr0")  # an infrastructure bridge, no VLAN, no pool
+    m = lambda ns, nics, default=True: b.try_create(machine(version, "ProxmoxMachine", ns, nics, default))  # noqa: E731
+    # on net0 only
+    admitted(m(b.owner, [a]))
+    denied(m(b.owner, [foreign]), MACHINE, R1, f"{b.bra}/102/pool-x")
+    # on an additional device only: net0 elsewhere is refused in an owning namespace (rule 4),
+    # and so is no net0 at all (rule 0, v1alpha1; v1alpha2 names its first device net0)
+    denied(m(b.owner, [infra, a]), MACHINE, R4, "vmbr0//(no pool)")
+    if version == "v1alpha1":
+        denied(m(b.owner, [a], default=False), MACHINE, R0)
+    admitted(m(b.owner, [bb, a]))
+    # a namespace that owns nothing: net0 on an infrastructure bridge is its own business,
+    # a zone NIC on an additional device is refused as on net0 (rule 1)
+    admitted(m(b.plain, [infra]))
+    denied(m(b.plain, [infra, a]), MACHINE, R1, "allowed: none")
+    denied(m(b.plain, [a]), MACHINE, R1, "allowed: none")
+    # on both
+    admitted(m(b.owner, [a, bb]))
+    denied_by_one_of(m(b.owner, [a, foreign]), MACHINE, R1, R4)
+    denied_by_one_of(m(b.owner, [foreign, a]), MACHINE, R1, R4)
+
+
 @pytest.mark.parametrize("version,kind", SHAPES, ids=SHAPE_IDS)
 def test_rule0_network_default_required_in_owning_namespace(bed, version, kind):
     b = bed

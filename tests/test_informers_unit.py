@@ -724,6 +724,34 @@ def test_missing_crd_has_synced_stays_false(running):
     assert inf.is_running()
 
 
+def test_a_kind_that_cannot_be_listed_says_why_until_a_list_succeeds(running):
+    """R8: ``last_error`` quotes the API server's Status message of the failing LIST (a
+    conversion webhook answering 500 fails every LIST of the converted version), and
+    ``failing_for`` counts from the first failure; both clear once a LIST succeeds."""
+    class Converting(FakeApiServer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.broken = threading.Event()
+            self.broken.set()
+
+        def list(self, path, query, timeout):
+            if self.broken.is_set():
+                self.lists.append(query)
+                raise ApiException(status=500, reason="Internal Server Error", body=json.dumps(
+                    status(500, "InternalError") | {"message": "conversion webhook for x/v1alpha1 failed"}))
+            return super().list(path, query, timeout)
+
+    srv = Converting()
+    inf = running(srv)
+    wait_for(lambda: len(srv.lists) >= 2, what="two failed LISTs")
+    assert inf.last_error == "HTTP 500: conversion webhook for x/v1alpha1 failed"
+    assert inf.failing_for() > 0 and not inf.has_synced()
+    srv.broken.clear()
+    assert inf.wait_for_sync(DEADLINE)
+    wait_for(lambda: inf.last_error is None, what="the error cleared")
+    assert inf.failing_for() == 0.0
+
+
 def test_errors_back_off_and_keep_going(server, running):
     server.put("a")
     server.watch_errors.extend([

@@ -50,6 +50,7 @@ SERIES: dict[str, tuple[str, frozenset[str]]] = {
     "cozy_proxmox_informer_last_event_age_seconds": ("gauge", frozenset({"resource"})),
     "cozy_proxmox_informer_relists_total": ("counter", frozenset({"resource"})),
     "cozy_proxmox_informer_watch_restarts_total": ("counter", frozenset({"resource", "reason"})),
+    "cozy_proxmox_informer_list_failing": ("gauge", frozenset({"resource"})),  # R8
     "workqueue_depth": ("gauge", frozenset({"name"})),
     "workqueue_adds_total": ("counter", frozenset({"name"})),
     "workqueue_retries_total": ("counter", frozenset({"name"})),
@@ -74,6 +75,7 @@ class FakeInformer:
         self.relists = relists
         self.watch_restarts = {"expired": 0, "dropped": 0, "timeout": 0, "closed": 0, "error": 0}
         self.watch_restarts.update(restarts or {})
+        self.last_error: str | None = None
 
     def last_sync_age(self) -> float:
         return self.age
@@ -451,6 +453,20 @@ def test_informer_metrics_are_read_at_scrape_time():
     assert series_of(m, "cozy_proxmox_informer_last_event_age_seconds")[lbl(resource="subnets")] == 1.0
     assert series_of(m, "cozy_proxmox_informer_relists_total")[lbl(resource="subnets")] == 3
     assert series_of(m, "cozy_proxmox_informer_watch_restarts_total")[lbl(resource="subnets", reason="timeout")] == 1
+
+
+def test_a_kind_that_cannot_be_listed_is_named_and_an_informer_replaced_is_dropped():
+    """R8: ``cozy_proxmox_informer_list_failing`` is 1 while the informer's last LIST or
+    WATCH failed; the informer of a version given up on leaves the exposition."""
+    m = Metrics()
+    machines = FakeInformer(3.0)
+    machines.last_error = "HTTP 500: conversion webhook for infrastructure.cluster.x-k8s.io/v1alpha1 failed"
+    m.register_informers({"proxmoxmachines.infrastructure.cluster.x-k8s.io/v1alpha2": machines,
+                          "subnets": FakeInformer(1.0)})
+    assert series_of(m, "cozy_proxmox_informer_list_failing") == {
+        lbl(resource="proxmoxmachines.infrastructure.cluster.x-k8s.io/v1alpha2"): 1, lbl(resource="subnets"): 0}
+    m.unregister_informer("proxmoxmachines.infrastructure.cluster.x-k8s.io/v1alpha2")
+    assert series_of(m, "cozy_proxmox_informer_list_failing") == {lbl(resource="subnets"): 0}
 
 
 def test_a_broken_informer_does_not_break_the_scrape():

@@ -1250,6 +1250,18 @@ def test_in_use_from_the_fresh_consumer_list():
     assert not p.of(Get)
 
 
+def test_a_kind_the_fresh_read_cannot_list_holds_the_network():
+    """R8: an unknown holder is a holder; the message quotes what could not be listed."""
+    unlisted = ("proxmoxmachines.infrastructure.cluster.x-k8s.io/v1alpha2 (HTTP 500 InternalError: conversion "
+                "webhook for infrastructure.cluster.x-k8s.io/v1alpha1, Kind=ProxmoxMachine failed)",)
+    p = drive(deleting(), clear(fresh_consumers=Consumers(unlisted=unlisted)))
+    waits(p, "InUse",
+          f'0 address(es) of pool "{POOL}" are allocated and 0 ProxmoxMachine(s) reference it; cannot list '
+          f'{unlisted[0]}, and an object that cannot be read may hold the pool, so VLAN {VID} and subnet '
+          f'"{SUBNET}" are kept until it can be listed and nothing holds them', 30)
+    assert not p.of(Get)  # nothing after the consumers is read, nothing released
+
+
 def machine(name, **meta):
     return {"metadata": {"name": name, "namespace": NS, **meta},
             "spec": {"network": {"default": {"ipv4PoolRef": {"kind": "InClusterIPPool", "name": POOL}}}}}

@@ -33,6 +33,16 @@ CLIENT_AUTH = (ExtendedKeyUsageOID.CLIENT_AUTH,)
 BOTH = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH)
 
 
+def _san(name: str) -> x509.GeneralName:
+    """An IP address SAN for an address, else a DNS name."""
+    import ipaddress
+
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
 def _key_pem(key: ec.EllipticCurvePrivateKey, passphrase: bytes | None = None) -> bytes:
     enc = serialization.BestAvailableEncryption(passphrase) if passphrase else serialization.NoEncryption()
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, enc)
@@ -117,7 +127,7 @@ class CA:
         days: int = 30,
         expired: bool = False,
     ) -> CertKey:
-        """A leaf signed by this CA: CN ``cn``, no SAN unless given (DNS names), EKU ``eku`` (None:
+        """A leaf signed by this CA: CN ``cn``, no SAN unless given (DNS names, IP addresses), EKU ``eku`` (None:
         no EKU extension at all, like Kube-OVN's ovs-pki certificates). ``expired``: validity ended
         an hour ago. The cert PEM carries the intermediates when this CA is one."""
         key = ec.generate_private_key(ec.SECP256R1())
@@ -143,9 +153,7 @@ class CA:
         if eku is not None:
             builder = builder.add_extension(x509.ExtendedKeyUsage(list(eku)), critical=False)
         if san:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.DNSName(n) for n in san]), critical=False
-            )
+            builder = builder.add_extension(x509.SubjectAlternativeName([_san(n) for n in san]), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
         chain = self.chain_pem()
         return CertKey(cert.public_bytes(serialization.Encoding.PEM) + chain, _key_pem(key), key, chain)
