@@ -212,6 +212,16 @@ def for_pool_overlap(kind: str, pool: Mapping[str, Any], listers: Any) -> list[N
     return [k for o in found if o.kind == IN_CLUSTER_IP_POOL for k in _networks(listers, "ippool", o.name)]
 
 
+def for_vpc(vpc: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
+    """A Kube-OVN Vpc changed (its ``spec.namespaces``): the networks whose Subnet is in it
+    (their foreign-VPC report, field report R2)."""
+    subnets = listers.subnets.by_index("vpc", _name(vpc)) if listers.subnets is not None else []
+    out: list[NetworkKey] = []
+    for sub in subnets:
+        out += [k for k in _networks(listers, "subnet", _name(sub)) if k not in out]
+    return out
+
+
 def for_kube_ovn_ip(ip: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
     """A Kube-OVN IP changed: the networks naming its Subnet (their ``AddressConflict``)."""
     sub = (ip.get("spec") or {}).get("subnet") if isinstance(ip.get("spec"), Mapping) else None

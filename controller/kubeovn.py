@@ -78,6 +78,22 @@ def in_default_vpc(subnet: Mapping[str, Any]) -> bool:
     return str((subnet.get("spec") or {}).get("vpc") or "") in ("", DEFAULT_VPC)
 
 
+def foreign_vpc_note(subnet: Mapping[str, Any], vpc: Mapping[str, Any] | None, namespace: str) -> str:
+    """Field report R2, report only: the Subnet's VPC is another namespace's. A VPC's
+    namespaces are Kube-OVN's ``Vpc.spec.namespaces`` (the namespaces whose pods it serves);
+    a VPC that lists none, or that is not found, says nothing either way and is not
+    reported. "" when nothing is to be said."""
+    if vpc is None:
+        return ""
+    listed = (vpc.get("spec") or {}).get("namespaces")
+    if not isinstance(listed, list) or not listed or namespace in listed:
+        return ""
+    name = str((vpc.get("metadata") or {}).get("name") or "")
+    sub = str((subnet.get("metadata") or {}).get("name") or "")
+    return (f'Subnet "{sub}" is in VPC "{name}", whose spec.namespaces lists {", ".join(map(str, listed))} '
+            f'and not "{namespace}": another tenant\'s VPC? Its VMs would reach that VPC\'s router and subnets')
+
+
 def default_vpc_message(subnet: Mapping[str, Any]) -> str:
     """SubnetInvalid's message for a Subnet in the default VPC (field report R2)."""
     name = str((subnet.get("metadata") or {}).get("name") or "")

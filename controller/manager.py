@@ -133,6 +133,8 @@ OPTIONAL_KINDS = {
 CLUSTER_KINDS = {
     "global_pools": ("ipam.cluster.x-k8s.io", "globalinclusterippools", POOL_VERSIONS, "GlobalInClusterIPPool"),
     "kube_ovn_ips": ("kubeovn.io", "ips", ("v1",), "IP"),
+    # Which namespaces a VPC is for (spec.namespaces): a Subnet in another's VPC is reported (R2).
+    "vpcs": ("kubeovn.io", "vpcs", ("v1",), "Vpc"),
 }
 # Indexes of the optional kinds' stores (controller.network.Listers); others: "namespace".
 OPTIONAL_INDEXERS = {
@@ -506,6 +508,9 @@ class Manager:
         def handler(obj: Mapping[str, Any], overlaps: bool = True) -> None:
             if key == "kube_ovn_ips":
                 nets.add_all(keys.for_kube_ovn_ip(obj, l))
+                return
+            if key == "vpcs":
+                nets.add_all(keys.for_vpc(obj, l))
                 return
             if key != "global_pools":
                 nets.add_all(keys.for_pool_user(key, obj, l))

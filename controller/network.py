@@ -47,7 +47,7 @@ class Listers:
     ``machines``, ``addresses`` and ``claims`` are None when the API server does not
     serve those kinds (capmox or CAPI IPAM not installed): they then hold nothing. So are
     ``global_pools`` (GlobalInClusterIPPool: its CRD comes with the IPAM provider) and
-    ``kube_ovn_ips`` (Kube-OVN ``IP``, ``ips.kubeovn.io``).
+    ``kube_ovn_ips`` (Kube-OVN ``IP``, ``ips.kubeovn.io``) and ``vpcs`` (Kube-OVN ``Vpc``).
 
     Indexes read here besides ``namespace``: ``buckets`` on both pool stores
     (:func:`pool_index_buckets`), ``subnet`` on ``kube_ovn_ips`` (:func:`ip_index_subnet`),
@@ -66,6 +66,7 @@ class Listers:
     claims: ThreadSafeStore | None = None
     global_pools: ThreadSafeStore | None = None
     kube_ovn_ips: ThreadSafeStore | None = None
+    vpcs: ThreadSafeStore | None = None
 
 
 def in_namespace(store: ThreadSafeStore | None, ns: str) -> list[dict[str, Any]]:
@@ -267,6 +268,8 @@ class NetworkReconciler:
             holders=self.vlans.holders_of(vlan, zone),
             rivals=tuple(self.l.networks.by_index("subnet", sname)) if sname else (),
             subnet=subnet,
+            subnet_vpc=(self.l.vpcs.get(str((subnet.get("spec") or {}).get("vpc") or ""))
+                        if subnet is not None and self.l.vpcs is not None else None),
             subnet_bound=bool(on_vlan),
             strangers=tuple(sorted(str(o["metadata"]["name"]) for o in on_vlan if o["metadata"]["name"] != sname)),
             pool=pool,

@@ -142,6 +142,7 @@ class NetworkSnapshot:
         for a deleting network only; §6 step 3 releases then even without ``status.vlan``).
     :ivar annotation: the namespace annotation's value (None: no Namespace).
     :ivar trunk, siblings: the gateway step's inputs (trunk nodes, the VPC's subnet names).
+    :ivar subnet_vpc: the Kube-OVN Vpc the Subnet names (None: not found, or Vpcs not served).
     :ivar trunk_recheck: seconds until a trunk node held down leaves ``trunk`` (field report
         R12), None when none is held: the pass comes back then.
     """
@@ -159,6 +160,7 @@ class NetworkSnapshot:
     holders: tuple[Mapping[str, Any], ...] = ()
     rivals: tuple[Mapping[str, Any], ...] = ()
     subnet: Mapping[str, Any] | None = None
+    subnet_vpc: Mapping[str, Any] | None = None
     subnet_bound: bool = False
     strangers: tuple[str, ...] = ()
     pool: Mapping[str, Any] | None = None
@@ -648,6 +650,13 @@ class _Live:
                           gen, self.clock)
             return sub
         st, reason, message = subnet_conditions(sub)
+        foreign = kubeovn.foreign_vpc_note(sub, self.s.subnet_vpc, self.ns)
+        if foreign:
+            # Report only (R2): a ProxmoxNetwork names no VPC to hold the Subnet to.
+            message = f"{message}; {foreign}"
+            was = find((self.old.get("conditions") or []), names.SUBNET_READY) or {}
+            if foreign not in str(was.get("message") or ""):
+                self.actions.append(Event(self.net, WARNING, reasons.SUBNET_IN_FOREIGN_VPC, foreign))
         set_condition(conds, names.SUBNET_READY, st, reason, message, gen, self.clock)
         return sub
 

@@ -1057,6 +1057,33 @@ def test_a_subnet_in_the_default_vpc_is_invalid_gets_no_group_and_keeps_its_vlan
     assert p.of(WriteStatus)[-1].event == EventSpec("Warning", "SubnetInvalid", default_vpc_message(where))
 
 
+def vpc_for(*namespaces: str) -> dict:
+    return {"metadata": {"name": VPC}, "spec": {"namespaces": list(namespaces)}}
+
+
+def test_a_subnet_in_another_tenants_vpc_is_reported_not_refused():
+    """Field report R2, report only (a ProxmoxNetwork names no VPC): Vpc.spec.namespaces
+    lists other namespaces. SubnetReady stays True with the note, a Warning Event once."""
+    note = (f'Subnet "{SUBNET}" is in VPC "{VPC}", whose spec.namespaces lists tenant-b, tenant-c and not "{NS}": '
+            "another tenant's VPC? Its VMs would reach that VPC's router and subnets")
+    p = drive(live(subnet_vpc=vpc_for("tenant-b", "tenant-c")))
+    assert p.crm("SubnetReady") == ("True", "Ready", f"Kube-OVN reports the subnet Ready; {note}")
+    assert p.crm("Ready")[:2] == ("True", "Ready")
+    assert [(a.type, a.reason, a.message) for a in p.applied if isinstance(a, Event)] == [
+        ("Warning", "SubnetInForeignVPC", note)]
+    # Reported once: the next pass finds the note in the stored condition.
+    again = drive(converged(live(subnet_vpc=vpc_for("tenant-b", "tenant-c"))))
+    assert not [a for a in again.applied if isinstance(a, Event)]
+
+
+@pytest.mark.parametrize("vpc", [None, vpc_for(), vpc_for(NS), vpc_for("tenant-b", NS)],
+                         ids=["not-found", "no-namespaces", "ours", "shared"])
+def test_a_vpc_that_lists_no_namespace_or_ours_is_not_reported(vpc):
+    p = drive(live(subnet_vpc=vpc))
+    assert p.crm("SubnetReady") == ("True", "Ready", "Kube-OVN reports the subnet Ready")
+    assert not [a for a in p.applied if isinstance(a, Event)]
+
+
 def test_a_default_vpc_group_that_cannot_be_deleted_says_why():
     p = drive(gw_live(subnet=subnet(vpc="ovn-cluster")), {"gateway_release": "OVN NB is not connected"})
     assert p.crm("GatewayReady")[2].endswith("; deleting the network's group from OVN NB failed: OVN NB is not connected")

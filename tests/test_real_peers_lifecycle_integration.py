@@ -64,6 +64,7 @@ from tests.support.peers import (
     POOL_V,
     Ctl,
     Trunk,
+    kube_get,
     make_vpc,
     strip_kube_ovn_finalizer,
 )
@@ -750,6 +751,37 @@ def test_a_subnet_in_the_default_vpc_never_gets_a_group_on_the_cluster_router(be
     events = world.a.core.list_namespaced_event(sc.ns).items
     assert any(e.type == "Warning" and e.reason == "SubnetInvalid" and e.involved_object.name == sc.net
                for e in events)
+
+
+def test_a_subnet_in_another_tenants_vpc_is_reported_and_served(bed, ctl, world):
+    """Field report R2, its last variant, report only (a ProxmoxNetwork has no VPC field): a
+    namespace's VPCs are those whose ``spec.namespaces`` (Kube-OVN's field) lists it. A
+    Subnet in a VPC that lists only another namespace gets its group as usual; SubnetReady
+    stays True and says so, with one Warning Event ``SubnetInForeignVPC``; once the VPC
+    lists the network's namespace the note goes (the Vpc's event brings the pass)."""
+    sc = world.scene()
+    other, vpc = unique("tenant-b"), unique("vpc-b")
+    world.a.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=other)))
+    world.a.co.create_cluster_custom_object(*KUBEOVN, "vpcs", {
+        "apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": vpc}, "spec": {"namespaces": [other]}})
+    wait_for(lambda: ((kube_get(world.a, "vpcs", vpc) or {}).get("status") or {}).get("standby"), timeout=WAIT,
+             what=f"Vpc {vpc} up")
+    sc.create_network()
+    sc.create_subnet(vpc=vpc)
+    sc.create_pool()
+    obj = sc.wait("Ready", "Ready")
+    note = (f'Subnet "{sc.sub}" is in VPC "{vpc}", whose spec.namespaces lists {other} and not "{sc.ns}": '
+            "another tenant's VPC? Its VMs would reach that VPC's router and subnets")
+    assert reason(obj, "SubnetReady") == ("True", "Ready", f"Kube-OVN reports the subnet Ready; {note}")
+    assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
+    assert ha_chassis_groups(bed.nbctl, f"px-{vpc}-{sc.sub}") != []
+    events = [e for e in world.a.core.list_namespaced_event(sc.ns).items
+              if e.reason == "SubnetInForeignVPC" and e.involved_object.name == sc.net]
+    assert len(events) == 1 and events[0].type == "Warning" and events[0].message == note
+
+    world.a.co.patch_cluster_custom_object(*KUBEOVN, "vpcs", vpc, {"spec": {"namespaces": [other, sc.ns]}})
+    wait_for(lambda: reason(sc.network(), "SubnetReady") == ("True", "Ready", "Kube-OVN reports the subnet Ready"),
+             timeout=WAIT, what="the note gone once the VPC lists the namespace")
 
 
 def test_a_group_already_on_a_default_vpc_router_port_is_removed_with_its_pointer(bed, ctl, world):
