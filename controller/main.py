@@ -129,7 +129,7 @@ def serve_probes(
     readiness: Callable[[], tuple[bool, str]],
     liveness: Callable[[], tuple[bool, str]],
 ) -> ThreadingHTTPServer:
-    """``/readyz`` (leading, caches synced and fresh) and ``/healthz`` (work loop alive)."""
+    """``/readyz`` (caches synced and fresh, on every replica) and ``/healthz`` (work loop alive)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server API)
@@ -231,8 +231,8 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         failing = manager.unlistable()
         if failing:  # R8: e.g. a conversion webhook that fails every LIST of a version
             return False, "cannot list " + "; ".join(failing)
-        if elector is not None and not elector.is_leader:
-            return False, "not the leader"
+        # Readiness = serving, not leading (product-decisions §9): a warm standby is Ready;
+        # leadership shows in cozy_proxmox_leader, the Lease and the log.
         return True, "ok"
 
     def liveness() -> tuple[bool, str]:

@@ -104,6 +104,7 @@ import tempfile
 import threading
 import time
 import traceback
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -394,6 +395,17 @@ class Replica:
     def ready(self) -> bool:
         return self.proc.poll() is None and self.probe("/readyz") == 200
 
+    def leading(self) -> bool:
+        """Alive, Ready, and its ``cozy_proxmox_leader`` is 1 (readiness is serving, not
+        leading: every warm replica is Ready)."""
+        if not self.ready():
+            return False
+        try:
+            with urllib.request.urlopen(self.endpoints.metrics_url(), timeout=2) as r:
+                return "\ncozy_proxmox_leader 1.0" in "\n" + r.read().decode()
+        except (OSError, LookupError):
+            return False
+
     def tail(self, n: int = 15) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
@@ -486,9 +498,9 @@ class Supervisor:
         while time.monotonic() < end:
             with self._lock:
                 current = list(self.replicas)
-            ready = [r for r in current if r.ready()]
-            if len(ready) == 1:
-                return ready[0]
+            leading = [r for r in current if r.leading()]
+            if len(leading) == 1:
+                return leading[0]
             time.sleep(0.1)
         raise RuntimeError(f"no single ready leader within {timeout}s")
 
@@ -717,7 +729,7 @@ class PodReplicas:
         with self._lock:
             return self.samples[-1][1] if self.samples else ""
 
-    def _first(self, since: float, old: str, need_ready: bool) -> float | None:
+    def _first(self, since: float, old: str | None, need_ready: bool) -> float | None:
         with self._lock:
             state = [s for s in self.samples if s[0] <= since][-1:]
             later = [s for s in self.samples if s[0] > since]
@@ -726,12 +738,12 @@ class PodReplicas:
                 return max(t, since)
         return None
 
-    def leader_after(self, since: float, old: str) -> float | None:
-        """When (monotonic) an identity other than ``old`` first held the Lease at or after
-        ``since``; None if not yet."""
+    def leader_after(self, since: float, old: str | None) -> float | None:
+        """When (monotonic) an identity other than ``old`` (None: any) first held the Lease at
+        or after ``since``; None if not yet."""
         return self._first(since, old, False)
 
-    def ready_after(self, since: float, old: str) -> float | None:
+    def ready_after(self, since: float, old: str | None) -> float | None:
         """When a holder other than ``old`` whose pod was Ready was first sampled."""
         return self._first(since, old, True)
 
@@ -809,7 +821,13 @@ class PodReplicas:
         with self._lock:
             before = len(self.exits)
         self._set_memory(self.cfg.oom_limit, self.cfg.oom_limit)
-        want = self.deploy.deployment()["spec"]["replicas"]
+        # The pods the rollout starts at the lowered limit: maxSurge + maxUnavailable of them
+        # (1 with the shipped 1/0: the old pods stay until a new one is Ready, which it never is).
+        spec = self.deploy.deployment()["spec"]
+        rolling = (spec.get("strategy") or {}).get("rollingUpdate") or {}
+        surge, unavailable = rolling.get("maxSurge", 1), rolling.get("maxUnavailable", 0)
+        want = (min(spec["replicas"], surge + unavailable) if isinstance(surge, int) and isinstance(unavailable, int)
+                else spec["replicas"])
         end = t0 + timeout
         while True:
             with self._lock:
@@ -2008,11 +2026,14 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
                     res.convergence_failures.append(f"{kind} #{i}: {exc}")
                     rec.detail = str(exc)
                 # The load goes on until a pod leads again (a rollout under load), then pauses.
+                # A rollout to a too-low limit stops at its first new pod (maxUnavailable 0):
+                # the old leader keeps leading, so any Ready holder will do there.
+                old = None if kind == "oom" else before
                 led = ready = None
                 end = rec.at + cfg.converge_timeout
                 while time.monotonic() < end and ready is None:
-                    led = reps.leader_after(rec.at, before)
-                    ready = reps.ready_after(rec.at, before)
+                    led = reps.leader_after(rec.at, old)
+                    ready = reps.ready_after(rec.at, old)
                     time.sleep(0.1)
                 if ready is None:
                     res.convergence_failures.append(f"after {kind} #{i}: no new Ready leader within "

@@ -10,9 +10,9 @@ token the kubelet projects (in-cluster config), under the shipped securityContex
 resources, replicas and strategy. Needs ``LocalCluster(with_node=True)``; the bed's stop
 deletes the pods with the node.
 
-Readiness is leadership (controller/main.py: ``/readyz`` answers 200 only on the leader
-with fresh caches), so "rolled out" here means: the Deployment's pods all Running, exactly
-one Ready, and that one holds the Lease.
+Readiness is serving (controller/main.py: ``/readyz`` answers 200 on every replica whose
+caches are synced and fresh; product-decisions §9), so "rolled out" here means: the
+Deployment's pods all Running and Ready, and one of them holds the Lease.
 """
 
 from __future__ import annotations
@@ -172,19 +172,19 @@ class ControllerDeployment:
 
     def pending(self, replicas: int | None = None) -> str:
         """What the rollout still lacks ("" when done): ``replicas`` (default: the
-        Deployment's) pods Running, exactly one Ready, and it holds the Lease."""
+        Deployment's) pods Running and Ready, and one of them holds the Lease."""
         want = replicas if replicas is not None else self.deployment()["spec"]["replicas"]
         pods = self.pods()
         running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
         if len(running) != want or len(pods) != want:
             phases = {p["metadata"]["name"]: (p.get("status") or {}).get("phase") for p in pods}
             return f"{len(running)} of {want} pods Running ({phases})"
-        leaders = [p["metadata"]["name"] for p in running if ready(p)]
-        if len(leaders) != 1:
-            return f"{len(leaders)} pods Ready, want exactly 1: {leaders}"
+        ready_pods = [p["metadata"]["name"] for p in running if ready(p)]
+        if len(ready_pods) != want:
+            return f"{len(ready_pods)} of {want} pods Ready: {ready_pods}"
         holder = self.holder()
-        if holder != leaders[0]:
-            return f"the Ready pod is {leaders[0]}, the Lease is held by {holder or 'nobody'}"
+        if holder not in ready_pods:
+            return f"the Lease is held by {holder or 'nobody'}, not by one of the Ready pods {ready_pods}"
         return ""
 
     def wait_rolled_out(self, timeout: float = 180, replicas: int | None = None) -> float:

@@ -55,6 +55,7 @@ CHART = CHARTS / "proxmox-network"
 MANIFESTS = ROOT / "manifests"
 NAMESPACE = "proxmox-network-system"
 PROMETHEUSRULE_CRD = ROOT / "tests" / "fixtures" / "monitoring" / "monitoring.coreos.com_prometheusrules.yaml"
+PODMONITOR_CRD = ROOT / "tests" / "fixtures" / "monitoring" / "monitoring.coreos.com_podmonitors.yaml"
 # What Helm adds and the comparison with manifests/ drops: the release labels of
 # templates/_helpers.tpl and the CRDs' keep annotation. Nothing else is normalised.
 RELEASE_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance")
@@ -194,11 +195,13 @@ def first_difference(a, b, path: str = "") -> str:
 
 @pytest.fixture(scope="module")
 def bed(cluster, kubectl):
-    """The namespaces a rendering names and the PrometheusRule CRD, on the session bed."""
+    """The namespaces a rendering names and the PrometheusRule and PodMonitor CRDs, on the session bed."""
     for ns in (NAMESPACE, "cozy-kubeovn"):
         kubectl("create", "namespace", ns, check=False)
-    kubectl("apply", "--server-side", "-f", str(PROMETHEUSRULE_CRD))
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/prometheusrules.monitoring.coreos.com")
+    for crd in (PROMETHEUSRULE_CRD, PODMONITOR_CRD):
+        kubectl("apply", "--server-side", "-f", str(crd))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/prometheusrules.monitoring.coreos.com",
+            "crd/podmonitors.monitoring.coreos.com")
     return cluster
 
 
@@ -218,7 +221,8 @@ def test_helm_lint_is_clean(helm):
         assert "[WARNING]" not in r.stdout and "[ERROR]" not in r.stdout, r.stdout
     # Every toggle lints too (a template that only breaks with a value set shows here).
     r = run_helm(helm, "lint", "--strict", str(CHART), *set_args({
-        "monitoring": {"enabled": True}, "dashboard": {"enabled": True}, "gateway": {"manage": False},
+        "monitoring": {"enabled": True, "podMonitor": {"enabled": True}}, "dashboard": {"enabled": True},
+        "gateway": {"manage": False},
         "zones": {"z": {"bridge": "vmbr1", "providerNetwork": "pn", "vlanRanges": ["1-2"]}}}))
     assert "0 chart(s) failed" in r.stdout, r.stdout
 
@@ -294,6 +298,8 @@ TOGGLES = {
                                            "exemptNamespacePrefixes": ["cozy-", "infra-"]}},
     "admission-no-exemptions": {"admission": {"enabled": True, "exemptNamespaces": [], "exemptNamespacePrefixes": []}},
     "monitoring-on": {"monitoring": {"enabled": True, "ruleLabels": {"release": "prometheus"}}},
+    "podmonitor-on": {"monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "prometheus"},
+                                                     "interval": "15s"}}},
     "dashboard-on": {"dashboard": {"enabled": True, "annotations": {"grafana_folder": "Cozystack"}}},
     "single-replica-no-election": {"replicas": 1, "leaderElection": {"enabled": False}},
     "election-elsewhere": {"replicas": 3, "leaderElection": {"enabled": True, "namespace": "kube-system"}},
@@ -361,6 +367,13 @@ def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
         (rule,) = find(objs, "PrometheusRule")
         assert rule["metadata"]["namespace"] == NAMESPACE and rule["metadata"]["labels"]["release"] == "prometheus"
         assert "{{ $labels.namespace }}" in json.dumps(rule["spec"])  # the alert templates are not Helm's
+    elif toggle == "podmonitor-on":
+        # Readiness = serving: every replica is behind the Service, so each pod is scraped.
+        (pm,) = find(objs, "PodMonitor")
+        assert pm["metadata"]["labels"]["release"] == "prometheus"
+        assert pm["spec"] == {"selector": {"matchLabels": {"app": "proxmox-network-controller"}},
+                              "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s"}]}
+        assert len(objs) == len(default) + 1
     elif toggle == "dashboard-on":
         files = sorted((CHART / "dashboards").glob("*.json"))
         cms = find(objs, "ConfigMap")
@@ -380,7 +393,7 @@ def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
     elif toggle == "election-elsewhere":
         assert a.leader_election_namespace == "kube-system"
         dep = find(objs, "Deployment")[0]
-        assert dep["spec"]["replicas"] == 3 and dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 3
+        assert dep["spec"]["replicas"] == 3 and dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
         assert find(objs, "Role", "proxmox-network-controller-leader-election")[0]["metadata"]["namespace"] == "kube-system"
     elif toggle == "tuning":
         (c,) = find(objs, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
@@ -404,7 +417,7 @@ def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
         assert dep["spec"]["selector"]["matchLabels"] == {"app": "pnc-second"}
         assert find(objs, "ClusterRole", "pnc-second")[0]["rules"] == find(default, "ClusterRole", "proxmox-network-controller")[0]["rules"]
     # Everything the toggle does not touch is the default rendering.
-    if toggle in ("admission-off", "monitoring-on", "dashboard-on", "zones"):
+    if toggle in ("admission-off", "monitoring-on", "podmonitor-on", "dashboard-on", "zones"):
         base = by_key(default)
         assert {k: o for k, o in got.items() if k in base} == {k: o for k, o in base.items() if k in got}
     dry_run_apply(kubectl, objs)

@@ -1,6 +1,6 @@
 """Two controller processes with leader election (the defaults: 15 s lease, 10 s renew
-deadline, 2 s retry; product-decisions.md §4.5), as the controller user: one leads and is
-ready, the other waits; SIGKILL the leader in the middle of a burst and the standby takes
+deadline, 2 s retry; product-decisions.md §4.5), as the controller user: one leads, the other
+waits; both are Ready (readiness = serving, §9); SIGKILL the leader in the middle of a burst and the standby takes
 over; nothing is allocated twice. The takeover time is printed (a figure, not an assertion).
 """
 
@@ -46,6 +46,12 @@ class Replica:
     def ready(self) -> bool:
         return self.probe("/readyz") == 200
 
+    def leading(self) -> bool:
+        try:
+            return self.metric("cozy_proxmox_leader") == "cozy_proxmox_leader 1.0"
+        except (OSError, LookupError):
+            return False
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -64,11 +70,12 @@ def test_kill_the_leader_under_load(admin_client, cluster, unique_namespace, tmp
     admin.create_zone(zone, provider, ["2000-2099"])
     a, b = Replica(cluster, tmp_path / "a.log"), Replica(cluster, tmp_path / "b.log")
     try:
-        wait_for(lambda: a.ready() or b.ready(), timeout=60, what="a leader")
-        leader, standby = (a, b) if a.ready() else (b, a)
+        wait_for(lambda: a.leading() or b.leading(), timeout=60, what="a leader")
+        leader, standby = (a, b) if a.leading() else (b, a)
         wait_for(lambda: standby.probe("/healthz") == 200, timeout=60, what="the standby up")
-        assert standby.probe("/readyz") == 503  # warm, but not the leader
-        assert "cozy_proxmox_leader 1.0" in leader.metric("cozy_proxmox_leader")
+        # Readiness = serving (product-decisions §9): the warm standby is Ready, not leading.
+        wait_for(standby.ready, timeout=60, what="the standby Ready")
+        assert leader.ready() and standby.metric("cozy_proxmox_leader") == "cozy_proxmox_leader 0.0"
 
         for i in range(20):
             admin.create_network(ns, f"n{i:02d}", zone, unique(f"s{i:02d}"))
@@ -79,7 +86,7 @@ def test_kill_the_leader_under_load(admin_client, cluster, unique_namespace, tmp
         killed = time.monotonic()
         for i in range(20, 30):
             admin.create_network(ns, f"n{i:02d}", zone, unique(f"s{i:02d}"))
-        wait_for(standby.ready, timeout=60, what="the standby takes over")
+        wait_for(standby.leading, timeout=60, what="the standby takes over")
         takeover = time.monotonic() - killed
 
         def all_allocated():
@@ -100,7 +107,7 @@ def test_kill_the_leader_under_load(admin_client, cluster, unique_namespace, tmp
         c = Replica(cluster, tmp_path / "c.log")
         try:
             t0 = time.monotonic()
-            wait_for(c.ready, timeout=30, what="takeover after a released lease")
+            wait_for(c.leading, timeout=30, what="takeover after a released lease")
             print(f"takeover after a released lease: {time.monotonic() - t0:.1f}s")
         finally:
             c.stop()
