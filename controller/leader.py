@@ -65,10 +65,13 @@ from controller.kube import ApiError
 
 __all__ = [
     "DEFAULT_LEASE_NAME",
+    "DEFAULT_LEASE_NAMESPACE",
     "JITTER_FACTOR",
     "LeaderElector",
     "LeaseRecord",
     "default_identity",
+    "identity_host",
+    "identity_namespace",
     "format_micro_time",
     "lease_path",
 ]
@@ -77,6 +80,12 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_LEASE_NAME = "proxmox-network-controller.proxmox.cozystack.io"
 """The leader-election ID of the reference (``reference-behaviour.md`` §14)."""
+
+DEFAULT_LEASE_NAMESPACE = "kube-system"
+"""Where the Lease lives unless ``--leader-election-namespace`` says otherwise: one place for
+the whole cluster, whatever namespace a release is installed in, so two releases elect one
+allocator (product-decisions §9, "one allocator per cluster, by construction"). The
+reference took the pod's namespace, so each release had a Lease of its own."""
 
 JITTER_FACTOR = 1.2
 """client-go's ``JitterFactor``: acquire retries wait ``retry_period * (1 + U(0, 1.2))``."""
@@ -107,10 +116,23 @@ def format_micro_time(dt: datetime) -> str:
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def default_identity() -> str:
-    """``<hostname>_<uuid4>``, as controller-runtime builds it: unique per process, so a
-    restarted pod never mistakes its predecessor's lease for its own."""
-    return f"{socket.gethostname()}_{uuid.uuid4()}"
+def default_identity(namespace: str = "") -> str:
+    """``<namespace>/<hostname>_<uuid4>``, or controller-runtime's ``<hostname>_<uuid4>``
+    without a ``namespace`` (the release's, ``$POD_NAMESPACE``): unique per process, so a
+    restarted pod never mistakes its predecessor's lease for its own, and a replica can tell
+    a holder of another release (:func:`identity_namespace`)."""
+    own = f"{socket.gethostname()}_{uuid.uuid4()}"
+    return f"{namespace}/{own}" if namespace else own
+
+
+def identity_namespace(identity: str) -> str:
+    """The namespace part of a holder identity of :func:`default_identity` ("" if none)."""
+    return identity.split("/", 1)[0] if "/" in identity else ""
+
+
+def identity_host(identity: str) -> str:
+    """The hostname part of a holder identity (in a pod: the pod's name)."""
+    return identity.split("/", 1)[-1].rsplit("_", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -179,6 +201,9 @@ class LeaderElector:
     :param on_stopped_leading: called exactly once when leadership that was held ends, for
         any reason (renew deadline, another holder, unhealthy, :meth:`stop`); the caller
         exits the process. Not called if the lease was never held.
+    :param on_new_holder: called with the identity of each other holder this replica sees
+        take the Lease (once per holder) and the Lease object, e.g. to say another release
+        holds it.
     :param healthy: checked before every renew; ``False`` or an exception means the work
         loop died (B13): stop renewing and end leadership.
     :param rng: source of the acquire jitter.
@@ -203,6 +228,7 @@ class LeaderElector:
         on_started_leading: Callable[[], None],
         on_stopped_leading: Callable[[], None],
         healthy: Callable[[], bool] = lambda: True,
+        on_new_holder: Callable[[str, dict[str, Any]], None] | None = None,
         rng: random.Random | None = None,
     ) -> None:
         if not identity:
@@ -226,6 +252,7 @@ class LeaderElector:
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
         self._healthy = healthy
+        self._on_new_holder = on_new_holder
         self._rng = rng or random.Random()
         self._path = lease_path(namespace, name)
         self._log = log.bind(lease=f"{namespace}/{name}", identity=identity)
@@ -421,6 +448,12 @@ class LeaderElector:
         if own_write or rec != self._observed:
             if not own_write and self._observed is not None and rec.holder != self._observed.holder:
                 self._log.info("lease holder changed", holder=rec.holder or "<released>")
+            if (not own_write and rec.holder and rec.holder != self.identity and self._on_new_holder is not None
+                    and (self._observed is None or rec.holder != self._observed.holder)):
+                try:
+                    self._on_new_holder(rec.holder, obj)
+                except Exception:
+                    self._log.exception("on_new_holder failed")
             self._observed = rec
             self._observed_time = self._clock()  # read after the answer: never before the write
         self._observed_obj = obj

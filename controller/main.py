@@ -22,7 +22,14 @@ from controller.credentials import RotatingTokenApiClient
 from controller.config import load_api_client_and_source, parse_bool, parse_duration, parse_tls_secret
 from controller.gateway import DEFAULT_TRUNK_HOLD_DOWN
 from controller.kube import KubeWriter
-from controller.leader import LeaderElector, default_identity
+from controller.leader import (
+    DEFAULT_LEASE_NAME,
+    DEFAULT_LEASE_NAMESPACE,
+    LeaderElector,
+    default_identity,
+    identity_namespace,
+)
+from controller.reasons import LEADER_LOCK_HELD_ELSEWHERE
 from controller.manager import Manager, Options
 from controller.metrics import Metrics
 from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
@@ -51,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
         "2s retry); the allocator must run in one active instance only",
     )
     p.add_argument("--leader-election-namespace", default="",
-                   help="namespace of the Lease (default: $POD_NAMESPACE, else proxmox-network-system)")
+                   help="namespace of the Lease (default: kube-system, the same for every release: one allocator "
+                        "per cluster)")
     p.add_argument("--metrics-secure", type=parse_bool, nargs="?", const=True, default=False)
     p.add_argument("--enable-http2", type=parse_bool, nargs="?", const=True, default=False)
     p.add_argument(
@@ -265,12 +273,27 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         return 0
     elector_thread = None
     if args.leader_elect:
-        namespace = args.leader_election_namespace or os.environ.get("POD_NAMESPACE") or "proxmox-network-system"
+        namespace = args.leader_election_namespace or DEFAULT_LEASE_NAMESPACE
+        release = os.environ.get("POD_NAMESPACE", "")
+
+        def new_holder(holder: str, lease: dict) -> None:
+            # One allocator per cluster (product-decisions §9): a replica of another release
+            # holds the Lease; this one waits, Ready, cozy_proxmox_leader 0, and says why.
+            other = identity_namespace(holder)
+            if not release or not other or other == release:
+                return
+            message = (f'the leader lock, Lease {namespace}/{DEFAULT_LEASE_NAME}, is held by {holder} of the release in '
+                       f'namespace "{other}": this replica of namespace "{release}" waits; one allocator per cluster')
+            log.warning("another release holds the leader lock; waiting", holder=holder, release=other)
+            if manager.events is not None:
+                manager.events.event(lease, "Warning", LEADER_LOCK_HELD_ELSEWHERE, message)
+
         elector = LeaderElector(
-            KubeWriter(api), namespace, identity=default_identity(),
+            KubeWriter(api), namespace, identity=default_identity(release),
             on_started_leading=started_leading, on_stopped_leading=stopped_leading,
             # B11/B13: a leader whose work loop died or whose caches went stale lets go.
             healthy=lambda: manager.healthy() and manager.caches_fresh(),
+            on_new_holder=new_holder,
         )
         elector_thread = threading.Thread(target=elector.run, name="leader-election", daemon=True)
         elector_thread.start()

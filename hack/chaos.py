@@ -624,19 +624,20 @@ class PodReplicas:
 
     # -- sampling ---------------------------------------------------------------------
     def _loop(self) -> None:
-        from hack.deploy import LEASE, NAMESPACE, SELECTOR, ready
+        from controller.leader import identity_host
+        from hack.deploy import LEASE, LEASE_NAMESPACE, NAMESPACE, SELECTOR, ready
 
         next_memory = 0.0
         while not self._stop.wait(self.interval):
             try:
-                lease = self._coord.read_namespaced_lease(LEASE, NAMESPACE, _request_timeout=(2, 5))
+                lease = self._coord.read_namespaced_lease(LEASE, LEASE_NAMESPACE, _request_timeout=(2, 5))
                 identity = (lease.spec.holder_identity or "") if lease.spec else ""
                 pods = self._api.sanitize_for_serialization(
                     self._core.list_namespaced_pod(NAMESPACE, label_selector=SELECTOR, _request_timeout=(2, 5)))["items"]
             except Exception:  # noqa: BLE001 - the API server is away: next round
                 continue
             now = time.monotonic()
-            holder = identity.rsplit("_", 1)[0] if identity else ""
+            holder = identity_host(identity) if identity else ""
             is_ready = any(p["metadata"]["name"] == holder and not p["metadata"].get("deletionTimestamp") and ready(p)
                            for p in pods)
             with self._lock:
@@ -760,11 +761,12 @@ class PodReplicas:
 
     # -- faults ---------------------------------------------------------------------------
     def _leader_pod(self, timeout: float = 120.0) -> dict:
+        from controller.leader import identity_host
         from hack.deploy import ready
 
         def find() -> dict | None:
             ident = self.identity()
-            holder = ident.rsplit("_", 1)[0] if ident else ""
+            holder = identity_host(ident) if ident else ""
             return next((p for p in self.deploy.pods() if p["metadata"]["name"] == holder and ready(p)), None)
 
         end = time.monotonic() + timeout

@@ -32,6 +32,7 @@ NAME = "proxmox-network-controller"
 SELECTOR = "app=proxmox-network-controller"
 TESTBED_CONFIGMAP = "proxmox-network-testbed"
 LEASE = "proxmox-network-controller.proxmox.cozystack.io"  # controller.leader.DEFAULT_LEASE_NAME
+LEASE_NAMESPACE = "kube-system"  # controller.leader.DEFAULT_LEASE_NAMESPACE: one Lease per cluster
 FIELD_MANAGER = "pnc-testbed"
 
 
@@ -162,13 +163,16 @@ class ControllerDeployment:
 
     def holder(self) -> str:
         """The pod that holds the Lease ("" when nobody does): holderIdentity is
-        ``<hostname>_<uuid>`` (controller/leader.py) and a pod's hostname is its name."""
+        ``<namespace>/<hostname>_<uuid>`` (controller.leader.default_identity) and a pod's
+        hostname is its name."""
+        from controller.leader import identity_host
+
         try:
-            lease = self.get("lease", "-n", NAMESPACE, LEASE)
+            lease = self.get("lease", "-n", LEASE_NAMESPACE, LEASE)
         except Exception:  # noqa: BLE001 - not created yet
             return ""
         identity = (lease.get("spec") or {}).get("holderIdentity") or ""
-        return identity.rsplit("_", 1)[0] if identity else ""
+        return identity_host(identity) if identity else ""
 
     def pending(self, replicas: int | None = None) -> str:
         """What the rollout still lacks ("" when done): ``replicas`` (default: the

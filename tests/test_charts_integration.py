@@ -28,6 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import urllib.request
 import sys
 import tomllib
 from pathlib import Path
@@ -524,6 +525,15 @@ def controller_process(args: list[str], env: dict[str, str], log: Path) -> Itera
                 proc.wait(5)
 
 
+def leads(endpoints: Endpoints) -> bool:
+    """The process behind ``endpoints`` says it leads (``cozy_proxmox_leader 1``)."""
+    try:
+        with urllib.request.urlopen(endpoints.metrics_url(), timeout=2) as r:
+            return "\ncozy_proxmox_leader 1.0" in "\n" + r.read().decode()
+    except (OSError, LookupError):
+        return False
+
+
 def sa_kubeconfig(bed, token: str, path: Path) -> Path:
     cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "sa",
            "clusters": [{"name": "bed", "cluster": {"server": bed.server, "certificate-authority": str(bed.ca_file)}}],
@@ -635,10 +645,12 @@ def test_chart_install_brings_networks_to_ready_as_the_charts_service_account(he
             assert {tuple(sorted(r.chassis())) for r in routers} == {("ch-worker1", "ch-worker2")}
             endpoints = Endpoints(tmp_path / "controller.log")
             assert wait_for(lambda: endpoints.status("/readyz") == 200, what="/readyz 200")
-            lease = json.loads(kubectl("get", "lease", "-n", release_ns, "proxmox-network-controller.proxmox.cozystack.io",
-                                       "-o", "json"))
-            # <hostname>_<uuid> (in a pod the hostname is the pod's name)
-            assert lease["spec"]["holderIdentity"].startswith(f"{socket.gethostname()}_")
+            # One Lease per cluster, in kube-system whatever the release's namespace; its holder
+            # <release namespace>/<hostname>_<uuid> (in a pod the hostname is the pod's name).
+            lease = wait_for(lambda: json.loads(kubectl(
+                "get", "lease", "-n", "kube-system", "proxmox-network-controller.proxmox.cozystack.io", "-o", "json"))
+                if leads(endpoints) else None, what="this release's controller leading")
+            assert lease["spec"]["holderIdentity"].startswith(f"{release_ns}/{socket.gethostname()}_")
             # The counts follow the allocations within ZONE_COUNTS_DELAY (5 s).
             wait_for(lambda: (r := reason(admin.zone(zone), "Ready")) and r[0] == "True"
                      and r[2].startswith("8 of 10 VLANs free"), what="zone Ready, counting the two allocations")
@@ -688,3 +700,94 @@ def test_kubectl_plugin_doctor_prints_what_the_controllers_doctor_prints(bed, tm
     assert helped.returncode == 0 and "--subnet-prune-timeout" in helped.stdout
     bare = run(str(bed.kubectl), "proxmox-network")
     assert bare.returncode == 2 and "usage: kubectl proxmox-network doctor" in bare.stderr
+
+
+def test_two_releases_in_two_namespaces_elect_one_allocator(helm, bed, kubectl, admin_client, tmp_path):
+    """Issue 27 item 4, product-decisions §9 (one allocator per cluster, by construction):
+    two releases of the chart, each in a namespace of its own, each with its controller as
+    its own ServiceAccount (a process with the release's args, ``POD_NAMESPACE`` its
+    namespace). Both take the one Lease in kube-system: exactly one leads at every sample,
+    the other is Ready with ``cozy_proxmox_leader 0``, logs that another release holds the
+    lock and posts a Warning Event ``LeaderLockHeldElsewhere`` on the Lease. A burst of
+    networks while both run: every network gets its own VLAN, no duplicate on the provider.
+    The leader stopped (SIGTERM releases the Lease), the other release's replica leads."""
+    import threading
+
+    admin = Admin(admin_client)
+    core = k8s.CoreV1Api(admin_client)
+    suffix = secrets.token_hex(3)
+    tenant, provider, zone = f"tenant-{suffix}", unique("pn")[:12], unique("zone")
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=tenant, labels={"chart-test": suffix})))
+    admin.create_provider_network(provider)
+    releases = {}
+    for r in ("a", "b"):
+        ns = f"pnc-two-{r}-{suffix}"
+        core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+        values = {"fullnameOverride": ns, "replicas": 1, "logFormat": "console", "resyncPeriod": "1h",
+                  "gateway": {"manage": False}, "admission": {"enabled": False}}
+        if r == "a":  # the zones belong to one release; the allocator they get is the cluster's one
+            values["zones"] = {zone: {"bridge": "vmbr1", "providerNetwork": provider, "vlanRanges": ["1400-1449"],
+                                      "namespaceSelector": {"matchLabels": {"chart-test": suffix}}}}
+        objs = render(helm, CHART, values, namespace=ns, release=f"pnc-{r}")
+        kubectl("apply", "--server-side", "--field-manager=helm-chart-test", "-f", "-", input=as_list(objs))
+        tr = core.create_namespaced_service_account_token(ns, ns, k8s.AuthenticationV1TokenRequest(
+            spec=k8s.V1TokenRequestSpec(audiences=[bed.server], expiration_seconds=3600)))
+        args = find(objs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert not [x for x in args if x.startswith("--leader-election-namespace")]  # the product's default
+        releases[r] = (ns, args + [f"--kubeconfig={sa_kubeconfig(bed, tr.status.token, tmp_path / f'{r}.kubeconfig')}",
+                                   "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"])
+        assert find(objs, "Role", f"{ns}-leader-election")[0]["metadata"]["namespace"] == "kube-system"
+
+    def env(ns: str) -> dict[str, str]:
+        e = {**os.environ, "PYTHONPATH": str(ROOT), "POD_NAME": f"{ns}-0", "POD_NAMESPACE": ns}
+        e.pop("KUBECONFIG", None)
+        return e
+
+    logs = {r: tmp_path / f"{r}.log" for r in releases}
+    with controller_process(releases["a"][1], env(releases["a"][0]), logs["a"]) as pa, \
+            controller_process(releases["b"][1], env(releases["b"][0]), logs["b"]) as pb:
+        eps = {r: Endpoints(logs[r]) for r in releases}
+        wait_for(lambda: all(e.status("/readyz") == 200 for e in eps.values()), timeout=60, what="both Ready")
+        leader = wait_for(lambda: next((r for r in eps if leads(eps[r])), None), timeout=60, what="a leader")
+        other = "b" if leader == "a" else "a"
+        counts: list[int] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.2):
+                counts.append(sum(leads(e) for e in eps.values()))
+
+        t = threading.Thread(target=sample, daemon=True)
+        t.start()
+        try:
+            for i in range(30):
+                admin.create_network(tenant, f"n{i:02d}", zone, unique(f"s{i:02d}"))
+
+            def allocated():
+                items = admin.co.list_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", tenant,
+                                                               "proxmoxnetworks")["items"]
+                done = [i for i in items if (reason(i, "VLANAllocated") or ("", ""))[1] == "Allocated"]
+                return items if len(done) == 30 else None
+
+            items = wait_for(allocated, timeout=90, what="30 allocations")
+        finally:
+            stop.set()
+            t.join()
+        ids = sorted(i["status"]["vlan"] for i in items)
+        assert ids == list(range(1400, 1430))
+        assert sorted(v["spec"]["id"] for v in admin.vlans() if v["spec"]["provider"] == provider) == ids
+        assert counts and set(counts) == {1}, counts  # exactly one leader at every sample
+        assert eps[other].status("/readyz") == 200
+        text = logs[other].read_text()
+        assert "another release holds the leader lock; waiting" in text, text[-2000:]
+        held = f'namespace "{releases[leader][0]}"'
+        events = [e for e in core.list_namespaced_event("kube-system").items
+                  if e.reason == "LeaderLockHeldElsewhere" and held in (e.message or "")
+                  and f'namespace "{releases[other][0]}" waits' in (e.message or "")]
+        assert events and events[0].type == "Warning" and events[0].involved_object.kind == "Lease"
+
+        # The leader stopped: it releases the Lease on SIGTERM; the other release's replica leads.
+        proc = pa if leader == "a" else pb
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+        wait_for(lambda: leads(eps[other]), timeout=30, what="the other release's replica leading")

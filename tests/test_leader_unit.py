@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+import socket
 import re
 import threading
 from datetime import datetime, timedelta, timezone
@@ -25,7 +26,10 @@ from controller.leader import (
     DEFAULT_LEASE_NAME,
     LeaderElector,
     LeaseRecord,
+    DEFAULT_LEASE_NAMESPACE,
     default_identity,
+    identity_host,
+    identity_namespace,
     format_micro_time,
     lease_path,
 )
@@ -208,6 +212,34 @@ def test_micro_time_format():
 def test_default_identity_is_unique_per_process_start():
     a, b = default_identity(), default_identity()
     assert a != b and a.split("_")[0] == b.split("_")[0]
+
+
+def test_an_identity_names_its_release_namespace_and_host():
+    """One Lease per cluster (product-decisions §9): a holder's release is in its identity."""
+    ident = default_identity("pnc-a")
+    host = socket.gethostname()
+    assert ident.startswith(f"pnc-a/{host}_")
+    assert (identity_namespace(ident), identity_host(ident)) == ("pnc-a", host)
+    assert (identity_namespace(f"{host}_x"), identity_host(f"{host}_x")) == ("", host)  # the reference's form
+    assert DEFAULT_LEASE_NAMESPACE == "kube-system"
+
+
+def test_each_other_holder_is_reported_once_with_the_lease():
+    api, clock = FakeLeaseApi(), FakeClock()
+    seen: list[tuple[str, str]] = []
+    seed_lease(api, "rel-b/pod-1_u1")
+    b, _, _ = make(api, clock, "rel-a/pod-2_u2", on_new_holder=lambda h, lease: seen.append((h, lease["kind"])))
+    b.step()
+    renew_by(api, "rel-b/pod-1_u1")
+    clock.advance(3)
+    b.step()
+    assert seen == [("rel-b/pod-1_u1", "Lease")]  # a renewal is not a new holder
+    obj = api.get(NS, DEFAULT_LEASE_NAME)
+    obj["spec"]["holderIdentity"] = "rel-c/pod-9_u9"
+    api.update(NS, DEFAULT_LEASE_NAME, obj)
+    clock.advance(3)
+    b.step()
+    assert seen[-1] == ("rel-c/pod-9_u9", "Lease") and len(seen) == 2
 
 
 def test_lease_path_and_default_name():

@@ -30,6 +30,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from controller.leader import DEFAULT_LEASE_NAME as LEASE
+from controller.leader import DEFAULT_LEASE_NAMESPACE as LEASE_NAMESPACE
 from hack.cluster import CONTROLLER_NAMESPACE, CONTROLLER_SA, LocalCluster
 from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
 from tests.support.controller import running_controller
@@ -708,7 +709,7 @@ def test_rotated_service_account_tokens_are_reread_and_nothing_is_released_on_a_
     try:
         wait_for(lambda: ep.status("/readyz") == 200, timeout=60, what="the controller leading")
         coord = k8s.CoordinationV1Api(admin.co.api_client)
-        holder = coord.read_namespaced_lease(LEASE, CONTROLLER_NAMESPACE).spec
+        holder = coord.read_namespaced_lease(LEASE, LEASE_NAMESPACE).spec
         obj = env.ready_network(net, sub, pool)
         vid = obj["status"]["vlan"]
         wait_for(lambda: env.a.network(ns, net)["status"].get("ipPool", {}).get("total") == 51, timeout=60,
@@ -752,7 +753,7 @@ def test_rotated_service_account_tokens_are_reread_and_nothing_is_released_on_a_
         env.gone(net)
         stop.set()
         assert not_ready == []
-        now = coord.read_namespaced_lease(LEASE, CONTROLLER_NAMESPACE).spec
+        now = coord.read_namespaced_lease(LEASE, LEASE_NAMESPACE).spec
         assert (now.holder_identity, now.lease_transitions) == (holder.holder_identity, holder.lease_transitions)
         text = log.read_text()
         assert "status=401" not in text and "Unauthorized" not in text and "leadership lost" not in text, text[-3000:]

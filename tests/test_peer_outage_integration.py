@@ -42,7 +42,7 @@ from tests.test_gateway_integration import bound_network, private_nb_bed
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
-LEASE_NS = "proxmox-network-system"
+LEASE_NS = "kube-system"  # controller.leader.DEFAULT_LEASE_NAMESPACE
 LEADING_FOR = 60.0  # issue 15: "stays leader for >= 60 s"
 EXIT_WITHIN = 2.0  # issue 15: "SIGTERM with the NB down exits in < 2 s"
 
