@@ -41,7 +41,11 @@ quiet() {
 
 command -v go >/dev/null || die "go not found on PATH"
 command -v python3 >/dev/null || die "python3 not found on PATH"
-if [[ -x "$BIN/helm" ]]; then
+# What the build sets besides the version (bump when the ldflags change: the cached binary is
+# rebuilt). 2: Helm's Makefile's Kubernetes version ldflags (without them `helm template` and
+# `helm lint` assume Kubernetes v1.20 and refuse a chart whose kubeVersion asks for more).
+BUILD_STAMP="ldflags 2"
+if [[ -x "$BIN/helm" && "$(cat "$OUT/.build" 2>/dev/null)" == "$BUILD_STAMP" ]]; then
   echo "$BIN"; exit 0
 fi
 mkdir -p "$BIN" "$SRC"
@@ -68,9 +72,19 @@ fi
 cd "$work"
 log "building helm $HELM_VERSION (low priority, one job)"
 pkg=helm.sh/helm/v3/internal/version
+# As Helm's Makefile: the Kubernetes version `helm template`/`lint` assume without a cluster is
+# that of the client-go Helm is built with (v0.<minor> -> 1.<minor>).
+k8s="$(awk '$1 == "k8s.io/client-go" {print $2; exit}' go.mod)"
+[[ $k8s =~ ^v0\.([0-9]+)\. ]] || die "no k8s.io/client-go version in helm's go.mod (got '$k8s')"
+minor="${BASH_REMATCH[1]}"
+k8sflags=""
+for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  k8sflags+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$minor"
+done
 quiet "${LOWPRIO[@]}" go build -trimpath \
-  -ldflags "-s -w -X $pkg.version=$HELM_VERSION -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean" \
+  -ldflags "-s -w -X $pkg.version=$HELM_VERSION -X $pkg.gitCommit=$commit -X $pkg.gitTreeState=clean$k8sflags" \
   -o "$BIN/helm.tmp" ./cmd/helm
 mv "$BIN/helm.tmp" "$BIN/helm"
 "$BIN/helm" version --short >/dev/null || die "the built helm does not run"
+printf '%s' "$BUILD_STAMP" > "$OUT/.build"
 echo "$BIN"

@@ -64,13 +64,16 @@ def _closed(node: dict) -> dict:
 
 
 def zone_schema() -> dict:
-    """The values schema of one zone: the CRD's ``spec`` schema, closed (see module doc)."""
+    """The values schema of one zone: the CRD's ``spec`` schema, closed (see module doc),
+    with ``providerNetwork`` optional: the chart defaults it to ``providerNetwork.name``
+    (admission-and-packaging.md (e))."""
     import yaml
 
     for doc in yaml.safe_load_all(ZONE_CRD.read_text()):
         if doc and doc.get("kind") == "CustomResourceDefinition":
-            spec = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-            return _closed(copy.deepcopy(spec))
+            spec = _closed(copy.deepcopy(doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]))
+            spec["required"] = [r for r in spec.get("required", []) if r != "providerNetwork"]
+            return spec
     raise LookupError(f"no CustomResourceDefinition in {ZONE_CRD}")
 
 

@@ -65,13 +65,18 @@ RELEASE_ANNOTATIONS = ("helm.sh/resource-policy",)
 
 # -- helm ---------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def helm() -> str:
+def build_helm() -> str:
+    """hack/build-helm.sh (cached), the path of its helm."""
     r = subprocess.run([str(ROOT / "hack" / "build-helm.sh")], capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, f"hack/build-helm.sh failed:\n{r.stderr}"
     path = Path(r.stdout.strip()) / "helm"
     assert os.access(path, os.X_OK), path
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return build_helm()
 
 
 def as_list(objs: list[dict]) -> str:
@@ -81,10 +86,10 @@ def as_list(objs: list[dict]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
 
 
-def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def run_helm(helm: str, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     # A private HOME-less config: no repositories, no plugins, no cache of the caller's.
-    env = {**os.environ, "HELM_CONFIG_HOME": "/nonexistent-helm-config", "HELM_CACHE_HOME": "/nonexistent-helm-cache",
-           "HELM_DATA_HOME": "/nonexistent-helm-data"}
+    env = {**(env or os.environ), "HELM_CONFIG_HOME": "/nonexistent-helm-config",
+           "HELM_CACHE_HOME": "/nonexistent-helm-cache", "HELM_DATA_HOME": "/nonexistent-helm-data"}
     r = subprocess.run([helm, *args], capture_output=True, text=True, env=env, timeout=60)
     if check:
         assert r.returncode == 0, f"helm {' '.join(args)} failed ({r.returncode}):\n{r.stderr}"
@@ -223,7 +228,7 @@ def test_helm_lint_is_clean(helm):
     # Every toggle lints too (a template that only breaks with a value set shows here).
     r = run_helm(helm, "lint", "--strict", str(CHART), *set_args({
         "monitoring": {"enabled": True, "podMonitor": {"enabled": True}}, "dashboard": {"enabled": True},
-        "gateway": {"manage": False},
+        "gateway": {"manage": False}, "providerNetwork": {"create": True}, "transit": {"enabled": True, "mtu": 1400},
         "zones": {"z": {"bridge": "vmbr1", "providerNetwork": "pn", "vlanRanges": ["1-2"]}}}))
     assert "0 chart(s) failed" in r.stdout, r.stdout
 
@@ -313,6 +318,15 @@ TOGGLES = {
                         "tenant-b": {"bridge": "vmbr71", "providerNetwork": "pxtenant", "vlanRanges": ["200-299"],
                                      "namespaceSelector": {"matchLabels": {"tenant": "b"}}}}},
     "renamed": {"fullnameOverride": "pnc-second"},
+    "provider-network-and-transit": {
+        "providerNetwork": {"create": True, "name": "pxtrunk", "defaultInterface": "ens20",
+                            "customInterfaces": [{"interface": "eth3", "nodes": ["node-b"]}], "excludeNodes": ["node-c"],
+                            "nodeSelector": {"matchLabels": {"proxmox-trunk": "true"}}},
+        "transit": {"enabled": True, "name": "transit-a", "vlan": 120, "cidr": "10.71.0.0/24", "gateway": "10.71.0.1",
+                    "mtu": 1400, "excludeIps": ["10.71.0.2..10.71.0.9"]},
+        "zones": {"tenants": {"bridge": "vmbr70", "vlanRanges": ["101-199"]},
+                  "own-egress": {"bridge": "vmbr71", "providerNetwork": "other", "vlanRanges": ["200-299"],
+                                 "egress": {"externalSubnet": "elsewhere", "gatewayNamespace": "gw"}}}},
 }
 
 
@@ -407,6 +421,33 @@ def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
     elif toggle == "zones":
         zones = {z["metadata"]["name"]: z["spec"] for z in find(objs, "ProxmoxNetworkZone")}
         assert zones == values["zones"]
+    elif toggle == "provider-network-and-transit":
+        # admission-and-packaging.md (e), field by field.
+        (pn,) = find(objs, "ProviderNetwork")
+        assert (pn["metadata"]["name"], pn["spec"]) == ("pxtrunk", {
+            "defaultInterface": "ens20", "customInterfaces": [{"interface": "eth3", "nodes": ["node-b"]}],
+            "excludeNodes": ["node-c"], "nodeSelector": {"matchLabels": {"proxmox-trunk": "true"}}})
+        (vlan,) = find(objs, "Vlan")
+        assert (vlan["metadata"]["name"], vlan["spec"]) == ("transit-a", {"id": 120, "provider": "pxtrunk"})
+        (nad,) = find(objs, "NetworkAttachmentDefinition")
+        assert nad["metadata"] == {**nad["metadata"], "name": "transit-a", "namespace": NAMESPACE}
+        assert json.loads(nad["spec"]["config"]) == {
+            "cniVersion": "0.3.0", "type": "kube-ovn", "server_socket": "/run/openvswitch/kube-ovn-daemon.sock",
+            "provider": f"transit-a.{NAMESPACE}.ovn"}
+        (sub,) = find(objs, "Subnet")
+        assert sub["spec"] == {
+            "protocol": "IPv4", "cidrBlock": "10.71.0.0/24", "gateway": "10.71.0.1", "vlan": "transit-a",
+            "provider": f"transit-a.{NAMESPACE}.ovn", "private": False, "natOutgoing": False, "logicalGateway": False,
+            "disableGatewayCheck": True, "mtu": 1400, "excludeIps": ["10.71.0.2..10.71.0.9"],
+            "acls": [{"direction": "from-lport", "priority": 2001, "match": 'inport == "localnet.transit-a"',
+                      "action": "allow"},
+                     {"direction": "from-lport", "priority": 2000,
+                      "match": "ip4 && ip4.dst == 10.71.0.0/24 && ip4.dst != 10.71.0.1", "action": "drop"}]}
+        zones = {z["metadata"]["name"]: z["spec"] for z in find(objs, "ProxmoxNetworkZone")}
+        assert zones["tenants"] == {"bridge": "vmbr70", "vlanRanges": ["101-199"], "providerNetwork": "pxtrunk",
+                                    "egress": {"externalSubnet": "transit-a", "gatewayNamespace": NAMESPACE}}
+        assert zones["own-egress"] == values["zones"]["own-egress"]  # given ones are kept as given
+        assert len(objs) == len(default) + 6  # ProviderNetwork, Vlan, NAD, Subnet, two zones
     elif toggle == "renamed":
         names = {(o["kind"], o["metadata"]["name"]) for o in objs}
         for kind, name in (("ServiceAccount", "pnc-second"), ("ClusterRole", "pnc-second"), ("ClusterRoleBinding", "pnc-second"),
@@ -471,6 +512,21 @@ BAD_RANGES = [
     ("4000-5000", 'zones.z.vlanRanges: "4000-5000": VLAN IDs are 1-4094'),
     ("0-10", 'zones.z.vlanRanges: "0-10": VLAN IDs are 1-4094'),
 ]
+
+
+def test_the_chart_says_which_kubernetes_its_policies_need(helm):
+    """Chart.yaml kubeVersion: ValidatingAdmissionPolicy v1 is GA from 1.30 (issue 27 item 5)."""
+    r = run_helm(helm, "template", "x", str(CHART), "--kube-version", "1.29.9", check=False)
+    assert r.returncode == 1 and "chart requires kubeVersion: >=1.30.0-0 which is incompatible with Kubernetes v1.29.9" \
+        in r.stderr, r.stderr
+    assert run_helm(helm, "template", "x", str(CHART), "--kube-version", "1.30.0-eks-1").returncode == 0
+
+
+def test_a_provider_network_name_kube_ovn_cannot_take_is_refused(helm):
+    values = {"providerNetwork": {"create": True, "name": "pxtenant-trunk"}}
+    r = run_helm(helm, "template", "x", str(CHART), *set_args(values), check=False)
+    assert r.returncode == 1 and r.stdout == ""
+    assert 'providerNetwork.name "pxtenant-trunk" is longer than the 12 characters Kube-OVN allows' in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("vlan_range,message", BAD_RANGES, ids=[r for r, _ in BAD_RANGES])

@@ -244,6 +244,7 @@ def test_a_rollout_is_an_ordinary_one_and_completes(deployed: ControllerDeployme
                  timeout=WAIT, interval=0.1, what="two new pods, Ready, one of them leading")
     finally:
         done.set()
+    samples.append((time.monotonic(), deployed.holder()))  # the end: a gap still open closes here
     assert "successfully rolled out" in out, out
     dep = wait_for(lambda: (d := deployed.deployment())["status"].get("availableReplicas") == 2
                    and d["status"].get("updatedReplicas") == 2 and d, timeout=WAIT, what="2 of 2 available")

@@ -40,16 +40,18 @@ import datetime as dt
 import itertools
 import json
 import time
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from controller import names
 from controller.kube import KubeWriter
 from hack.audit import write_marker, writes_before
-from hack.cluster import ClusterError, LocalCluster, ovsdb_rows
+from hack.cluster import ClusterError, LocalCluster, ovsdb_rows, ovsdb_set
 from hack.objects import Admin, reason, unique, wait_condition
 from tests.support.gateway import assigned as chassis_assigned
 from tests.support.ovsdb import RowMonitor, ha_chassis_groups
@@ -74,6 +76,7 @@ pytestmark = pytest.mark.integration
 
 PX = ("proxmox.cozystack.io", "v1alpha1")
 PROTECT_POOL = "ipam.cluster.x-k8s.io/ProtectPool"
+ROOT = Path(__file__).resolve().parent.parent
 VPC = "vpc-x"  # the spec's test-vector VPC: worker1 outranks worker2 (§9.3)
 TRUNK = (("worker1", "ch-worker1"), ("worker2", "ch-worker2"))
 PRUNE = 10.0  # --subnet-prune-timeout here, seconds
@@ -863,3 +866,106 @@ def test_a_strangers_subnet_on_our_vlan_is_a_conflict_and_never_deleted(bed, ctl
     finally:
         world.a.co.delete_cluster_custom_object(*KUBEOVN, "subnets", stranger)
     wait_for(lambda: world.gone("vlans", sc.sub), timeout=WAIT, what="the VLAN released once the stranger went")
+
+
+# --------------------------------------------------------------------------- the package's transit network
+
+
+def test_the_charts_transit_network_gets_its_isolation_acls_from_the_real_kube_ovn(bed, world, tmp_path):
+    """Issue 27 item 1: the chart's transit network (admission-and-packaging.md (e)) on the
+    trunk provider, applied as rendered: the real kube-ovn-controller makes the Subnet's
+    logical switch and writes the two ACLs that keep the egress gateways of different VPCs
+    apart into the NB (allow from the router side at 2001, drop to the transit CIDR but the
+    gateway at 2000), each as the chart wrote it."""
+    import json as _json
+
+    from tests.test_charts_integration import CHART, as_list, build_helm, render
+
+    helm = build_helm()
+    ns, name = unique("pnc-transit"), unique("transit")[:20]
+    world.a.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+    values = {"providerNetwork": {"name": world.provider}, "gateway": {"manage": False}, "admission": {"enabled": False},
+              "transit": {"enabled": True, "name": name, "vlan": 3990, "cidr": "10.72.0.0/24", "gateway": "10.72.0.1",
+                          "excludeIps": ["10.72.0.1..10.72.0.9"]}}
+    objs = [o for o in render(helm, CHART, values, namespace=ns, release="pnc-transit")
+            if o["kind"] in ("Vlan", "NetworkAttachmentDefinition", "Subnet")]
+    assert sorted(o["kind"] for o in objs) == ["NetworkAttachmentDefinition", "Subnet", "Vlan"]
+    r = bed.run_kubectl("apply", "--server-side", "--field-manager=helm", "-f", "-",
+                        input=as_list(objs).encode(), check=False)
+    assert r.returncode == 0, r.stderr.decode()
+    try:
+        want = {("from-lport", 2001, f'inport == "localnet.{name}"', "allow"),
+                ("from-lport", 2000, "ip4 && ip4.dst == 10.72.0.0/24 && ip4.dst != 10.72.0.1", "drop")}
+
+        def acls() -> set | None:
+            rows = ovsdb_rows(bed.nbctl, "ACL", f"external_ids:subnet={name}")
+            got = {(a["direction"], a["priority"], a["match"], a["action"]) for a in rows}
+            return got if want <= got else None
+
+        got = wait_for(acls, timeout=WAIT, what="the transit Subnet's ACLs in the NB")
+        (ls,) = ovsdb_rows(bed.nbctl, "Logical_Switch", f"name={name}")
+        acl_uuids = set(ovsdb_set(ls["acls"]))
+        rows = ovsdb_rows(bed.nbctl, "ACL", f"external_ids:subnet={name}")
+        assert {a["_uuid"] for a in rows if (a["direction"], a["priority"], a["match"], a["action"]) in want} <= acl_uuids
+        sub = world.get("subnets", name)
+        assert (sub["spec"]["provider"], sub["spec"]["vlan"], sub["spec"]["disableGatewayCheck"]) == (
+            f"{name}.{ns}.ovn", name, True)
+        print(f"\n[transit] Kube-OVN's ACL rows for {name}: {sorted(got)}; "
+              f"the NAD's config {_json.loads(objs[[o['kind'] for o in objs].index('NetworkAttachmentDefinition')]['spec']['config'])}")
+    finally:
+        bed.run_kubectl("delete", "-f", "-", "--wait=false", input=as_list(objs).encode(), check=False)
+
+
+# --------------------------------------------------------------------------- the tenant chart
+
+
+def test_the_tenant_chart_on_the_real_peers_binds_serves_and_holds_through_an_uninstall(bed, ctl, world):
+    """Issue 27 item 2: ``charts/proxmox-network-subnet`` rendered for a tenant VPC that
+    exists and applied as Helm would: the real Kube-OVN binds its Subnet to the Vlan the
+    controller allocates under the Subnet's name, the network goes Ready with its gateway
+    group, the real IPAM provider hands a claim an address of the vmRange. Then the release
+    is deleted (as ``helm uninstall`` deletes, without waiting) while the claim holds its
+    address: the deletion returns, the network stays InUse holding its VLAN and Subnet, and
+    the VLAN is released only after the claim is gone."""
+    from tests.test_charts_integration import as_list, build_helm, run_helm, set_args
+
+    helm = build_helm()
+    sc = world.scene()
+    values = {"vpc": VPC, "subnets": [{"name": "workers", "cidr": f"{sc.prefix}.0/24", "proxmox": {"zone": sc.zone}}]}
+    r = run_helm(helm, "template", "tenant", str(ROOT / "charts" / "proxmox-network-subnet"), "--namespace", sc.ns,
+                 "--api-versions", "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone", *set_args(values))
+    objs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    sub = next(o["metadata"]["name"] for o in objs if o["kind"] == "Subnet")
+    apply = world.bed.run_kubectl("apply", "--server-side", "--field-manager=helm", "-f", "-",
+                                  input=as_list(objs).encode(), check=False)
+    assert apply.returncode == 0, apply.stderr.decode()
+    obj = wait_condition(world.a, sc.ns, sub, "Ready", "Ready", WAIT)
+    vid = obj["status"]["vlan"]
+    assert vid == sc.first_vlan and world.get("vlans", sub)["spec"]["id"] == vid
+    assert world.get("subnets", sub)["spec"]["vlan"] == sub
+    assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
+    assert reason(obj, "IPPoolReady") == ("True", "Ready", "pool lies inside the subnet's excludeIps")
+    co = world.a.co
+    co.create_namespaced_custom_object(IPAM, ADDRESS_V, sc.ns, "ipaddressclaims", {
+        "apiVersion": f"{IPAM}/{ADDRESS_V}", "kind": "IPAddressClaim", "metadata": {"name": "vm-1-net0"},
+        "spec": {"poolRef": {"apiGroup": IPAM, "kind": "InClusterIPPool", "name": sub}}})
+
+    def address() -> str | None:
+        c = co.get_namespaced_custom_object(IPAM, ADDRESS_V, sc.ns, "ipaddressclaims", "vm-1-net0")
+        ref = ((c.get("status") or {}).get("addressRef") or {}).get("name")
+        if not ref:
+            return None
+        return co.get_namespaced_custom_object(IPAM, ADDRESS_V, sc.ns, "ipaddresses", ref)["spec"]["address"]
+
+    got = wait_for(address, timeout=WAIT, what="the provider's address for the claim")
+    assert 64 <= int(got.rsplit(".", 1)[1]) <= 191 and got.startswith(f"{sc.prefix}.")  # the middle half
+
+    # "helm uninstall": every object of the release deleted, nothing waited for.
+    gone = world.bed.run_kubectl("delete", "--wait=false", "-f", "-", input=as_list(objs).encode(), check=False)
+    assert gone.returncode == 0, gone.stderr.decode()
+    obj = wait_condition(world.a, sc.ns, sub, "Ready", "InUse", WAIT)
+    assert "held by IPAddressClaim vm-1-net0" in reason(obj, "Ready")[2]
+    assert world.get("vlans", sub)["spec"]["id"] == vid and OURS in world.get("subnets", sub)["metadata"]["finalizers"]
+    co.delete_namespaced_custom_object(IPAM, ADDRESS_V, sc.ns, "ipaddressclaims", "vm-1-net0")
+    wait_for(lambda: world.gone("vlans", sub), timeout=3 * WAIT, what="the VLAN released after the last address")
+    print(f"\n[tenant chart] {sub}: VLAN {vid}, address {got}; held through the uninstall until the claim went")

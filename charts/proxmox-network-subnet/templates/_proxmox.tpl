@@ -1,0 +1,115 @@
+{{- /* IPv4 arithmetic, the subnet IDs and the facts of each Proxmox-backed subnet
+(admission-and-packaging.md (f)): validation first, in the spec's order, each refusal a
+message that names the subnet. */ -}}
+
+{{- /* "a.b.c.d" -> its 32-bit value; fails with `what` when it is not an IPv4 address. */ -}}
+{{- define "pxs.ip" -}}
+{{- $addr := trim (index . 0) }}{{- $what := index . 1 }}
+{{- $parts := splitList "." $addr }}
+{{- if ne (len $parts) 4 }}{{- fail (printf "%s: %q is not an IPv4 address" $what $addr) }}{{- end }}
+{{- $n := 0 }}
+{{- range $parts }}
+{{- if not (regexMatch "^[0-9]{1,3}$" .) }}{{- fail (printf "%s: %q is not an IPv4 address" $what $addr) }}{{- end }}
+{{- if gt (atoi .) 255 }}{{- fail (printf "%s: %q is not an IPv4 address" $what $addr) }}{{- end }}
+{{- $n = add (mul $n 256) (atoi .) }}
+{{- end }}
+{{- $n }}
+{{- end }}
+
+{{- /* 32-bit value -> "a.b.c.d" */ -}}
+{{- define "pxs.dotted" -}}
+{{- $n := int64 . }}
+{{- printf "%d.%d.%d.%d" (div $n 16777216) (mod (div $n 65536) 256) (mod (div $n 256) 256) (mod $n 256) }}
+{{- end }}
+
+{{- /* "subnet-" + the first 8 hex digits of sha256("<namespace>/<vpc>/<name>"): a valid
+Kube-OVN Subnet and Vlan name whatever the subnet's name (the controller's
+SubnetNameInvalid is never reachable from here). */ -}}
+{{- define "pxs.id" -}}
+{{- printf "subnet-%s" (sha256sum (printf "%s/%s/%s" (index . 0) (index . 1) (index . 2)) | trunc 8) }}
+{{- end }}
+
+{{- /* The facts of subnet `index . 1` (with its position `index . 2`) of root `index . 0`, as YAML. */ -}}
+{{- define "pxs.facts" -}}
+{{- $root := index . 0 }}{{- $s := index . 1 }}{{- $i := index . 2 }}
+{{- $what := printf "subnets[%d] %q" $i $s.name }}
+{{- if not $s.cidr }}{{- fail (printf "%s: a Proxmox-backed subnet needs a cidr" $what) }}{{- end }}
+{{- $cidr := trim $s.cidr }}
+{{- if or (contains ":" $cidr) (ne (len (splitList "/" $cidr)) 2) }}
+{{- fail (printf "%s: cidr %q: Proxmox-backed subnets are IPv4 only (a.b.c.d/prefix)" $what $cidr) }}
+{{- end }}
+{{- $prefixText := last (splitList "/" $cidr) }}
+{{- if not (regexMatch "^[0-9]{1,2}$" $prefixText) }}{{- fail (printf "%s: cidr %q: Proxmox-backed subnets are IPv4 only (a.b.c.d/prefix)" $what $cidr) }}{{- end }}
+{{- $prefix := atoi $prefixText }}
+{{- if or (lt $prefix 8) (gt $prefix 28) }}{{- fail (printf "%s: cidr %q: prefix /%d is outside /8../28" $what $cidr $prefix) }}{{- end }}
+{{- $base := include "pxs.ip" (list (first (splitList "/" $cidr)) (printf "%s: cidr" $what)) | atoi }}
+{{- $size := 1 }}{{- range until (sub 32 $prefix | int) }}{{- $size = mul $size 2 }}{{- end }}
+{{- if ne (mod $base $size) 0 }}{{- fail (printf "%s: cidr %q is not a network address (host bits set)" $what $cidr) }}{{- end }}
+{{- $gateway := add $base 1 }}
+{{- $last := sub (add $base $size) 2 }}
+{{- $from := add $base (div $size 4) }}
+{{- $to := sub (add $base (div (mul $size 3) 4)) 1 }}
+{{- $px := $s.proxmox | default dict }}
+{{- with $px.vmRange }}
+{{- $ends := splitList "-" . }}
+{{- if ne (len $ends) 2 }}{{- fail (printf "%s: proxmox.vmRange %q must be first-last" $what .) }}{{- end }}
+{{- $from = include "pxs.ip" (list (index $ends 0) (printf "%s: proxmox.vmRange" $what)) | atoi }}
+{{- $to = include "pxs.ip" (list (index $ends 1) (printf "%s: proxmox.vmRange" $what)) | atoi }}
+{{- if gt $from $to }}{{- fail (printf "%s: proxmox.vmRange %q ends before it starts" $what .) }}{{- end }}
+{{- if or (le $from $gateway) (gt $to $last) }}
+{{- fail (printf "%s: proxmox.vmRange %q must lie inside %s after the gateway %s and before the broadcast address" $what . $cidr (include "pxs.dotted" $gateway)) }}
+{{- end }}
+{{- end }}
+{{- /* The zone: named, or the only one there is. */ -}}
+{{- $zone := $px.zone | default "" }}
+{{- $zones := dict }}
+{{- range (lookup "proxmox.cozystack.io/v1alpha1" "ProxmoxNetworkZone" "" "").items | default list }}
+{{- $_ := set $zones .metadata.name . }}
+{{- end }}
+{{- if not $zone }}
+{{- $names := keys $zones | sortAlpha }}
+{{- if eq (len $names) 0 }}
+{{- fail (printf "%s: no ProxmoxNetworkZone exists; ask the platform administrator for one, or set proxmox.zone" $what) }}
+{{- else if gt (len $names) 1 }}
+{{- fail (printf "%s: several ProxmoxNetworkZones exist (%s); set proxmox.zone" $what (join ", " $names)) }}
+{{- end }}
+{{- $zone = first $names }}
+{{- end }}
+{{- $z := (get $zones $zone) | default dict }}
+{{- $zspec := $z.spec | default dict }}
+{{- $egress := $zspec.egress | default dict }}
+id: {{ include "pxs.id" (list $root.Release.Namespace $root.Values.vpc $s.name) }}
+name: {{ $s.name }}
+index: {{ $i }}
+cidr: {{ $cidr }}
+prefix: {{ $prefix }}
+gateway: {{ include "pxs.dotted" $gateway }}
+vmFrom: {{ include "pxs.dotted" $from }}
+vmTo: {{ include "pxs.dotted" $to }}
+zone: {{ $zone }}
+providerNetwork: {{ $zspec.providerNetwork | default "" | quote }}
+mtu: {{ $zspec.mtu | default 0 }}
+externalSubnet: {{ $egress.externalSubnet | default "" | quote }}
+gatewayNamespace: {{ $egress.gatewayNamespace | default "" | quote }}
+{{- end }}
+
+{{- /* Every subnet's facts, as a YAML list under "subnets"; fails without the API. */ -}}
+{{- define "pxs.all" -}}
+{{- if not (.Capabilities.APIVersions.Has "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone") }}
+{{- fail "the proxmox.cozystack.io API is not installed; ask the platform administrator to enable the proxmox-network package" }}
+{{- end }}
+{{- if not .Values.vpc }}{{- fail "vpc: the tenant VPC the subnets belong to is required" }}{{- end }}
+subnets:
+{{- range $i, $s := .Values.subnets }}
+- {{- include "pxs.facts" (list $ $s $i) | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- define "pxs.labels" -}}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
+cozystack.io/vpcName: {{ .root.Values.vpc }}
+cozystack.io/subnetName: {{ .f.name }}
+proxmox.cozystack.io/zone: {{ .f.zone }}
+{{- end }}

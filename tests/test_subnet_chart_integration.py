@@ -1,0 +1,180 @@
+"""The tenant chart ``charts/proxmox-network-subnet`` (issue 27 item 2): the Proxmox part of
+Cozystack's vpc chart, usable on its own (../shared/spec/admission-and-packaging.md (f)).
+
+Rendered offline (``helm template``) for what needs no cluster: the objects of a subnet, the
+IDs and vmRange arithmetic of the spec's examples, and every refusal of the schema and the
+templates with its message. Against the session bed (``helm template --dry-run=server``,
+whose ``lookup`` reads the zones) for the zone rules. Installed on the real peers: the
+Subnet bound by the real Kube-OVN to the Vlan the controller allocates, the network Ready,
+the pool handing an address to a claim through the real IPAM provider.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hack.objects import Admin, unique
+from tests.test_charts_integration import build_helm, run_helm, set_args
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "proxmox-network-subnet"
+ZONE_API = "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone"
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return build_helm()
+
+
+def template(helm: str, values: dict, namespace: str = "tenant-test", api: bool = True, env: dict | None = None,
+             server: bool = False):
+    args = ["template", "t", str(CHART), "--namespace", namespace, *set_args(values)]
+    if api:
+        args += ["--api-versions", ZONE_API]
+    if server:
+        args += ["--dry-run=server"]
+    return run_helm(helm, *args, check=False, env=env)
+
+
+def objects(r) -> list[dict]:
+    assert r.returncode == 0, r.stderr
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def subnet(name="workers", cidr="10.1.0.0/24", **proxmox) -> dict:
+    return {"name": name, "cidr": cidr, "proxmox": {"zone": "tenant-a", **proxmox}}
+
+
+def test_a_subnet_renders_its_subnet_pool_and_network_with_the_specs_ids_and_ranges(helm):
+    """The spec's fixtures: namespace tenant-test, VPC vpc-a0c9fc (the vpc chart's ID of
+    release virtualprivatecloud-myvpc), subnet workers -> subnet-ff692499; a /24's default
+    vmRange is .64-.191, a /28's .4-.11; the pool lies inside the Subnet's excludeIps."""
+    objs = objects(template(helm, {"vpc": "vpc-a0c9fc", "subnets": [subnet(), subnet("db", "10.2.0.0/28")]}))
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    assert sorted(by) == sorted((k, n) for n in ("subnet-ff692499", by_name(objs, "db")) for k in
+                                ("Subnet", "InClusterIPPool", "ProxmoxNetwork"))
+    sub = by[("Subnet", "subnet-ff692499")]
+    assert sub["spec"] == {"vpc": "vpc-a0c9fc", "protocol": "IPv4", "cidrBlock": "10.1.0.0/24", "gateway": "10.1.0.1",
+                           "vlan": "subnet-ff692499", "logicalGateway": True, "enableLb": False, "private": False,
+                           "excludeIps": ["10.1.0.64..10.1.0.191"]}
+    pool = by[("InClusterIPPool", "subnet-ff692499")]
+    assert pool["metadata"]["namespace"] == "tenant-test"
+    assert pool["metadata"]["annotations"] == {"metric": "100", "ipam.cluster.x-k8s.io/skip-validate-delete-webhook": ""}
+    assert pool["spec"] == {"addresses": ["10.1.0.64-10.1.0.191"], "prefix": 24, "gateway": "10.1.0.1"}
+    net = by[("ProxmoxNetwork", "subnet-ff692499")]
+    assert net["spec"] == {"zone": "tenant-a", "subnet": "subnet-ff692499", "ipPool": "subnet-ff692499"}
+    assert net["metadata"]["labels"]["cozystack.io/subnetName"] == "workers"
+    db = by_name(objs, "db")
+    assert by[("InClusterIPPool", db)]["spec"]["addresses"] == ["10.2.0.4-10.2.0.11"]
+    assert by[("InClusterIPPool", db)]["metadata"]["annotations"]["metric"] == "101"  # the second subnet
+    # No VLAN anywhere: the controller allocates it; the Subnet names the Vlan it will make.
+    assert [o["kind"] for o in objs if "vlan" in json.dumps(o["spec"])] == ["Subnet", "Subnet"]
+
+
+def by_name(objs: list[dict], subnet_name: str) -> str:
+    return next(o["metadata"]["name"] for o in objs
+                if o["kind"] == "ProxmoxNetwork" and o["metadata"]["labels"]["cozystack.io/subnetName"] == subnet_name)
+
+
+def test_a_vm_range_given_replaces_the_default_and_a_zone_mtu_is_not_invented(helm):
+    objs = objects(template(helm, {"vpc": "v", "subnets": [subnet(vmRange=" 10.1.0.100 - 10.1.0.150 ")]}))
+    pool = next(o for o in objs if o["kind"] == "InClusterIPPool")
+    assert pool["spec"]["addresses"] == ["10.1.0.100-10.1.0.150"]
+    sub = next(o for o in objs if o["kind"] == "Subnet")
+    assert sub["spec"]["excludeIps"] == ["10.1.0.100..10.1.0.150"] and "mtu" not in sub["spec"]
+
+
+REFUSED_BY_TEMPLATES = [
+    (subnet(cidr="fd00::/64"), 'subnets[0] "workers": cidr "fd00::/64": Proxmox-backed subnets are IPv4 only'),
+    (subnet(cidr="10.1.0.0"), 'subnets[0] "workers": cidr "10.1.0.0": Proxmox-backed subnets are IPv4 only'),
+    (subnet(cidr="10.1.0.0/29"), 'subnets[0] "workers": cidr "10.1.0.0/29": prefix /29 is outside /8../28'),
+    (subnet(cidr="10.0.0.0/7"), 'subnets[0] "workers": cidr "10.0.0.0/7": prefix /7 is outside /8../28'),
+    (subnet(cidr="10.1.0.1/24"), 'subnets[0] "workers": cidr "10.1.0.1/24" is not a network address (host bits set)'),
+    (subnet(cidr="10.1.300.0/24"), 'subnets[0] "workers": cidr: "10.1.300.0" is not an IPv4 address'),
+    (subnet(vmRange="10.1.0.10"), 'subnets[0] "workers": proxmox.vmRange "10.1.0.10" must be first-last'),
+    (subnet(vmRange="10.1.0.10-10.1.0.x"), 'subnets[0] "workers": proxmox.vmRange: "10.1.0.x" is not an IPv4 address'),
+    (subnet(vmRange="10.1.0.50-10.1.0.20"), 'subnets[0] "workers": proxmox.vmRange "10.1.0.50-10.1.0.20" ends before it starts'),
+    (subnet(vmRange="10.1.0.1-10.1.0.20"), 'subnets[0] "workers": proxmox.vmRange "10.1.0.1-10.1.0.20" must lie inside '
+                                           '10.1.0.0/24 after the gateway 10.1.0.1 and before the broadcast address'),
+    ({"name": "workers", "cidr": "10.1.0.0/24", "proxmox": {}},
+     'subnets[0] "workers": no ProxmoxNetworkZone exists; ask the platform administrator for one, or set proxmox.zone'),
+    (subnet(vmRange="10.1.0.10-10.1.0.255"), 'subnets[0] "workers": proxmox.vmRange "10.1.0.10-10.1.0.255" must lie '
+                                             'inside 10.1.0.0/24 after the gateway 10.1.0.1 and before the broadcast address'),
+]
+
+
+@pytest.mark.parametrize("sub,message", REFUSED_BY_TEMPLATES, ids=[m.split(": ", 1)[1][:40] for _, m in REFUSED_BY_TEMPLATES])
+def test_each_refusal_of_the_templates_says_why(helm, sub, message):
+    r = template(helm, {"vpc": "v", "subnets": [sub]})
+    assert r.returncode == 1 and r.stdout == "", r.stdout
+    assert message in r.stderr, r.stderr
+
+
+REFUSED_BY_SCHEMA = [
+    ({"subnets": [subnet()]}, "- at '/vpc': minLength: got 0, want 1"),  # the tenant VPC must be named
+    ({"vpc": "v", "subnets": [{"name": "w", "proxmox": {}}]}, "missing property 'cidr'"),
+    ({"vpc": "v", "subnets": [{**subnet(), "vlan": 101}]}, "additional properties 'vlan' not allowed"),
+    ({"vpc": "v", "subnets": [{**subnet(), "proxmox": {"zone": "z", "vlan": 101}}]}, "additional properties 'vlan' not allowed"),
+    ({"vpc": "v", "subnets": [subnet(name="Workers")]}, "'/subnets/0/name': 'Workers' does not match pattern"),
+    ({"vpc": "v", "subnets": [subnet()], "egress": {"enabled": True, "replicas": 0}},
+     "- at '/egress/replicas': minimum: got 0, want 1"),
+]
+
+
+@pytest.mark.parametrize("values,message", REFUSED_BY_SCHEMA, ids=[m[:30] for _, m in REFUSED_BY_SCHEMA])
+def test_each_refusal_of_the_schema_says_why(helm, values, message):
+    r = template(helm, values)
+    assert r.returncode == 1 and message in r.stderr, r.stderr
+
+
+def test_without_the_proxmox_api_the_chart_says_who_to_ask(helm):
+    r = template(helm, {"vpc": "v", "subnets": [subnet()]}, api=False)
+    assert r.returncode == 1
+    assert ("the proxmox.cozystack.io API is not installed; ask the platform administrator to enable the "
+            "proxmox-network package") in r.stderr, r.stderr
+
+
+def test_egress_refusals(helm):
+    r = template(helm, {"vpc": "v", "subnets": [], "egress": {"enabled": True}})
+    assert r.returncode == 1 and "egress.enabled needs at least one Proxmox-backed subnet" in r.stderr, r.stderr
+    r = template(helm, {"vpc": "v", "subnets": [subnet(), {**subnet("db", "10.2.0.0/24"), "proxmox": {"zone": "b"}}],
+                        "egress": {"enabled": True}})
+    assert r.returncode == 1
+    assert "egress: the Proxmox-backed subnets span zones b and tenant-a; one egress gateway serves one zone" in r.stderr
+    # Offline the zone cannot be read: it has no transit network as far as the chart knows.
+    r = template(helm, {"vpc": "v", "subnets": [subnet()], "egress": {"enabled": True}})
+    assert r.returncode == 1
+    assert 'egress: ProxmoxNetworkZone "tenant-a" has no spec.egress.externalSubnet (its transit network)' in r.stderr
+
+
+# ----------------------------------------------------------------------------- against a cluster
+
+
+def kube_env(kubeconfig: Path) -> dict[str, str]:
+    return {**os.environ, "KUBECONFIG": str(kubeconfig)}
+
+
+def test_the_zone_is_the_only_one_or_must_be_named(helm, cluster, admin_client):
+    """Zones read with ``lookup`` (``--dry-run=server``): with one zone it is used; with
+    several, none named, the render is refused and names them (sorted). The session bed has
+    other tests' zones, so the "one zone" case is the spec's rule applied to what exists."""
+    admin = Admin(admin_client)
+    env = kube_env(cluster.admin_kubeconfig)
+    for z in (unique("zb"), unique("za")):
+        admin.create_zone(z, "pn-chart", ["3000-3009"])
+    zones = sorted(z["metadata"]["name"] for z in admin.co.list_cluster_custom_object(
+        "proxmox.cozystack.io", "v1alpha1", "proxmoxnetworkzones")["items"])
+    values = {"vpc": "v", "subnets": [{"name": "workers", "cidr": "10.1.0.0/24", "proxmox": {}}]}
+    r = template(helm, values, env=env, server=True, api=False)
+    assert r.returncode == 1
+    assert f'subnets[0] "workers": several ProxmoxNetworkZones exist ({", ".join(zones)}); set proxmox.zone' in r.stderr
+    named = {"vpc": "v", "subnets": [{"name": "workers", "cidr": "10.1.0.0/24", "proxmox": {"zone": zones[0]}}]}
+    objs = objects(template(helm, named, env=env, server=True, api=False))
+    assert {o["spec"]["zone"] for o in objs if o["kind"] == "ProxmoxNetwork"} == {zones[0]}
