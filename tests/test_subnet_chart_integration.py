@@ -172,9 +172,9 @@ def test_the_zone_is_the_only_one_or_must_be_named(helm, cluster, admin_client):
     zones = sorted(z["metadata"]["name"] for z in admin.co.list_cluster_custom_object(
         "proxmox.cozystack.io", "v1alpha1", "proxmoxnetworkzones")["items"])
     values = {"vpc": "v", "subnets": [{"name": "workers", "cidr": "10.1.0.0/24", "proxmox": {}}]}
-    r = template(helm, values, env=env, server=True, api=False)
+    r = template(helm, values, env=env, server=True)
     assert r.returncode == 1
     assert f'subnets[0] "workers": several ProxmoxNetworkZones exist ({", ".join(zones)}); set proxmox.zone' in r.stderr
     named = {"vpc": "v", "subnets": [{"name": "workers", "cidr": "10.1.0.0/24", "proxmox": {"zone": zones[0]}}]}
-    objs = objects(template(helm, named, env=env, server=True, api=False))
+    objs = objects(template(helm, named, env=env, server=True))
     assert {o["spec"]["zone"] for o in objs if o["kind"] == "ProxmoxNetwork"} == {zones[0]}
