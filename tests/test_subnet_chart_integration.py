@@ -70,7 +70,9 @@ def test_a_subnet_renders_its_subnet_pool_and_network_with_the_specs_ids_and_ran
     assert pool["spec"] == {"addresses": ["10.1.0.64-10.1.0.191"], "prefix": 24, "gateway": "10.1.0.1"}
     net = by[("ProxmoxNetwork", "subnet-ff692499")]
     assert net["spec"] == {"zone": "tenant-a", "subnet": "subnet-ff692499", "ipPool": "subnet-ff692499"}
-    assert net["metadata"]["labels"]["cozystack.io/subnetName"] == "workers"
+    assert {k: v for k, v in net["metadata"]["labels"].items() if "cozystack.io" in k} == {
+        "cozystack.io/vpcId": "vpc-a0c9fc", "cozystack.io/vpcName": "vpc-a0c9fc", "cozystack.io/tenantName": "tenant-test",
+        "cozystack.io/subnetName": "workers", "proxmox.cozystack.io/zone": "tenant-a"}
     db = by_name(objs, "db")
     assert by[("InClusterIPPool", db)]["spec"]["addresses"] == ["10.2.0.4-10.2.0.11"]
     assert by[("InClusterIPPool", db)]["metadata"]["annotations"]["metric"] == "101"  # the second subnet
@@ -81,6 +83,17 @@ def test_a_subnet_renders_its_subnet_pool_and_network_with_the_specs_ids_and_ran
 def by_name(objs: list[dict], subnet_name: str) -> str:
     return next(o["metadata"]["name"] for o in objs
                 if o["kind"] == "ProxmoxNetwork" and o["metadata"]["labels"]["cozystack.io/subnetName"] == subnet_name)
+
+
+def test_names_yaml_would_read_as_other_types_stay_strings_and_a_cidr_is_written_normalised(helm):
+    """Subnet and zone names such as ``on`` or ``1e3`` are valid Kubernetes names that YAML
+    would read as a bool or a number; a CIDR with leading zeros is the same network."""
+    objs = objects(template(helm, {"vpc": "v", "subnets": [{"name": "on", "cidr": "010.001.000.000/24",
+                                                             "proxmox": {"zone": "1e3"}}]}))
+    net = next(o for o in objs if o["kind"] == "ProxmoxNetwork")
+    assert net["spec"]["zone"] == "1e3" and net["metadata"]["labels"]["cozystack.io/subnetName"] == "on"
+    sub = next(o for o in objs if o["kind"] == "Subnet")
+    assert (sub["spec"]["cidrBlock"], sub["spec"]["gateway"]) == ("10.1.0.0/24", "10.1.0.1")
 
 
 def test_a_vm_range_given_replaces_the_default_and_a_zone_mtu_is_not_invented(helm):
@@ -134,6 +147,19 @@ def test_each_refusal_of_the_schema_says_why(helm, values, message):
     assert r.returncode == 1 and message in r.stderr, r.stderr
 
 
+def test_lint_is_clean_with_subnets_and_egress(helm):
+    r = run_helm(helm, "lint", "--strict", str(CHART), *set_args({
+        "vpc": "v", "subnets": [subnet()], "egress": {"enabled": False, "replicas": 2, "internalCidr": "10.250.0.0/29"}}))
+    assert "1 chart(s) linted, 0 chart(s) failed" in r.stdout, r.stdout
+    assert "[WARNING]" not in r.stdout and "[ERROR]" not in r.stdout, r.stdout
+
+
+def test_a_name_used_twice_is_refused(helm):
+    r = template(helm, {"vpc": "v", "subnets": [subnet(), subnet(cidr="10.2.0.0/24")]})
+    assert r.returncode == 1
+    assert 'subnets[1] "workers": the name is used twice; each subnet needs a name of its own' in r.stderr, r.stderr
+
+
 def test_without_the_proxmox_api_the_chart_says_who_to_ask(helm):
     r = template(helm, {"vpc": "v", "subnets": [subnet()]}, api=False)
     assert r.returncode == 1
@@ -178,3 +204,33 @@ def test_the_zone_is_the_only_one_or_must_be_named(helm, cluster, admin_client):
     named = {"vpc": "v", "subnets": [{"name": "workers", "cidr": "10.1.0.0/24", "proxmox": {"zone": zones[0]}}]}
     objs = objects(template(helm, named, env=env, server=True))
     assert {o["spec"]["zone"] for o in objs if o["kind"] == "ProxmoxNetwork"} == {zones[0]}
+
+
+def test_a_zones_mtu_and_transit_give_the_subnet_its_mtu_and_the_egress_gateway_its_networks(helm, cluster, admin_client):
+    """The zone read with ``lookup``: its ``mtu`` goes on the Subnet, its ``egress`` and
+    provider make the VpcEgressGateway (section (f)): in the zone's gateway namespace, the
+    vpc labels (the controller turns port security off only on gateways whose
+    ``cozystack.io/vpcId`` is their ``spec.vpc``), SNAT of every Proxmox subnet, the dedicated
+    internal subnet of ``egress.internalCidr``."""
+    admin = Admin(admin_client)
+    zone = unique("zmtu")
+    admin.create_zone(zone, "pn-egress", ["3010-3019"], mtu=1400,
+                      egress={"externalSubnet": "px-transit", "gatewayNamespace": "cozy-egress"})
+    values = {"vpc": "vpc-a0c9fc", "subnets": [subnet(), subnet("db", "10.2.0.0/24")],
+              "egress": {"enabled": True, "replicas": 2, "internalCidr": "10.250.0.0/29"}}
+    for s_ in values["subnets"]:
+        s_["proxmox"]["zone"] = zone
+    objs = objects(template(helm, values, env=kube_env(cluster.admin_kubeconfig), server=True))
+    subs = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Subnet"}
+    assert subs["subnet-ff692499"]["spec"]["mtu"] == 1400
+    internal = subs.pop("subnet-aa3414a4")  # sha256("tenant-test/vpc-a0c9fc/__egress")
+    assert internal["spec"] == {"vpc": "vpc-a0c9fc", "cidrBlock": "10.250.0.0/29", "protocol": "IPv4",
+                                "enableLb": False, "private": False}
+    assert internal["metadata"]["labels"]["cozystack.io/egressSubnet"] == "true"
+    (gw,) = [o for o in objs if o["kind"] == "VpcEgressGateway"]
+    assert (gw["metadata"]["name"], gw["metadata"]["namespace"]) == ("vpc-a0c9fc-egress", "cozy-egress")
+    assert gw["metadata"]["labels"]["cozystack.io/vpcId"] == gw["spec"]["vpc"] == "vpc-a0c9fc"
+    assert gw["spec"] == {"vpc": "vpc-a0c9fc", "replicas": 2, "internalSubnet": "subnet-aa3414a4",
+                          "externalSubnet": "px-transit",
+                          "nodeSelector": [{"matchLabels": {"pn-egress.provider-network.kubernetes.io/ready": "true"}}],
+                          "policies": [{"snat": True, "subnets": sorted(subs)}]}

@@ -45,6 +45,7 @@ SubnetNameInvalid is never reachable from here). */ -}}
 {{- $base := include "pxs.ip" (list (first (splitList "/" $cidr)) (printf "%s: cidr" $what)) | atoi }}
 {{- $size := 1 }}{{- range until (sub 32 $prefix | int) }}{{- $size = mul $size 2 }}{{- end }}
 {{- if ne (mod $base $size) 0 }}{{- fail (printf "%s: cidr %q is not a network address (host bits set)" $what $cidr) }}{{- end }}
+{{- $network := printf "%s/%d" (include "pxs.dotted" $base) $prefix }}
 {{- $gateway := add $base 1 }}
 {{- $last := sub (add $base $size) 2 }}
 {{- $from := add $base (div $size 4) }}
@@ -78,38 +79,54 @@ SubnetNameInvalid is never reachable from here). */ -}}
 {{- $z := (get $zones $zone) | default dict }}
 {{- $zspec := $z.spec | default dict }}
 {{- $egress := $zspec.egress | default dict }}
-id: {{ include "pxs.id" (list $root.Release.Namespace $root.Values.vpc $s.name) }}
-name: {{ $s.name }}
+id: {{ include "pxs.id" (list $root.Release.Namespace $root.Values.vpc $s.name) | quote }}
+name: {{ $s.name | quote }}
 index: {{ $i }}
-cidr: {{ $cidr }}
+cidr: {{ $network | quote }}
 prefix: {{ $prefix }}
-gateway: {{ include "pxs.dotted" $gateway }}
-vmFrom: {{ include "pxs.dotted" $from }}
-vmTo: {{ include "pxs.dotted" $to }}
-zone: {{ $zone }}
+gateway: {{ include "pxs.dotted" $gateway | quote }}
+vmFrom: {{ include "pxs.dotted" $from | quote }}
+vmTo: {{ include "pxs.dotted" $to | quote }}
+zone: {{ $zone | quote }}
 providerNetwork: {{ $zspec.providerNetwork | default "" | quote }}
 mtu: {{ $zspec.mtu | default 0 }}
 externalSubnet: {{ $egress.externalSubnet | default "" | quote }}
 gatewayNamespace: {{ $egress.gatewayNamespace | default "" | quote }}
 {{- end }}
 
-{{- /* Every subnet's facts, as a YAML list under "subnets"; fails without the API. */ -}}
+{{- /* Every subnet's facts, as a YAML list under "subnets"; with subnets, fails without the API. */ -}}
 {{- define "pxs.all" -}}
-{{- if not (.Capabilities.APIVersions.Has "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone") }}
+{{- if and .Values.subnets (not (.Capabilities.APIVersions.Has "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone")) }}
 {{- fail "the proxmox.cozystack.io API is not installed; ask the platform administrator to enable the proxmox-network package" }}
 {{- end }}
 {{- if not .Values.vpc }}{{- fail "vpc: the tenant VPC the subnets belong to is required" }}{{- end }}
+{{- $seen := dict }}
+{{- range $i, $s := .Values.subnets }}
+{{- if hasKey $seen (toString $s.name) }}
+{{- fail (printf "subnets[%d] %q: the name is used twice; each subnet needs a name of its own" $i $s.name) }}
+{{- end }}
+{{- $_ := set $seen (toString $s.name) true }}
+{{- end }}
 subnets:
 {{- range $i, $s := .Values.subnets }}
 - {{- include "pxs.facts" (list $ $s $i) | nindent 2 }}
 {{- end }}
 {{- end }}
 
+{{- /* The vpc chart's labels (section (f)): the VPC is named by its ID (a tenant VPC's Kube-OVN
+name); the controller turns port security off only on egress gateway pods whose
+VpcEgressGateway carries cozystack.io/vpcId equal to its spec.vpc (reference-behaviour §12). */ -}}
+{{- define "pxs.vpcLabels" -}}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
+cozystack.io/vpcId: {{ .Values.vpc | quote }}
+cozystack.io/vpcName: {{ .Values.vpc | quote }}
+cozystack.io/tenantName: {{ .Release.Namespace | quote }}
+{{- end }}
+
 {{- define "pxs.labels" -}}
-app.kubernetes.io/managed-by: {{ .root.Release.Service }}
-app.kubernetes.io/instance: {{ .root.Release.Name }}
-helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
-cozystack.io/vpcName: {{ .root.Values.vpc }}
-cozystack.io/subnetName: {{ .f.name }}
-proxmox.cozystack.io/zone: {{ .f.zone }}
+{{ include "pxs.vpcLabels" .root }}
+cozystack.io/subnetName: {{ .f.name | quote }}
+proxmox.cozystack.io/zone: {{ .f.zone | quote }}
 {{- end }}
