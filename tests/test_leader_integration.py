@@ -2,7 +2,7 @@
 
 Each replica is a :class:`LeaderElector` on its own ApiClient as the controller's
 service-account user (RBAC: manifests/rbac/03-leader-election.yaml, Leases in
-``proxmox-network-system``), each test on a Lease of its own. A sampler thread checks
+``kube-system``, the product's one place for them), each test on a Lease of its own. A sampler thread checks
 every few milliseconds that the replicas never both believe they lead. Waits poll with
 a deadline; nothing asserts how long a takeover took.
 """
@@ -17,12 +17,12 @@ from typing import Any, Iterator
 import pytest
 
 from controller.kube import ApiError, KubeWriter
-from controller.leader import LeaderElector, lease_path
+from controller.leader import DEFAULT_LEASE_NAMESPACE, LeaderElector, lease_path
 from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
-NS = "proxmox-network-system"
+NS = DEFAULT_LEASE_NAMESPACE  # kube-system: where the controller user may hold Leases (rbac/03-leader-election.yaml)
 MICRO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from controller.kube import KubeWriter
-from controller.leader import LeaderElector
+from controller.leader import DEFAULT_LEASE_NAMESPACE, LeaderElector
 from hack.audit import read_events
 from tests.support.controller import running_controller
 from hack.objects import Admin, unique
@@ -97,7 +97,7 @@ def test_rbac_grants_exactly_what_the_code_uses(admin_client, cluster, unique_na
     # Leader election as the controller user: acquire, renew, release.
     api = cluster.api_client("controller")
     try:
-        el = LeaderElector(KubeWriter(api), "proxmox-network-system", unique("rbac-lease"), identity="rbac-test",
+        el = LeaderElector(KubeWriter(api), DEFAULT_LEASE_NAMESPACE, unique("rbac-lease"), identity="rbac-test",
                            lease_duration=3, renew_deadline=2, retry_period=0.5,
                            on_started_leading=lambda: None, on_stopped_leading=lambda: None)
         el.step()
