@@ -104,7 +104,6 @@ import tempfile
 import threading
 import time
 import traceback
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -122,11 +121,10 @@ from hack.cluster import (  # noqa: E402
     ClusterError,
     LocalCluster,
     _read_versions,
-    _set_pdeathsig,
     ovsdb_rows,
     ovsdb_set,
 )
-from hack.probe import Endpoints  # noqa: E402
+from hack.controller_process import ControllerProcess  # noqa: E402
 from hack.wire_monitor import WireFigures, WireMonitor  # noqa: E402
 from attrs import asdict as attrs_asdict  # noqa: E402
 
@@ -368,58 +366,23 @@ class ChaosResult:
 # --------------------------------------------------------------------------- replicas
 
 
-class Replica:
+class Replica(ControllerProcess):
     """One controller process, as the controller's service-account user."""
 
     def __init__(self, cluster: LocalCluster, logdir: Path, n: int, cfg: ChaosConfig) -> None:
         self.n = n
-        self.log = logdir / f"replica-{n}.log"
-        self.endpoints = Endpoints(self.log)  # ports picked by the process's own bind: no race for them
         self.killed = False
         self.started = time.monotonic()
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "controller.main", f"--kubeconfig={cluster.controller_kubeconfig}",
-                 "--leader-elect=true", *gateway_flags(cluster, cfg),
-                 f"--subnet-prune-timeout={cfg.subnet_prune_timeout}", f"--resync-period={cfg.resync_period}",
-                 f"--vlan-reuse-delay={cfg.vlan_reuse_delay}",
-                 "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0",
-                 "--log-format=console"],
-                cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, preexec_fn=_set_pdeathsig,
-            )
-
-    def probe(self, path: str) -> int:
-        return self.endpoints.status(path)
-
-    def ready(self) -> bool:
-        return self.proc.poll() is None and self.probe("/readyz") == 200
-
-    def leading(self) -> bool:
-        """Alive, Ready, and its ``cozy_proxmox_leader`` is 1 (readiness is serving, not
-        leading: every warm replica is Ready)."""
-        if not self.ready():
-            return False
-        try:
-            with urllib.request.urlopen(self.endpoints.metrics_url(), timeout=2) as r:
-                return "\ncozy_proxmox_leader 1.0" in "\n" + r.read().decode()
-        except (OSError, LookupError):
-            return False
+        super().__init__([f"--kubeconfig={cluster.controller_kubeconfig}", "--leader-elect=true",
+                          *gateway_flags(cluster, cfg), f"--subnet-prune-timeout={cfg.subnet_prune_timeout}",
+                          f"--resync-period={cfg.resync_period}", f"--vlan-reuse-delay={cfg.vlan_reuse_delay}",
+                          "--log-format=console"], logdir / f"replica-{n}.log")
 
     def tail(self, n: int = 15) -> str:
         try:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
         except OSError:
             return ""
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
 
 
 class Supervisor:
@@ -498,7 +461,7 @@ class Supervisor:
         while time.monotonic() < end:
             with self._lock:
                 current = list(self.replicas)
-            leading = [r for r in current if r.leading()]
+            leading = [r for r in current if r.leads()]
             if len(leading) == 1:
                 return leading[0]
             time.sleep(0.1)

@@ -207,7 +207,7 @@ def default_peers_dir() -> Path:
     )
 
 
-def _set_pdeathsig() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -884,7 +884,7 @@ class LocalCluster:
                 cwd=self.workdir,
                 env=env,
                 start_new_session=True,
-                preexec_fn=None if self.detach else _set_pdeathsig,
+                preexec_fn=None if self.detach else die_with_parent,
             )
         finally:
             logf.close()

@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import os
@@ -28,11 +27,9 @@ import shutil
 import signal
 import socket
 import subprocess
-import urllib.request
 import sys
 import tomllib
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
@@ -40,8 +37,8 @@ from kubernetes import client as k8s
 
 from controller.main import build_parser
 from hack.audit import read_events
+from hack.controller_process import ControllerProcess
 from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
-from hack.probe import Endpoints
 from hack.wait import wait_for
 from tests.support.ovsdb import NBServer
 from tests.support.pki import CA, kube_ovn_secret
@@ -564,32 +561,6 @@ def test_bad_values_are_refused_at_install_before_anything_is_sent(helm, bed, tm
 
 # =============================================================================== install
 
-@contextlib.contextmanager
-def controller_process(args: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "controller.main", *args], cwd=ROOT, env=env,
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-
-
-def leads(endpoints: Endpoints) -> bool:
-    """The process behind ``endpoints`` says it leads (``cozy_proxmox_leader 1``)."""
-    try:
-        with urllib.request.urlopen(endpoints.metrics_url(), timeout=2) as r:
-            return "\ncozy_proxmox_leader 1.0" in "\n" + r.read().decode()
-    except (OSError, LookupError):
-        return False
-
-
 def sa_kubeconfig(bed, token: str, path: Path) -> Path:
     cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "sa",
            "clusters": [{"name": "bed", "cluster": {"server": bed.server, "certificate-authority": str(bed.ca_file)}}],
@@ -664,15 +635,14 @@ def test_chart_install_brings_networks_to_ready_as_the_charts_service_account(he
     spec = dep["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == name
     args = spec["containers"][0]["args"]
-    extra = [f"--kubeconfig={kubeconfig}", "--metrics-bind-address=127.0.0.1:0",
-             "--health-probe-bind-address=127.0.0.1:0"]  # the process picks its ports: no race for them
+    extra = [f"--kubeconfig={kubeconfig}"]
     pod = f"{name}-0"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "POD_NAME": pod, "POD_NAMESPACE": release_ns}
+    env = {**os.environ, "POD_NAME": pod, "POD_NAMESPACE": release_ns}
     env.pop("KUBECONFIG", None)
     nets = [("web", unique("sub")), ("db", unique("sub"))]
     routers = []
     try:
-        with controller_process(args + extra, env, tmp_path / "controller.log") as proc:
+        with ControllerProcess(args + extra, tmp_path / "controller.log", env=env) as proc:
             for net, sub in nets:
                 r = Router(server.nbctl, sub)
                 r.create()
@@ -699,18 +669,17 @@ def test_chart_install_brings_networks_to_ready_as_the_charts_service_account(he
                 assert reason(obj, "Ready")[0] == "True", (reason(obj, "Ready"), (tmp_path / "controller.log").read_text()[-3000:])
                 assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
             assert {tuple(sorted(r.chassis())) for r in routers} == {("ch-worker1", "ch-worker2")}
-            endpoints = Endpoints(tmp_path / "controller.log")
-            assert wait_for(lambda: endpoints.status("/readyz") == 200, what="/readyz 200")
+            assert wait_for(proc.ready, what="/readyz 200")
             # One Lease per cluster, in kube-system whatever the release's namespace; its holder
             # <release namespace>/<hostname>_<uuid> (in a pod the hostname is the pod's name).
             lease = wait_for(lambda: json.loads(kubectl(
                 "get", "lease", "-n", "kube-system", "proxmox-network-controller.proxmox.cozystack.io", "-o", "json"))
-                if leads(endpoints) else None, what="this release's controller leading")
+                if proc.leads() else None, what="this release's controller leading")
             assert lease["spec"]["holderIdentity"].startswith(f"{release_ns}/{socket.gethostname()}_")
             # The counts follow the allocations within ZONE_COUNTS_DELAY (5 s).
             wait_for(lambda: (r := reason(admin.zone(zone), "Ready")) and r[0] == "True"
                      and r[2].startswith("8 of 10 VLANs free"), what="zone Ready, counting the two allocations")
-            assert proc.poll() is None
+            assert proc.alive()
     finally:
         trunk.leave("worker1", "worker2")
         server.stop()
@@ -790,28 +759,27 @@ def test_two_releases_in_two_namespaces_elect_one_allocator(helm, bed, kubectl, 
             spec=k8s.V1TokenRequestSpec(audiences=[bed.server], expiration_seconds=3600)))
         args = find(objs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
         assert not [x for x in args if x.startswith("--leader-election-namespace")]  # the product's default
-        releases[r] = (ns, args + [f"--kubeconfig={sa_kubeconfig(bed, tr.status.token, tmp_path / f'{r}.kubeconfig')}",
-                                   "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"])
+        releases[r] = (ns, args + [f"--kubeconfig={sa_kubeconfig(bed, tr.status.token, tmp_path / f'{r}.kubeconfig')}"])
         assert find(objs, "Role", f"{ns}-leader-election")[0]["metadata"]["namespace"] == "kube-system"
 
     def env(ns: str) -> dict[str, str]:
-        e = {**os.environ, "PYTHONPATH": str(ROOT), "POD_NAME": f"{ns}-0", "POD_NAMESPACE": ns}
+        e = {**os.environ, "POD_NAME": f"{ns}-0", "POD_NAMESPACE": ns}
         e.pop("KUBECONFIG", None)
         return e
 
     logs = {r: tmp_path / f"{r}.log" for r in releases}
-    with controller_process(releases["a"][1], env(releases["a"][0]), logs["a"]) as pa, \
-            controller_process(releases["b"][1], env(releases["b"][0]), logs["b"]) as pb:
-        eps = {r: Endpoints(logs[r]) for r in releases}
-        wait_for(lambda: all(e.status("/readyz") == 200 for e in eps.values()), timeout=60, what="both Ready")
-        leader = wait_for(lambda: next((r for r in eps if leads(eps[r])), None), timeout=60, what="a leader")
+    with ControllerProcess(releases["a"][1], logs["a"], env=env(releases["a"][0])) as pa, \
+            ControllerProcess(releases["b"][1], logs["b"], env=env(releases["b"][0])) as pb:
+        eps = {"a": pa, "b": pb}
+        wait_for(lambda: all(p.ready() for p in eps.values()), timeout=60, what="both Ready")
+        leader = wait_for(lambda: next((r for r in eps if eps[r].leads()), None), timeout=60, what="a leader")
         other = "b" if leader == "a" else "a"
         counts: list[int] = []
         stop = threading.Event()
 
         def sample() -> None:
             while not stop.wait(0.2):
-                counts.append(sum(leads(e) for e in eps.values()))
+                counts.append(sum(p.leads() for p in eps.values()))
 
         t = threading.Thread(target=sample, daemon=True)
         t.start()
@@ -844,6 +812,6 @@ def test_two_releases_in_two_namespaces_elect_one_allocator(helm, bed, kubectl, 
 
         # The leader stopped: it releases the Lease on SIGTERM; the other release's replica leads.
         proc = pa if leader == "a" else pb
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(20) == 0
-        wait_for(lambda: leads(eps[other]), timeout=30, what="the other release's replica leading")
+        proc.proc.send_signal(signal.SIGTERM)
+        assert proc.proc.wait(20) == 0
+        wait_for(eps[other].leads, timeout=30, what="the other release's replica leading")

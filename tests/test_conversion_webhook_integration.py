@@ -16,12 +16,7 @@ the version that lists.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,15 +24,14 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from hack.cluster import ClusterError, LocalCluster
+from hack.controller_process import ControllerProcess
 from hack.objects import Admin, reason, unique
-from hack.probe import Endpoints
 from hack.wait import wait_for
 from tests.support.conversion import GROUP, ConversionWebhook
 from tests.test_lifecycle_integration import FINALIZER, Env
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parent.parent
 RESYNC = 8  # --resync-period (s): the move to another version happens at a resync
 MACHINES = f"proxmoxmachines.{GROUP}"
 
@@ -55,51 +49,23 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         c.stop()
 
 
-class Controller:
-    """The controller as a process of its own (so it can be restarted), single replica."""
+class Controller(ControllerProcess):
+    """The controller as a process of its own (so it can be restarted), single replica; one
+    log across restarts."""
 
     def __init__(self, bed: LocalCluster, log: Path, resync: int = RESYNC) -> None:
-        self.log = log
-        self.endpoints = Endpoints(log)
-        with open(log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "controller.main", f"--kubeconfig={bed.controller_kubeconfig}",
-                 "--manage-gateway-chassis=false", "--leader-elect=false", f"--resync-period={resync}s",
-                 "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0",
-                 "--log-format=console"],
-                cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL)
-        self.lines = log.read_text().count("\n") if log.exists() else 0
+        super().__init__([f"--kubeconfig={bed.controller_kubeconfig}", "--manage-gateway-chassis=false",
+                          "--leader-elect=false", f"--resync-period={resync}s", "--log-format=console"],
+                         log, append=True)
 
     def readyz(self) -> tuple[int, str]:
-        addr = self.endpoints.address("probes")
-        if addr is None:
-            return 0, ""
-        try:
-            with urllib.request.urlopen(f"http://{addr}/readyz", timeout=2) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-        except OSError:
-            return 0, ""
+        return self.endpoints.get("/readyz")
 
     def failing(self) -> dict[str, float]:
         """``cozy_proxmox_informer_list_failing`` of the machine informers, by version."""
-        with urllib.request.urlopen(self.endpoints.metrics_url(), timeout=5) as r:
-            text = r.read().decode()
-        out = {}
-        for line in text.splitlines():
-            if line.startswith("cozy_proxmox_informer_list_failing{") and MACHINES in line:
-                out[line.split(MACHINES + "/")[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
-        return out
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        return {dict(labels)["resource"].split(MACHINES + "/")[1]: v
+                for labels, v in self.endpoints.samples("cozy_proxmox_informer_list_failing").items()
+                if MACHINES in dict(labels)["resource"]}
 
 
 def machine(ns: str, name: str, pool: str, version: str) -> dict:

@@ -20,9 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import json
-import os
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -32,6 +30,7 @@ from kubernetes.client.rest import ApiException
 from controller.leader import DEFAULT_LEASE_NAME as LEASE
 from controller.leader import DEFAULT_LEASE_NAMESPACE as LEASE_NAMESPACE
 from hack.cluster import CONTROLLER_NAMESPACE, CONTROLLER_SA, LocalCluster
+from hack.controller_process import ControllerProcess
 from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
 from tests.support.controller import running_controller
 from tests.support.peers import ADDRESS_V, IPAM_PROVIDER, OURS, Trunk, kube_get, lose_subnet_delete, make_vpc
@@ -661,20 +660,6 @@ class RotatingToken:
             self.a.core.delete_namespaced_secret(old, CONTROLLER_NAMESPACE)
 
 
-def metric_sum(url: str, name: str) -> dict[str, float]:
-    """The samples of ``name`` at ``url`` by their label set (as printed)."""
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=5) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
-
-
 def test_rotated_service_account_tokens_are_reread_and_nothing_is_released_on_a_401(
         peers_bed, peers_admin, penv, tmp_path, peers_restored):
     """R11 (../shared/cases/field-reports.md): the controller as a process of its own reading
@@ -685,29 +670,21 @@ def test_rotated_service_account_tokens_are_reread_and_nothing_is_released_on_a_
     log), the leader keeps its Lease (same holder, no transition) and ``/readyz`` stays 200,
     no informer relists more than once per rotation, the network stays held while its
     holders exist and goes once the deletions made during a rotation are seen."""
-    import subprocess
-    import sys
     import threading
-
-    from hack.probe import Endpoints
 
     admin, env, co = peers_admin, penv, peers_admin.co
     ns, net, sub, pool = env.ns, "tokennet", unique("sub"), "tokenpool"
     token = RotatingToken(peers_bed, admin, tmp_path)
     log = tmp_path / "controller.log"
-    repo = Path(__file__).resolve().parent.parent
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "controller.main", f"--kubeconfig={token.kubeconfig}", "--manage-gateway-chassis=false",
-             "--leader-elect", f"--subnet-prune-timeout={PRUNE}s", "--resync-period=30s",
-             "--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0", "--log-format=console"],
-            cwd=repo, env=dict(os.environ, PYTHONPATH=str(repo)), stdout=out, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL)
-    ep = Endpoints(log)
+    proc = ControllerProcess([f"--kubeconfig={token.kubeconfig}", "--manage-gateway-chassis=false", "--leader-elect",
+                              f"--subnet-prune-timeout={PRUNE}s", "--resync-period=30s", "--log-format=console"], log)
+    ep = proc.endpoints
     not_ready: list[float] = []
     stop = threading.Event()
     try:
-        wait_for(lambda: ep.status("/readyz") == 200, timeout=60, what="the controller leading")
+        # Readiness is serving, not leading (product-decisions §9): wait for the Lease itself.
+        wait_for(proc.leads, timeout=60, what="the controller leading")
+        assert ep.status("/readyz") == 200
         coord = k8s.CoordinationV1Api(admin.co.api_client)
         holder = coord.read_namespaced_lease(LEASE, LEASE_NAMESPACE).spec
         obj = env.ready_network(net, sub, pool)
@@ -729,22 +706,21 @@ def test_rotated_service_account_tokens_are_reread_and_nothing_is_released_on_a_
                     not_ready.append(time.monotonic())
 
         threading.Thread(target=watch_ready, daemon=True).start()
-        url = ep.metrics_url()
         unauthorized = "cozy_proxmox_api_unauthorized_total"
         relists = "cozy_proxmox_informer_relists_total"
         per_rotation = []
         for step in range(3):
-            before, relists_before = metric_sum(url, unauthorized), metric_sum(url, relists)
+            before, relists_before = ep.samples(unauthorized), ep.samples(relists)
             token.rotate()
             if step == 1:  # the holders go while the token rotates
                 co.delete_namespaced_custom_object(CAPMOX, "v1alpha1", ns, "proxmoxmachines", "m1")
                 co.delete_namespaced_custom_object(IPAM_GROUP, ADDRESS_V, ns, "ipaddresses", "m1-net1-00-inet")
             # The Lease is renewed every 2 s: its next renewal meets the revoked token.
             after = wait_for(lambda: (lambda m: m if sum(m.values()) > sum(before.values()) else None)(
-                metric_sum(url, unauthorized)), timeout=30, what="the revoked token refused")
+                ep.samples(unauthorized)), timeout=30, what="the revoked token refused")
             per_rotation.append(sum(after.values()) - sum(before.values()))
             assert reason(admin.network(ns, net), "Ready")[1] in ("InUse", "SubnetStillExists")
-            moved = {k: v - relists_before.get(k, 0.0) for k, v in metric_sum(url, relists).items()}
+            moved = {k: v - relists_before.get(k, 0.0) for k, v in ep.samples(relists).items()}
             assert all(v <= 1 for v in moved.values()), moved
             if step == 1:
                 obj = env.wait(net, "Ready", "SubnetStillExists", timeout=30)  # within one resync (30 s)
@@ -757,12 +733,8 @@ def test_rotated_service_account_tokens_are_reread_and_nothing_is_released_on_a_
         assert (now.holder_identity, now.lease_transitions) == (holder.holder_identity, holder.lease_transitions)
         text = log.read_text()
         assert "status=401" not in text and "Unauthorized" not in text and "leadership lost" not in text, text[-3000:]
-        assert proc.poll() is None
+        assert proc.alive()
         print(f"\n[R11] 401s per rotation: {per_rotation}")
     finally:
         stop.set()
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        proc.stop()

@@ -527,7 +527,7 @@ def test_subnet_whose_kube_ovn_finalizer_was_stripped_is_kept_while_it_counts_ip
         only_ours_left(admin, sc)
     finally:
         ctl.start()
-    obj = sc.wait("Ready", "SubnetDeleting")
+    sc.wait("Ready", "SubnetDeleting")
     want = (f'waiting for Kube-OVN to delete Subnet "{sc.sub}" before VLAN {vid} is released; Kube-OVN counts 1 '
             f"IP(s) in use in it and has no finalizer of its own on it, so the controller keeps its finalizer until "
             f"they are released")
@@ -800,7 +800,7 @@ def test_a_group_already_on_a_default_vpc_router_port_is_removed_with_its_pointe
         port = default_vpc_router_port(bed, sc.sub)
         group = f"px-ovn-cluster-{sc.sub}"
         uuid = bed.nbctl("--id=@g", "create", "HA_Chassis_Group", f"name={group}",
-                         f'external_ids:owner="proxmox-network"', f'external_ids:network="{sc.ns}/{sc.net}"',
+                         'external_ids:owner="proxmox-network"', f'external_ids:network="{sc.ns}/{sc.net}"',
                          "--", "set", "Logical_Router_Port", port["_uuid"], "ha_chassis_group=@g").strip()
         assert uuid and ha_chassis_groups(bed.nbctl, group)
     finally:
