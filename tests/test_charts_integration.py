@@ -102,8 +102,11 @@ def set_args(values: dict | None) -> list[str]:
 
 
 def render(helm: str, chart: Path, values: dict | None = None, namespace: str = NAMESPACE,
-           release: str = "proxmox-network") -> list[dict]:
-    out = run_helm(helm, "template", release, str(chart), "--namespace", namespace, *set_args(values)).stdout
+           release: str = "proxmox-network", api_versions: tuple[str, ...] = ()) -> list[dict]:
+    """``helm template`` of ``chart``; ``api_versions`` as ``--api-versions`` (what
+    ``.Capabilities`` offers the templates)."""
+    apis = [a for v in api_versions for a in ("--api-versions", v)]
+    out = run_helm(helm, "template", release, str(chart), "--namespace", namespace, *apis, *set_args(values)).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
