@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import os
 import json
 import time
 from pathlib import Path
@@ -959,6 +960,17 @@ def test_the_tenant_chart_on_the_real_peers_binds_serves_and_holds_through_an_un
 
     got = wait_for(address, timeout=WAIT, what="the provider's address for the claim")
     assert 64 <= int(got.rsplit(".", 1)[1]) <= 191 and got.startswith(f"{sc.prefix}.")  # the middle half
+
+    # Release safety: an upgrade that drops the subnet while the controller counts the address is refused.
+    wait_for(lambda: (world.a.network(sc.ns, sub)["status"].get("ipPool") or {}).get("used") == 1, timeout=WAIT,
+             what="the network counting the address")
+    r = run_helm(helm, "template", "tenant", str(ROOT / "charts" / "proxmox-network-subnet"), "--namespace", sc.ns,
+                 "--dry-run=server", "--api-versions", "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone",
+                 *set_args({"vpc": VPC, "subnets": []}), check=False,
+                 env={**os.environ, "KUBECONFIG": str(world.bed.admin_kubeconfig)})
+    assert r.returncode == 1
+    assert ('subnet "workers" is Proxmox-backed and 1 VM address(es) are still allocated on it; delete those '
+            'machines before removing the subnet') in r.stderr, r.stderr
 
     # "helm uninstall": every object of the release deleted, nothing waited for.
     gone = world.bed.run_kubectl("delete", "--wait=false", "-f", "-", input=as_list(objs).encode(), check=False)

@@ -123,6 +123,34 @@ REFUSED_BY_TEMPLATES = [
 ]
 
 
+OVERLAPS = [  # (earlier, later, overlapping?) in values order
+    ("10.1.0.0/24", "10.1.0.128/25", True),   # inside
+    ("10.1.0.128/25", "10.1.0.0/24", True),   # around
+    ("10.1.0.0/24", "10.0.0.0/8", True),      # far around
+    ("10.1.0.0/24", "10.1.1.0/24", False),    # adjacent above
+    ("10.1.1.0/24", "10.1.0.0/24", False),    # adjacent below
+    ("10.1.0.0/28", "10.1.0.16/28", False),
+]
+
+
+@pytest.mark.parametrize("first,second,overlapping", OVERLAPS, ids=[f"{a}-{b}" for a, b, _ in OVERLAPS])
+def test_two_subnets_of_the_release_with_overlapping_ranges_are_refused(helm, first, second, overlapping):
+    r = template(helm, {"vpc": "v", "subnets": [subnet("workers", first), subnet("db", second)]})
+    if overlapping:
+        assert r.returncode == 1, r.stdout
+        assert (f'subnets[1] "db": cidr {second} overlaps subnets[0] "workers" ({first}); subnets of one VPC need '
+                f'ranges of their own') in r.stderr, r.stderr
+    else:
+        assert len([o for o in objects(r) if o["kind"] == "Subnet"]) == 2
+
+
+def test_the_clusters_default_vpc_is_refused(helm):
+    r = template(helm, {"vpc": "ovn-cluster", "subnets": [subnet()]})
+    assert r.returncode == 1
+    assert ('vpc "ovn-cluster" is the cluster\'s default VPC; Proxmox-backed subnets belong to a tenant VPC'
+            in r.stderr), r.stderr
+
+
 @pytest.mark.parametrize("sub,message", REFUSED_BY_TEMPLATES, ids=[m.split(": ", 1)[1][:40] for _, m in REFUSED_BY_TEMPLATES])
 def test_each_refusal_of_the_templates_says_why(helm, sub, message):
     r = template(helm, {"vpc": "v", "subnets": [sub]})
@@ -187,12 +215,26 @@ def kube_env(kubeconfig: Path) -> dict[str, str]:
     return {**os.environ, "KUBECONFIG": str(kubeconfig)}
 
 
+def ensure_vpc(admin: Admin, name: str, namespaces: list[str] | None = None) -> None:
+    """Kube-OVN Vpc ``name`` exists (the chart looks the VPC up once any Vpc exists)."""
+    from kubernetes.client.rest import ApiException
+
+    body = {"apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": name},
+            "spec": {"namespaces": namespaces} if namespaces else {}}
+    try:
+        admin.co.create_cluster_custom_object("kubeovn.io", "v1", "vpcs", body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+
 def test_the_zone_is_the_only_one_or_must_be_named(helm, cluster, admin_client):
     """Zones read with ``lookup`` (``--dry-run=server``): with one zone it is used; with
     several, none named, the render is refused and names them (sorted). The session bed has
     other tests' zones, so the "one zone" case is the spec's rule applied to what exists."""
     admin = Admin(admin_client)
     env = kube_env(cluster.admin_kubeconfig)
+    ensure_vpc(admin, "v")
     for z in (unique("zb"), unique("za")):
         admin.create_zone(z, "pn-chart", ["3000-3009"])
     zones = sorted(z["metadata"]["name"] for z in admin.co.list_cluster_custom_object(
@@ -213,6 +255,7 @@ def test_a_zones_mtu_and_transit_give_the_subnet_its_mtu_and_the_egress_gateway_
     ``cozystack.io/vpcId`` is their ``spec.vpc``), SNAT of every Proxmox subnet, the dedicated
     internal subnet of ``egress.internalCidr``."""
     admin = Admin(admin_client)
+    ensure_vpc(admin, "vpc-a0c9fc")
     zone = unique("zmtu")
     admin.create_zone(zone, "pn-egress", ["3010-3019"], mtu=1400,
                       egress={"externalSubnet": "px-transit", "gatewayNamespace": "cozy-egress"})
@@ -234,3 +277,86 @@ def test_a_zones_mtu_and_transit_give_the_subnet_its_mtu_and_the_egress_gateway_
                           "externalSubnet": "px-transit",
                           "nodeSelector": [{"matchLabels": {"pn-egress.provider-network.kubernetes.io/ready": "true"}}],
                           "policies": [{"snat": True, "subnets": sorted(subs)}]}
+
+
+def test_the_vpc_must_exist_and_serve_the_release_namespace(helm, cluster, admin_client):
+    """With the cluster answering, the VPC is looked up: one that does not exist is refused,
+    one whose ``spec.namespaces`` leave the release's namespace out is another tenant's and
+    refused, one that names the namespace (or none) is accepted."""
+    admin = Admin(admin_client)
+    env = kube_env(cluster.admin_kubeconfig)
+    zone = unique("zvpc")
+    admin.create_zone(zone, "pn-vpc", ["3020-3029"])
+    mine, theirs, open_, missing = unique("vpc"), unique("vpc"), unique("vpc"), unique("vpc")
+    ensure_vpc(admin, mine, ["tenant-test", "tenant-x"])
+    ensure_vpc(admin, theirs, ["tenant-z", "tenant-b"])
+    ensure_vpc(admin, open_)
+    one = [{"name": "workers", "cidr": "10.1.0.0/24", "proxmox": {"zone": zone}}]
+    r = template(helm, {"vpc": missing, "subnets": one}, env=env, server=True)
+    assert r.returncode == 1 and f'vpc "{missing}": no such Kube-OVN Vpc; create the tenant\'s VPC first' in r.stderr, r.stderr
+    r = template(helm, {"vpc": theirs, "subnets": one}, env=env, server=True)
+    assert r.returncode == 1
+    assert f'vpc "{theirs}" serves namespaces tenant-b, tenant-z, not "tenant-test": it is another tenant\'s' in r.stderr
+    for vpc in (mine, open_):
+        assert [o["spec"]["vpc"] for o in objects(template(helm, {"vpc": vpc, "subnets": one}, env=env, server=True))
+                if o["kind"] == "Subnet"] == [vpc]
+
+
+def test_a_range_taken_by_another_subnet_of_the_vpc_is_refused_and_another_vpcs_is_not(helm, cluster, admin_client):
+    admin = Admin(admin_client)
+    env = kube_env(cluster.admin_kubeconfig)
+    zone, vpc, other_vpc = unique("zov"), unique("vpc"), unique("vpc")
+    admin.create_zone(zone, "pn-ov", ["3030-3039"])
+    ensure_vpc(admin, vpc)
+    ensure_vpc(admin, other_vpc)
+    pods, elsewhere = unique("pods"), unique("pods")
+    for name, in_vpc in ((pods, vpc), (elsewhere, other_vpc)):
+        admin.co.create_cluster_custom_object("kubeovn.io", "v1", "subnets", {
+            "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name},
+            "spec": {"vpc": in_vpc, "cidrBlock": "10.9.0.0/16" if in_vpc == vpc else "10.8.0.0/16",
+                     "protocol": "IPv4"}})
+    r = template(helm, {"vpc": vpc, "subnets": [{"name": "vms", "cidr": "10.9.4.0/24", "proxmox": {"zone": zone}}]},
+                 env=env, server=True)
+    assert r.returncode == 1
+    assert (f'subnets[0] "vms": cidr 10.9.4.0/24 overlaps Kube-OVN Subnet "{pods}" of the VPC (10.9.0.0/16); '
+            f'subnets of one VPC need ranges of their own') in r.stderr, r.stderr
+    ok = objects(template(helm, {"vpc": vpc, "subnets": [{"name": "vms", "cidr": "10.8.4.0/24",
+                                                           "proxmox": {"zone": zone}}]}, env=env, server=True))
+    assert [o["spec"]["cidrBlock"] for o in ok if o["kind"] == "Subnet"] == ["10.8.4.0/24"]
+
+
+def test_an_upgrade_that_drops_a_subnet_with_vm_addresses_is_refused(helm, cluster, admin_client):
+    """Release safety (section (f)): the ProxmoxNetworks this release made for this VPC and
+    the values no longer have must hold no VM address (``status.ipPool.used``). Another
+    release's network, or one of another VPC, is not this upgrade's to judge."""
+    admin = Admin(admin_client)
+    env = kube_env(cluster.admin_kubeconfig)
+    ns = unique("tenant")
+    from kubernetes import client as k8s
+
+    admin.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
+    zone, vpc = unique("zrel"), unique("vpc")
+    admin.create_zone(zone, "pn-rel", ["3040-3049"])
+    ensure_vpc(admin, vpc)
+
+    def network(name: str, subnet_name: str, used: int, release: str = "t", of_vpc: str = vpc) -> None:
+        admin.co.create_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", {
+            "apiVersion": "proxmox.cozystack.io/v1alpha1", "kind": "ProxmoxNetwork",
+            "metadata": {"name": name, "labels": {"cozystack.io/vpcId": of_vpc, "cozystack.io/subnetName": subnet_name,
+                                                  "app.kubernetes.io/instance": release}},
+            "spec": {"zone": zone, "subnet": name, "ipPool": name}})
+        admin.co.patch_namespaced_custom_object_status("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", name, {
+            "status": {"ipPool": {"total": 128, "used": used, "free": 128 - used}}})
+
+    keep = [{"name": "workers", "cidr": "10.1.0.0/24", "proxmox": {"zone": zone}}]
+    network("subnet-00000001", "idle", 0)
+    network("subnet-00000002", "theirs", 3, release="other")
+    network("subnet-00000003", "elsewhere", 4, of_vpc="vpc-other")
+    assert objects(template(helm, {"vpc": vpc, "subnets": keep}, namespace=ns, env=env, server=True))
+    network("subnet-00000004", "db", 2)
+    r = template(helm, {"vpc": vpc, "subnets": keep}, namespace=ns, env=env, server=True)
+    assert r.returncode == 1
+    assert ('subnet "db" is Proxmox-backed and 2 VM address(es) are still allocated on it; delete those machines '
+            'before removing the subnet') in r.stderr, r.stderr
+    r = template(helm, {"vpc": vpc, "subnets": []}, namespace=ns, env=env, server=True)  # the last one removed too
+    assert r.returncode == 1 and 'subnet "db" is Proxmox-backed and 2 VM address(es)' in r.stderr

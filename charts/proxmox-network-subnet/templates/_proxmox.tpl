@@ -130,3 +130,87 @@ cozystack.io/tenantName: {{ .Release.Namespace | quote }}
 cozystack.io/subnetName: {{ .f.name | quote }}
 proxmox.cozystack.io/zone: {{ .f.zone | quote }}
 {{- end }}
+
+{{- /* The VPC, read with lookup when the cluster answers (not in an offline `helm template`,
+where lookup returns nothing): a tenant VPC, not the cluster's default one (whose router port
+is the cluster router's, field report R2), that exists and, when it names its namespaces
+(Kube-OVN's Vpc.spec.namespaces), serves the release's. */ -}}
+{{- define "pxs.assertVpc" -}}
+{{- if eq .Values.vpc "ovn-cluster" }}
+{{- fail "vpc \"ovn-cluster\" is the cluster's default VPC; Proxmox-backed subnets belong to a tenant VPC" }}
+{{- end }}
+{{- $vpcs := (lookup "kubeovn.io/v1" "Vpc" "" "").items | default list }}
+{{- if $vpcs }}
+{{- $vpc := dict }}
+{{- range $vpcs }}{{- if eq .metadata.name $.Values.vpc }}{{- $vpc = . }}{{- end }}{{- end }}
+{{- if not $vpc }}
+{{- fail (printf "vpc %q: no such Kube-OVN Vpc; create the tenant's VPC first" .Values.vpc) }}
+{{- end }}
+{{- $namespaces := ($vpc.spec | default dict).namespaces | default list }}
+{{- if and $namespaces (not (has .Release.Namespace $namespaces)) }}
+{{- fail (printf "vpc %q serves namespaces %s, not %q: it is another tenant's" .Values.vpc (join ", " (sortAlpha $namespaces)) .Release.Namespace) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- /* Two subnets of one VPC must not overlap: Kube-OVN refuses the second one, and a VM
+range inside both would be handed out twice. Checked between the subnets of this release,
+and against the VPC's other Subnets when the cluster answers. `all` is pxs.all's result. */ -}}
+{{- define "pxs.assertNoOverlap" -}}
+{{- $root := index . 0 }}{{- $all := index . 1 }}
+{{- $ranges := list }}
+{{- range $all.subnets }}
+{{- $ranges = append $ranges (dict "what" (printf "subnets[%d] %q" (int .index) .name) "cidr" .cidr "id" .id) }}
+{{- end }}
+{{- $ids := dict }}
+{{- range $all.subnets }}{{- $_ := set $ids .id true }}{{- end }}
+{{- range (lookup "kubeovn.io/v1" "Subnet" "" "").items | default list }}
+{{- $spec := .spec | default dict }}
+{{- if and (eq ($spec.vpc | default "") $root.Values.vpc) (not (hasKey $ids .metadata.name)) (not (contains ":" ($spec.cidrBlock | default ""))) (contains "/" ($spec.cidrBlock | default "")) }}
+{{- $ranges = append $ranges (dict "what" (printf "Kube-OVN Subnet %q of the VPC" .metadata.name) "cidr" (first (splitList "," $spec.cidrBlock)) "id" .metadata.name) }}
+{{- end }}
+{{- end }}
+{{- range $i, $a := $all.subnets }}
+{{- $aBase := include "pxs.ip" (list (first (splitList "/" $a.cidr)) "cidr") | atoi }}
+{{- $aEnd := add $aBase (include "pxs.size" (int $a.prefix) | atoi) }}
+{{- range $j, $b := $ranges }}
+{{- if and (ne $b.id $a.id) (or (ge $j (len $all.subnets)) (lt $j $i)) }}
+{{- $bPrefix := last (splitList "/" $b.cidr) | atoi }}
+{{- $bBase := include "pxs.ip" (list (first (splitList "/" $b.cidr)) "cidr") | atoi }}
+{{- $bBase = sub $bBase (mod $bBase (include "pxs.size" $bPrefix | atoi)) }}
+{{- $bEnd := add $bBase (include "pxs.size" $bPrefix | atoi) }}
+{{- if and (lt $aBase $bEnd) (lt $bBase $aEnd) }}
+{{- fail (printf "subnets[%d] %q: cidr %s overlaps %s (%s); subnets of one VPC need ranges of their own" (int $a.index) $a.name $a.cidr $b.what $b.cidr) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- /* 2^(32-prefix): the number of addresses of a /prefix. */ -}}
+{{- define "pxs.size" -}}
+{{- $size := 1 }}{{- range until (sub 32 (int .) | int) }}{{- $size = mul $size 2 }}{{- end }}
+{{- $size }}
+{{- end }}
+
+{{- /* Release safety (section (f), vpc.assertProxmoxSubnetsReleasable): when the API is
+served, the ProxmoxNetworks this release made for this VPC (labels cozystack.io/vpcId and
+app.kubernetes.io/instance) that the values no longer have must hold no VM address: an
+upgrade that drops a subnet with addresses in use is refused. Uninstall renders nothing and
+is not checked; the finalizers hold the objects instead. `all` is pxs.all's result. */ -}}
+{{- define "pxs.assertReleasable" -}}
+{{- $root := index . 0 }}{{- $all := index . 1 }}
+{{- if $root.Capabilities.APIVersions.Has "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone" }}
+{{- $ids := dict }}
+{{- range $all.subnets }}{{- $_ := set $ids .id true }}{{- end }}
+{{- range (lookup "proxmox.cozystack.io/v1alpha1" "ProxmoxNetwork" $root.Release.Namespace "").items | default list }}
+{{- $labels := .metadata.labels | default dict }}
+{{- if and (eq (get $labels "cozystack.io/vpcId") $root.Values.vpc) (eq (get $labels "app.kubernetes.io/instance") $root.Release.Name) (not (hasKey $ids .metadata.name)) }}
+{{- $used := int (((.status | default dict).ipPool | default dict).used | default 0) }}
+{{- if gt $used 0 }}
+{{- fail (printf "subnet %q is Proxmox-backed and %d VM address(es) are still allocated on it; delete those machines before removing the subnet" (get $labels "cozystack.io/subnetName") $used) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
