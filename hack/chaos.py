@@ -255,6 +255,9 @@ class FaultRecord:
     leader_seconds: float | None = None
     ready_seconds: float | None = None
     whole_seconds: float | None = None
+    # --pods: the longest stretch between the fault and the Deployment whole in which nobody
+    # held the Lease (issue 27: a rollout never leaves the cluster leaderless longer than a lease)
+    leaderless_seconds: float | None = None
 
 
 @dataclass
@@ -506,6 +509,33 @@ def container_pid(node: Any, container_id: str) -> int:
     raise RuntimeError(f"container {container_id[:12]} has no running task")
 
 
+def lease_live(spec: Any) -> bool:
+    """A Lease's holder still holds it: renewTime + leaseDurationSeconds not yet past
+    (client-go's expiry rule; the bed's API server and this process share a clock)."""
+    if spec is None or not spec.holder_identity or not spec.renew_time or not spec.lease_duration_seconds:
+        return False
+    expires = spec.renew_time + _dt.timedelta(seconds=spec.lease_duration_seconds)
+    return expires > _dt.datetime.now(_dt.timezone.utc)
+
+
+def longest_unheld(samples: list[tuple[float, str, bool, bool]], since: float, until: float) -> float:
+    """The longest stretch (s) between ``since`` and ``until`` in which no holder held the
+    Lease, from change samples ``(time, identity, ready, held)`` in time order: the state at
+    ``since`` is the last sample at or before it. To the sampler's resolution."""
+    state = [s for s in samples if s[0] <= since][-1:]
+    later = [s for s in samples if since < s[0] <= until]
+    longest, gap_from = 0.0, None
+    for t, _, _, held in state + later:
+        t = max(t, since)
+        if not held and gap_from is None:
+            gap_from = t
+        elif held and gap_from is not None:
+            longest, gap_from = max(longest, t - gap_from), None
+    if gap_from is not None:
+        longest = max(longest, until - gap_from)
+    return longest
+
+
 class PodReplicas:
     """The controller as the Deployment of manifests/ on the bed's node (``--pods``): what
     :class:`Supervisor` plays for subprocesses, done by the ReplicaSet and the kubelet.
@@ -538,7 +568,9 @@ class PodReplicas:
         self.outage_grace = outage_grace
         self.slow_stop = slow_stop
         self.exits: list[dict[str, Any]] = []
-        self.samples: list[tuple[float, str, bool]] = []  # (monotonic, holder identity, its pod Ready), on change
+        # (monotonic, holder identity, its pod Ready, held: a holder whose renewTime +
+        # leaseDurationSeconds is not past), on change
+        self.samples: list[tuple[float, str, bool, bool]] = []
         self.killed: set[str] = set()  # container IDs the harness SIGKILLed
         self.stop_seconds: list[float] = []  # deletion to gone, per deleted pod
         self.working_set_max = 0
@@ -603,9 +635,10 @@ class PodReplicas:
             holder = identity_host(identity) if identity else ""
             is_ready = any(p["metadata"]["name"] == holder and not p["metadata"].get("deletionTimestamp") and ready(p)
                            for p in pods)
+            held = bool(identity) and lease_live(lease.spec)
             with self._lock:
-                if not self.samples or self.samples[-1][1:] != (identity, is_ready):
-                    self.samples.append((now, identity, is_ready))
+                if not self.samples or self.samples[-1][1:] != (identity, is_ready, held):
+                    self.samples.append((now, identity, is_ready, held))
                 self._pods(pods, now)
             if now >= next_memory:
                 next_memory = now + 5.0
@@ -697,10 +730,16 @@ class PodReplicas:
         with self._lock:
             state = [s for s in self.samples if s[0] <= since][-1:]
             later = [s for s in self.samples if s[0] > since]
-        for t, ident, rdy in state + later:
+        for t, ident, rdy, _ in state + later:
             if ident and ident != old and (rdy or not need_ready):
                 return max(t, since)
         return None
+
+    def leaderless(self, since: float, until: float) -> float:
+        """:func:`longest_unheld` of the samples between ``since`` and ``until``."""
+        with self._lock:
+            samples = list(self.samples)
+        return longest_unheld(samples, since, until)
 
     def leader_after(self, since: float, old: str | None) -> float | None:
         """When (monotonic) an identity other than ``old`` (None: any) first held the Lease at
@@ -2020,10 +2059,11 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
                                                     f"{cfg.whole_timeout:.0f}s ({why})")
                 else:
                     rec.whole_seconds = round(whole - rec.at, 2)
+                    rec.leaderless_seconds = round(reps.leaderless(rec.at, whole), 2)
             res.faults.append(rec)
             mon.judge()
-            lead = (f"; new leader {rec.leader_seconds}s, Ready {rec.ready_seconds}s, whole {rec.whole_seconds}s"
-                    if kind in POD_FAULT_KINDS else "")
+            lead = (f"; new leader {rec.leader_seconds}s, Ready {rec.ready_seconds}s, whole {rec.whole_seconds}s, "
+                    f"leaderless at most {rec.leaderless_seconds}s" if kind in POD_FAULT_KINDS else "")
             progress(f"fault {i} {kind} ({rec.detail}): converged in {rec.converge_seconds}s{lead}; "
                      f"violations {len(mon.violations)}; ops {sum(loader.ops.values())}")
             if at is None or (rec.kind in POD_FAULT_KINDS and rec.ready_seconds is None):
@@ -2277,7 +2317,8 @@ def render_markdown(res: ChaosResult) -> str:
         ok, total, med, mx = stats(kind)
         if pods:
             rows.append(f"| {labels[kind]} (`{kind}`) | {total} | {ok} | {spread(kind, 'leader_seconds')} | "
-                        f"{spread(kind, 'ready_seconds')} | {med} | {mx} | {spread(kind, 'whole_seconds')} |")
+                        f"{spread(kind, 'ready_seconds')} | {spread(kind, 'leaderless_seconds')} | {med} | {mx} | "
+                        f"{spread(kind, 'whole_seconds')} |")
         else:
             rows.append(f"| {labels[kind]} (`{kind}`) | {total} | {ok} | {med} | {mx} |")
     exits = res.replica_exits
@@ -2322,7 +2363,8 @@ def render_markdown(res: ChaosResult) -> str:
     pod_flags = (f"--pods --pod-deletes {cfg.get('pod_deletes', 0)} --pod-kills {cfg.get('pod_kills', 0)} "
                  f"--rollouts {cfg.get('rollouts', 0)} --ooms {cfg.get('ooms', 0)} " if pods else f"--kills {cfg['kills']} ")
     header = (["| Fault | Injected | Survived (converged) | New Lease holder (s, median / max) | Leader Ready (s) | "
-               "Converge median (s) | Converge max (s) | Deployment whole (s) |", "|---|---|---|---|---|---|---|---|"]
+               "Longest without a leader (s) | Converge median (s) | Converge max (s) | Deployment whole (s) |",
+               "|---|---|---|---|---|---|---|---|---|"]
               if pods else ["| Fault | Injected | Survived (converged) | Converge median (s) | Converge max (s) |",
                             "|---|---|---|---|---|"])
     return "\n".join([

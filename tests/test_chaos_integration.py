@@ -25,7 +25,7 @@ import os
 
 import pytest
 
-from hack.chaos import BED_FAULT_KINDS, POD_FAULT_KINDS, ChaosConfig, InvariantMonitor, pool_refs, run
+from hack.chaos import BED_FAULT_KINDS, POD_FAULT_KINDS, ChaosConfig, InvariantMonitor, longest_unheld, pool_refs, run
 
 pytestmark = pytest.mark.chaos
 
@@ -313,3 +313,17 @@ def test_audit_log_settles_open_judgements_by_when_each_object_was_removed(tmp_p
     assert [c.split(":")[0] for c in clean] == [opened[0], opened[4]]
     assert [b.split(":")[0] for b in bad] == [opened[1]]
     assert still == [opened[2], opened[3]]
+
+
+def test_longest_unheld_is_the_longest_stretch_without_a_live_holder_in_the_window():
+    """A rollout's Lease: held by a, released at 10 (empty holder), b holds it at 11.5; later
+    a SIGKILLed holder's Lease runs out at 30 and c takes it at 33. Within [5, 40] the longest
+    stretch without a holder is 3 s; a window that starts inside a gap counts from its start,
+    one that ends inside a gap counts to its end."""
+    samples = [(0.0, "a", True, True), (10.0, "", False, False), (11.5, "b", False, True), (12.0, "b", True, True),
+               (30.0, "b", True, False), (33.0, "c", True, True)]
+    assert longest_unheld(samples, 5.0, 40.0) == 3.0
+    assert longest_unheld(samples, 10.5, 20.0) == 1.0
+    assert longest_unheld(samples, 12.0, 31.0) == 1.0
+    assert longest_unheld(samples, 13.0, 29.0) == 0.0
+    assert longest_unheld([], 0.0, 5.0) == 0.0
