@@ -154,3 +154,28 @@ def unique_namespace(request: pytest.FixtureRequest, admin_client) -> Iterator[s
             core.delete_namespace(name)
         except (ApiException, OSError):
             pass
+
+
+# ------------------------------------------------------------------ where the suite's time goes
+# Issue 28: every run prints the time each module took (setup, call and teardown of its
+# tests, so a module's own bed counts to it) and how many tests it ran, largest first, so a
+# slow or failing CI run names its largest shares without a second run.
+_MODULE_SECONDS: dict[str, list[float]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    entry = _MODULE_SECONDS.setdefault(module, [0.0, 0])
+    entry[0] += report.duration
+    if report.when == "call":
+        entry[1] += 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001 - pytest's signature
+    if not _MODULE_SECONDS:
+        return
+    total = sum(s for s, _ in _MODULE_SECONDS.values())
+    terminalreporter.section("time by module (setup + call + teardown)")
+    for module, (seconds, tests) in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1][0])[:30]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {100 * seconds / total:5.1f}% {int(tests):5d} tests  {module}")
+    terminalreporter.write_line(f"{total:8.1f}s in all, {len(_MODULE_SECONDS)} modules")
