@@ -260,6 +260,7 @@ class Manager:
             prune_timeout=options.subnet_prune_timeout, stopping=self._stop,
         )
         self._threads: list[threading.Thread] = []
+        self._discovery_started = False
         self._resync_lock = threading.Lock()
         self._resync_pending: set[tuple[str, Any]] = set()
         self._writes_at_resync = 0
@@ -565,6 +566,13 @@ class Manager:
             if time.monotonic() >= deadline:
                 raise RuntimeError("informer caches did not sync in time")
         log.info("caches synced", networks=len(self.listers.networks.keys()), vlans=len(self.listers.vlans.keys()))
+        if not self._discovery_started:
+            # Every replica, leading or not: a standby's caches must follow a kind that
+            # moves to another version too, or it stays not Ready through the outage (R8).
+            self._discovery_started = True
+            t = threading.Thread(target=self._discovery_loop, name="discovery", daemon=True)
+            t.start()
+            self._threads.append(t)
         return True
 
     def start_workers(self) -> None:
@@ -699,12 +707,17 @@ class Manager:
             writes, self._writes_at_resync = self.writer.writes - self._writes_at_resync, self.writer.writes
         log.info("resync complete", resyncs=self.resyncs_completed, writes=writes)
 
-    def _resync_loop(self) -> None:
+    def _discovery_loop(self) -> None:
+        """Every ``resync_period`` on every replica: kinds served late get their informers,
+        and kinds that cannot be listed move to a version that lists (R8)."""
         while not self._stop.wait(self.options.resync_period):
             try:
                 self.discover_late_kinds()
                 self.move_failing_kinds()
-            except Exception as err:  # discovery is retried at the next resync
+            except Exception as err:  # discovery is retried at the next period
                 log.info("discovery failed", error=repr(err))
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(self.options.resync_period):
             n = self.enqueue_all()
             log.info("resync started", keys=n)

@@ -51,12 +51,12 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 class Controller(ControllerProcess):
     """The controller as a process of its own (so it can be restarted), single replica; one
-    log across restarts."""
+    log across restarts. ``standby``: with leader election, for a Lease someone else holds."""
 
-    def __init__(self, bed: LocalCluster, log: Path, resync: int = RESYNC) -> None:
+    def __init__(self, bed: LocalCluster, log: Path, resync: int = RESYNC, standby: bool = False) -> None:
         super().__init__([f"--kubeconfig={bed.controller_kubeconfig}", "--manage-gateway-chassis=false",
-                          "--leader-elect=false", f"--resync-period={resync}s", "--log-format=console"],
-                         log, append=True)
+                          f"--leader-elect={'true' if standby else 'false'}", f"--resync-period={resync}s",
+                          "--log-format=console"], log, append=True)
 
     def readyz(self) -> tuple[int, str]:
         return self.endpoints.get("/readyz")
@@ -81,6 +81,7 @@ def test_a_failing_conversion_webhook_never_releases_and_the_controller_moves_to
     admin = Admin(bed.api_client("admin"))
     hook = ConversionWebhook(tmp_path / "webhook")
     ctl: Controller | None = None
+    standby: Controller | None = None
     timeline: list[str] = []
     t0 = time.monotonic()
 
@@ -146,6 +147,11 @@ def test_a_failing_conversion_webhook_never_releases_and_the_controller_moves_to
             admin.network(ns, net)), timeout=60, what="m2 seen through v1alpha1")
         assert reason(obj, "Ready")[1] == "InUse"
         note(f"restarted during the outage: watching v1alpha1, readyz {ctl.readyz()}, network InUse held by m2")
+        # A standby (leader election on, the Lease held elsewhere for an hour) watches too.
+        hold_lease_elsewhere(admin)
+        standby = Controller(bed, tmp_path / "standby.log", standby=True)
+        wait_for(lambda: standby.readyz()[0] == 200, timeout=60, what="the standby ready")
+        assert standby.failing() == {"v1alpha1": 0.0} and not standby.leads()
 
         # The webhook back and v1alpha1 switched off: at a resync the controller moves to
         # v1alpha2, with no restart.
@@ -158,6 +164,11 @@ def test_a_failing_conversion_webhook_never_releases_and_the_controller_moves_to
         assert reason(obj, "Ready")[1] == "InUse" and "held by ProxmoxMachine m2" in reason(obj, "Ready")[2]
         note(f"webhook back, v1alpha1 no longer served: moved to v1alpha2 without a restart, readyz {ctl.readyz()}, "
              f"network still InUse")
+        # The standby moves as well, without leading: its /readyz does not stay 503 for the outage.
+        wait_for(lambda: standby.failing() == {"v1alpha2": 0.0}, timeout=4 * RESYNC + 60, what="the standby's move")
+        wait_for(lambda: standby.readyz()[0] == 200, timeout=30, what="the standby's /readyz 200 on v1alpha2")
+        assert not standby.leads() and "moved to another served version" in standby.log.read_text()
+        note("the standby moved to v1alpha2 too, not leading")
         # Nothing was released while machines could not be listed.
         assert env.vlan_exists(sub) and FINALIZER in admin.network(ns, net)["metadata"]["finalizers"]
 
@@ -167,9 +178,26 @@ def test_a_failing_conversion_webhook_never_releases_and_the_controller_moves_to
         note(f"m2 deleted: network {reason(obj, 'Ready')[1]}")
         print("\n[R8] " + "\n[R8] ".join(timeline))
     finally:
-        if ctl is not None:
-            ctl.stop()
+        for c in (ctl, standby):
+            if c is not None:
+                c.stop()
         hook.stop()
+
+
+def hold_lease_elsewhere(admin: Admin) -> None:
+    """The controller's Lease held by an identity of no process here for an hour, renewed
+    now: a replica with leader election stays a standby."""
+    import datetime as dt
+
+    from kubernetes import client as k8s
+
+    from controller.leader import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
+
+    now = dt.datetime.now(dt.timezone.utc)
+    k8s.CoordinationV1Api(admin.co.api_client).create_namespaced_lease(DEFAULT_LEASE_NAMESPACE, k8s.V1Lease(
+        metadata=k8s.V1ObjectMeta(name=DEFAULT_LEASE_NAME),
+        spec=k8s.V1LeaseSpec(holder_identity="elsewhere/other_0", lease_duration_seconds=3600, acquire_time=now,
+                             renew_time=now, lease_transitions=0)))
 
 
 def _try(fn) -> bool:
