@@ -45,6 +45,7 @@ from controller.metrics import (
     Metrics,
 )
 from controller.namespaces import NAMESPACE_WRITE_WINDOW, NamespaceReconciler, keys_for_namespace, keys_for_network
+from controller.projection import transform_for
 from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from controller.recent import RecentWrites
 from controller.addresses import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
@@ -189,6 +190,12 @@ def listable_version(writer: KubeWriter, resource: Callable[[str], Resource], se
     return None
 
 
+def projected(resource: Resource) -> Any:
+    """The informer transform of ``resource``'s kind (controller/projection.py), or None:
+    cached whole less managedFields."""
+    return transform_for(resource.group, resource.plural)
+
+
 class Manager:
     """Builds the informers, the controllers and the reconcilers; :meth:`run` blocks until stop.
 
@@ -209,7 +216,7 @@ class Manager:
         )
         self.zones = f.informer(names.PROXMOX_NETWORK_ZONES, indexers={"provider": zone_index_provider})
         self.vlan_informer = f.informer(names.VLANS, indexers=vlan_indexers())
-        self.namespaces = f.informer(names.NAMESPACES)
+        self.namespaces = f.informer(names.NAMESPACES, transform=projected(names.NAMESPACES))
         self.provider_networks = f.informer(names.PROVIDER_NETWORKS)
         self.subnets = f.informer(names.SUBNETS, indexers={"vlan": subnet_index_vlan, "vpc": subnet_index_vpc})
         # Only egress-gateway pods are cached (§12).
@@ -276,7 +283,8 @@ class Manager:
         self.collector = None
         if not (options.manage_gateway and options.ovn_nb_address):
             return None
-        self.nodes = self.factory.informer(names.NODES, indexers={"provider": node_index_provider})
+        self.nodes = self.factory.informer(names.NODES, indexers={"provider": node_index_provider},
+                                           transform=projected(names.NODES))
         tls_source = None
         if "ssl:" in options.ovn_nb_address:
             tls_dir = options.ovn_tls_dir or tempfile.mkdtemp(prefix="pnc-ovn-tls-")
@@ -345,8 +353,9 @@ class Manager:
             # The newest version that lists; if none does, the newest (its informer says why).
             version = listable_version(self.writer, self._resource_of(key), served) or served[0]
             log.info("watching", group=group, version=version, resource=plural)
-            out[key] = self.factory.informer(
-                self._resource_of(key)(version), indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}))
+            resource = self._resource_of(key)(version)
+            out[key] = self.factory.informer(resource, indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}),
+                                             transform=projected(resource))
         return out
 
     @staticmethod
@@ -371,8 +380,9 @@ class Manager:
             version = listable_version(self.writer, self._resource_of(key), served)
             if version is None or version == inf.resource.version:
                 continue
-            new = self.factory.informer(self._resource_of(key)(version),
-                                        indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}))
+            resource = self._resource_of(key)(version)
+            new = self.factory.informer(resource, indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}),
+                                        transform=projected(resource))
             self._wire_optional(key, new)
             new.start()
             if not new.wait_for_sync(sync_timeout) or self._stop.is_set():

@@ -124,8 +124,9 @@ def pool_index_buckets(pool: Mapping[str, Any]) -> list[str]:
 
 
 def ip_index_subnet(ip: Mapping[str, Any]) -> list[str]:
-    """Indexer ``subnet`` of Kube-OVN IPs: ``spec.subnet``."""
-    s = (ip.get("spec") or {}).get("subnet")
+    """Indexer ``subnet`` of Kube-OVN IPs: ``spec.subnet`` (none for a malformed spec)."""
+    spec = ip.get("spec")
+    s = spec.get("subnet") if isinstance(spec, Mapping) else None
     return [s] if isinstance(s, str) and s else []
 
 

@@ -7,7 +7,7 @@ import time
 
 import structlog
 
-from .informer import SharedIndexInformer
+from .informer import SharedIndexInformer, TransformFunc, strip_managed_fields
 from .reflector import ReflectorConfig
 from .resource import Resource
 from .store import IndexFunc
@@ -71,12 +71,15 @@ class SharedInformerFactory:
         field_selector: str | None = None,
         *,
         namespace: str | None = None,
+        transform: TransformFunc | None = None,
     ) -> SharedIndexInformer:
         """The shared informer for ``resource`` with these selectors (and
         optional ``namespace``; ``None`` = all namespaces). The same arguments
         return the same informer, so one watch serves everyone; ``indexers``
         from later callers are added to its store (``ValueError`` if a name is
-        reused with a different function)."""
+        reused with a different function). ``transform`` (default
+        :func:`strip_managed_fields`) is the first caller's: one cache holds one
+        shape of object."""
         key = (resource, namespace or None, label_selector or None, field_selector or None)
         with self._lock:
             if self._stopped:
@@ -91,6 +94,7 @@ class SharedInformerFactory:
                     field_selector=key[3],
                     namespace=key[1],
                     config=self._config,
+                    transform=transform or strip_managed_fields,
                 )
                 self._informers[key] = inf
                 if self._started:
