@@ -161,6 +161,8 @@ def test_chaos_on_the_deployments_pods_short_form(tmp_path_factory):
     assert {k: res.survived(k) for k in POD_FAULT_KINDS} == {"poddelete": 7, "podkill": 3, "rollout": 1, "oom": 1}
     for f in res.faults:  # another identity led, Ready, after every pod fault
         assert f.leader_seconds is not None and f.ready_seconds is not None and f.whole_seconds is not None, f
+        # Issue 27: never without a Lease holder for longer than one lease (15 s), rollouts included.
+        assert f.leaderless_seconds is not None and f.leaderless_seconds <= 15.0, f
     exits = res.replica_exits
     assert sum(1 for e in exits if e["killed"] and e["rc"] == 137) == 3  # restarted in place by the kubelet
     assert any(e["oom"] and e["reason"] == "OOMKilled" for e in exits)
