@@ -387,7 +387,8 @@ def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
         (pm,) = find(objs, "PodMonitor")
         assert pm["metadata"]["labels"]["release"] == "prometheus"
         assert pm["spec"] == {"selector": {"matchLabels": {"app": "proxmox-network-controller"}},
-                              "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s"}]}
+                              "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s",
+                                                       "honorLabels": True}]}  # docs/metrics.md: required
         assert len(objs) == len(default) + 1
     elif toggle == "dashboard-on":
         files = sorted((CHART / "dashboards").glob("*.json"))
@@ -522,11 +523,20 @@ def test_the_chart_says_which_kubernetes_its_policies_need(helm):
     assert run_helm(helm, "template", "x", str(CHART), "--kube-version", "1.30.0-eks-1").returncode == 0
 
 
-def test_a_provider_network_name_kube_ovn_cannot_take_is_refused(helm):
-    values = {"providerNetwork": {"create": True, "name": "pxtenant-trunk"}}
+@pytest.mark.parametrize("create", [True, False])
+def test_a_provider_network_name_kube_ovn_cannot_take_is_refused(helm, create):
+    """Refused whether or not the chart creates it: the zones and the transit Vlan name it."""
+    values = {"providerNetwork": {"create": create, "name": "pxtenant-trunk"},
+              "zones": {"z": {"bridge": "vmbr1", "vlanRanges": ["100-199"]}}}
     r = run_helm(helm, "template", "x", str(CHART), *set_args(values), check=False)
     assert r.returncode == 1 and r.stdout == ""
     assert 'providerNetwork.name "pxtenant-trunk" is longer than the 12 characters Kube-OVN allows' in r.stderr, r.stderr
+
+
+def test_a_zone_named_like_a_yaml_boolean_stays_a_string(helm):
+    objs = render(helm, CHART, {"zones": {"on": {"bridge": "vmbr1", "providerNetwork": "pn", "vlanRanges": ["100-199"]}}})
+    (zone,) = find(objs, "ProxmoxNetworkZone")
+    assert zone["metadata"]["name"] == "on"
 
 
 @pytest.mark.parametrize("vlan_range,message", BAD_RANGES, ids=[r for r, _ in BAD_RANGES])

@@ -144,6 +144,16 @@ def test_two_subnets_of_the_release_with_overlapping_ranges_are_refused(helm, fi
         assert len([o for o in objects(r) if o["kind"] == "Subnet"]) == 2
 
 
+def test_a_namespace_named_like_a_yaml_boolean_stays_a_string(helm):
+    objs = objects(template(helm, {"vpc": "v", "subnets": [subnet()]}, namespace="on"))
+    assert {o["metadata"]["namespace"] for o in objs if o["kind"] != "Subnet"} == {"on"}
+
+
+def test_a_zone_name_that_is_no_object_name_is_refused_by_the_schema(helm):
+    r = template(helm, {"vpc": "v", "subnets": [subnet(zone="Tenant A")]})
+    assert r.returncode == 1 and "at '/subnets/0/proxmox/zone': 'Tenant A' does not match pattern" in r.stderr, r.stderr
+
+
 def test_the_clusters_default_vpc_is_refused(helm):
     r = template(helm, {"vpc": "ovn-cluster", "subnets": [subnet()]})
     assert r.returncode == 1
@@ -202,10 +212,19 @@ def test_egress_refusals(helm):
                         "egress": {"enabled": True}})
     assert r.returncode == 1
     assert "egress: the Proxmox-backed subnets span zones b and tenant-a; one egress gateway serves one zone" in r.stderr
-    # Offline the zone cannot be read: it has no transit network as far as the chart knows.
+    for cidr, message in [("garbage", 'egress.internalCidr "garbage": an IPv4 network (a.b.c.d/prefix) is needed'),
+                          ("fd00::/64", 'egress.internalCidr "fd00::/64": an IPv4 network (a.b.c.d/prefix) is needed'),
+                          ("10.250.0.0/30", 'egress.internalCidr "10.250.0.0/30": prefix /30 is outside /8../29'),
+                          ("10.250.0.3/29", 'egress.internalCidr "10.250.0.3/29" is not a network address (host bits set)'),
+                          ("10.1.0.8/29", 'egress.internalCidr 10.1.0.8/29 overlaps subnets[0] "workers" (10.1.0.0/24); '
+                                          'the gateway pods need a range of their own')]:
+        r = template(helm, {"vpc": "v", "subnets": [subnet()], "egress": {"enabled": True, "internalCidr": cidr}})
+        assert r.returncode == 1 and message in r.stderr, (cidr, r.stderr)
+    # Offline the zone cannot be read: the message says so rather than blaming the zone.
     r = template(helm, {"vpc": "v", "subnets": [subnet()], "egress": {"enabled": True}})
     assert r.returncode == 1
-    assert 'egress: ProxmoxNetworkZone "tenant-a" has no spec.egress.externalSubnet (its transit network)' in r.stderr
+    assert ('egress: ProxmoxNetworkZone "tenant-a" was not found, so its transit network is unknown (an offline helm '
+            'template cannot read zones: render with --dry-run=server)') in r.stderr, r.stderr
 
 
 # ----------------------------------------------------------------------------- against a cluster
@@ -360,3 +379,15 @@ def test_an_upgrade_that_drops_a_subnet_with_vm_addresses_is_refused(helm, clust
             'before removing the subnet') in r.stderr, r.stderr
     r = template(helm, {"vpc": vpc, "subnets": []}, namespace=ns, env=env, server=True)  # the last one removed too
     assert r.returncode == 1 and 'subnet "db" is Proxmox-backed and 2 VM address(es)' in r.stderr
+
+
+def test_egress_with_a_zone_that_has_no_transit_network_names_it(helm, cluster, admin_client):
+    admin = Admin(admin_client)
+    zone = unique("znoeg")
+    admin.create_zone(zone, "pn-noeg", ["3050-3059"])
+    ensure_vpc(admin, "v")
+    r = template(helm, {"vpc": "v", "subnets": [{"name": "workers", "cidr": "10.1.0.0/24", "proxmox": {"zone": zone}}],
+                        "egress": {"enabled": True}}, env=kube_env(cluster.admin_kubeconfig), server=True)
+    assert r.returncode == 1
+    assert (f'egress: ProxmoxNetworkZone "{zone}" has no spec.egress.externalSubnet (its transit network); ask the '
+            f'platform administrator') in r.stderr, r.stderr

@@ -92,6 +92,7 @@ providerNetwork: {{ $zspec.providerNetwork | default "" | quote }}
 mtu: {{ $zspec.mtu | default 0 }}
 externalSubnet: {{ $egress.externalSubnet | default "" | quote }}
 gatewayNamespace: {{ $egress.gatewayNamespace | default "" | quote }}
+zoneFound: {{ not (empty $z) }}
 {{- end }}
 
 {{- /* Every subnet's facts, as a YAML list under "subnets"; with subnets, fails without the API. */ -}}
