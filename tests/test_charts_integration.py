@@ -388,7 +388,10 @@ def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
         assert pm["metadata"]["labels"]["release"] == "prometheus"
         assert pm["spec"] == {"selector": {"matchLabels": {"app": "proxmox-network-controller"}},
                               "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s",
-                                                       "honorLabels": True}]}  # docs/metrics.md: required
+                                                       "honorLabels": True,  # docs/metrics.md: required
+                                                       # the job ProxmoxNetworkControllerDown selects
+                                                       "relabelings": [{"action": "replace", "targetLabel": "job",
+                                                                        "replacement": "proxmox-network-controller"}]}]}
         assert len(objs) == len(default) + 1
     elif toggle == "dashboard-on":
         files = sorted((CHART / "dashboards").glob("*.json"))
