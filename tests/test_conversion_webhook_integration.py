@@ -96,9 +96,11 @@ def test_a_failing_conversion_webhook_never_releases_and_the_controller_moves_to
         admin.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=ns)))
         env = Env(admin, ns)
         net, sub, pool = "net", unique("sub"), "pool"
-        # The webhook serves v1alpha2 reads of v1alpha1-stored machines from now on.
+        # The webhook serves v1alpha2 reads of v1alpha1-stored machines from now on. m1 uses a
+        # pool of its own: whether its delete event reaches the cache before the webhook fails
+        # (the event is converted too) is a race that must not decide what holds the network.
         wait_for(lambda: _try(lambda: admin.co.create_namespaced_custom_object(
-            GROUP, "v1alpha2", ns, "proxmoxmachines", machine(ns, "m1", pool, "v1alpha2"))), timeout=30,
+            GROUP, "v1alpha2", ns, "proxmoxmachines", machine(ns, "m1", "pool-of-m1", "v1alpha2"))), timeout=30,
             what="a machine created through the conversion webhook")
         assert hook.calls["ok"] > 0
         # First a controller whose resync (when it would move to another version) is far off.
