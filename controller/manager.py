@@ -353,10 +353,15 @@ class Manager:
             # The newest version that lists; if none does, the newest (its informer says why).
             version = listable_version(self.writer, self._resource_of(key), served) or served[0]
             log.info("watching", group=group, version=version, resource=plural)
-            resource = self._resource_of(key)(version)
-            out[key] = self.factory.informer(resource, indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}),
-                                             transform=projected(resource))
+            out[key] = self._optional_informer(key, version)
         return out
+
+    def _optional_informer(self, key: str, version: str) -> Any:
+        """The (shared) informer of optional kind ``key`` in ``version``: its indexes, its
+        projection (controller/projection.py)."""
+        resource = self._resource_of(key)(version)
+        return self.factory.informer(resource, indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}),
+                                     transform=projected(resource))
 
     @staticmethod
     def _resource_of(key: str) -> Callable[[str], Resource]:
@@ -380,9 +385,7 @@ class Manager:
             version = listable_version(self.writer, self._resource_of(key), served)
             if version is None or version == inf.resource.version:
                 continue
-            resource = self._resource_of(key)(version)
-            new = self.factory.informer(resource, indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}),
-                                        transform=projected(resource))
+            new = self._optional_informer(key, version)
             self._wire_optional(key, new)
             new.start()
             if not new.wait_for_sync(sync_timeout) or self._stop.is_set():

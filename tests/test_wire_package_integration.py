@@ -24,31 +24,18 @@ import pytest
 from kubernetes import client as k8s
 
 from hack.cluster import DATAPLANE_PROVIDER, LocalCluster, ovsdb_rows
-from hack.dataplane import DataPlane
 from hack.objects import unique, wait_condition
 from hack.vms import pod_on_subnet, vm_for_network
 from hack.wait import wait_for
 from tests.support.peers import KUBEOVN
 from tests.test_charts_integration import CHART, CHARTS, as_list, build_helm, render
 from tests.test_wire_integration import WAIT, Tenant, answers, gateway_controller, reaches
+from tests.test_wire_integration import bed, dp  # noqa: F401 - the peers bed with its data plane (fixtures)
 
 pytestmark = pytest.mark.integration
 
 SUBNET_CHART = CHARTS / "proxmox-network-subnet"
 ZONE_API = "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone"  # the tenant chart asks for it
-
-
-@pytest.fixture(scope="module")
-def bed(peers_bed: LocalCluster) -> LocalCluster:
-    if peers_bed.dataplane is None:
-        pytest.fail("the bed has no data plane (it needs root, network namespaces and /dev/net/tun)", pytrace=False)
-    return peers_bed
-
-
-@pytest.fixture(scope="module")
-def dp(bed: LocalCluster) -> DataPlane:
-    assert bed.dataplane is not None
-    return bed.dataplane
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ SubnetNameInvalid is never reachable from here). */ -}}
 {{- $prefix := atoi $prefixText }}
 {{- if or (lt $prefix 8) (gt $prefix 28) }}{{- fail (printf "%s: cidr %q: prefix /%d is outside /8../28" $what $cidr $prefix) }}{{- end }}
 {{- $base := include "pxs.ip" (list (first (splitList "/" $cidr)) (printf "%s: cidr" $what)) | atoi }}
-{{- $size := 1 }}{{- range until (sub 32 $prefix | int) }}{{- $size = mul $size 2 }}{{- end }}
+{{- $size := include "pxs.size" $prefix | atoi }}
 {{- if ne (mod $base $size) 0 }}{{- fail (printf "%s: cidr %q is not a network address (host bits set)" $what $cidr) }}{{- end }}
 {{- $network := printf "%s/%d" (include "pxs.dotted" $base) $prefix }}
 {{- $gateway := add $base 1 }}
@@ -160,11 +160,11 @@ and against the VPC's other Subnets when the cluster answers. `all` is pxs.all's
 {{- define "pxs.assertNoOverlap" -}}
 {{- $root := index . 0 }}{{- $all := index . 1 }}
 {{- $ranges := list }}
+{{- $ids := dict }}
 {{- range $all.subnets }}
 {{- $ranges = append $ranges (dict "what" (printf "subnets[%d] %q" (int .index) .name) "cidr" .cidr "id" .id) }}
+{{- $_ := set $ids .id true }}
 {{- end }}
-{{- $ids := dict }}
-{{- range $all.subnets }}{{- $_ := set $ids .id true }}{{- end }}
 {{- range (lookup "kubeovn.io/v1" "Subnet" "" "").items | default list }}
 {{- $spec := .spec | default dict }}
 {{- if and (eq ($spec.vpc | default "") $root.Values.vpc) (not (hasKey $ids .metadata.name)) (not (contains ":" ($spec.cidrBlock | default ""))) (contains "/" ($spec.cidrBlock | default "")) }}
@@ -172,20 +172,25 @@ and against the VPC's other Subnets when the cluster answers. `all` is pxs.all's
 {{- end }}
 {{- end }}
 {{- range $i, $a := $all.subnets }}
-{{- $aBase := include "pxs.ip" (list (first (splitList "/" $a.cidr)) "cidr") | atoi }}
-{{- $aEnd := add $aBase (include "pxs.size" (int $a.prefix) | atoi) }}
 {{- range $j, $b := $ranges }}
-{{- if and (ne $b.id $a.id) (or (ge $j (len $all.subnets)) (lt $j $i)) }}
-{{- $bPrefix := last (splitList "/" $b.cidr) | atoi }}
-{{- $bBase := include "pxs.ip" (list (first (splitList "/" $b.cidr)) "cidr") | atoi }}
-{{- $bBase = sub $bBase (mod $bBase (include "pxs.size" $bPrefix | atoi)) }}
-{{- $bEnd := add $bBase (include "pxs.size" $bPrefix | atoi) }}
-{{- if and (lt $aBase $bEnd) (lt $bBase $aEnd) }}
+{{- if and (ne $b.id $a.id) (or (ge $j (len $all.subnets)) (lt $j $i)) (include "pxs.overlaps" (list $a.cidr $b.cidr)) }}
 {{- fail (printf "subnets[%d] %q: cidr %s overlaps %s (%s); subnets of one VPC need ranges of their own" (int $a.index) $a.name $a.cidr $b.what $b.cidr) }}
 {{- end }}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{- /* "true" when two IPv4 CIDRs (list a b) share an address, else empty; host bits are
+ignored (Kube-OVN's cidrBlock may carry them). */ -}}
+{{- define "pxs.overlaps" -}}
+{{- $r := list }}
+{{- range . }}
+{{- $size := include "pxs.size" (last (splitList "/" .) | atoi) | atoi }}
+{{- $base := include "pxs.ip" (list (first (splitList "/" .)) "cidr") | atoi }}
+{{- $base = sub $base (mod $base $size) }}
+{{- $r = append $r (list $base (add $base $size)) }}
+{{- end }}
+{{- if and (lt (index $r 0 0) (index $r 1 1)) (lt (index $r 1 0) (index $r 0 1)) }}true{{- end }}
 {{- end }}
 
 {{- /* 2^(32-prefix): the number of addresses of a /prefix. */ -}}
