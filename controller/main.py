@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import structlog
 
-from controller.entry import SignalStop
+from controller.entry import SignalStop, wait
 from controller.credentials import RotatingTokenApiClient
 from controller.config import load_api_client_and_source, parse_bool, parse_duration, parse_tls_secret
 from controller.gateway import DEFAULT_TRUNK_HOLD_DOWN
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         elector_thread.start()
     else:
         started_leading()
-    stop.wait()
+    wait(stop)  # never a plain stop.wait(): controller.entry says why
     if signals.received:
         log.info("stopping", signal=signals.received)
     exit_by = time.monotonic() + EXIT_BUDGET

@@ -26,6 +26,7 @@ from controller import keys
 from controller.controllers import Controller
 from controller.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
 from controller.egress import LABEL_GATEWAY, PODS, EgressGatewayPodReconciler
+from controller.entry import wait
 from controller.events import EventRecorder
 from controller.gateway import (
     COLLECT_PERIOD,
@@ -565,7 +566,7 @@ class Manager:
             except (ApiError, OSError, urllib3.exceptions.HTTPError) as err:
                 delay = backoff.next_delay()
                 log.error("API discovery failed; retrying", error=str(err) or repr(err), retry_in=round(delay, 1))
-                if cancel.wait(delay):
+                if wait(cancel, delay):  # the main thread's wait: controller.entry says why
                     return False
         if self.events is not None:
             self.events.start()
@@ -682,9 +683,6 @@ class Manager:
                 stack = "".join(traceback.format_stack(frame)) if frame else ""
                 log.error("thread did not stop", thread=t.name, stack=stack)
         return done
-
-    def wait(self) -> None:
-        self._stop.wait()
 
     # -- periodic full resync ---------------------------------------------------------
     def enqueue_all(self) -> int:

@@ -818,13 +818,20 @@ def test_two_releases_in_two_namespaces_elect_one_allocator(helm, bed, kubectl, 
         assert sorted(v["spec"]["id"] for v in admin.vlans() if v["spec"]["provider"] == provider) == ids
         assert counts and set(counts) == {1}, counts  # exactly one leader at every sample
         assert eps[other].status("/readyz") == 200
-        text = logs[other].read_text()
-        assert "another release holds the leader lock; waiting" in text, text[-2000:]
+        # The other replica learns who holds the Lease on its next read: when both raced for
+        # a released Lease, its first answer was a 409 and the next read is one retry period
+        # (2-4.4 s, client-go's jitter) later, which the burst may not outlast.
+        wait_for(lambda: "another release holds the leader lock; waiting" in logs[other].read_text(),
+                 timeout=30, what="the other release saying who holds the lock")
         held = f'namespace "{releases[leader][0]}"'
-        events = [e for e in core.list_namespaced_event("kube-system").items
-                  if e.reason == "LeaderLockHeldElsewhere" and held in (e.message or "")
-                  and f'namespace "{releases[other][0]}" waits' in (e.message or "")]
-        assert events and events[0].type == "Warning" and events[0].involved_object.kind == "Lease"
+
+        def held_elsewhere_events():
+            return [e for e in core.list_namespaced_event("kube-system").items
+                    if e.reason == "LeaderLockHeldElsewhere" and held in (e.message or "")
+                    and f'namespace "{releases[other][0]}" waits' in (e.message or "")]
+
+        events = wait_for(held_elsewhere_events, timeout=30, what="a LeaderLockHeldElsewhere Event")
+        assert events[0].type == "Warning" and events[0].involved_object.kind == "Lease"
 
         # The leader stopped: it releases the Lease on SIGTERM; the other release's replica leads.
         proc = pa if leader == "a" else pb

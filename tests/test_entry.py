@@ -65,3 +65,34 @@ def test_the_image_init_stops_the_controller_on_a_sigterm_sent_as_it_starts(tmp_
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_a_sigterm_the_kernel_gives_another_thread_still_stops_a_main_thread_waiting_for_it():
+    """CPython runs a Python handler only in the main thread; a SIGTERM delivered to another
+    thread (here by ``pthread_kill``, as the kernel may for a process-directed one) must
+    still wake a main thread that waits for the stop event (controller.entry.wait). With a
+    plain ``Event.wait()`` it is never run (the CI failure: no exit 30 s after SIGTERM)."""
+    code = (
+        "import signal, sys, threading, time\n"
+        "from controller.entry import SignalStop, wait\n"
+        "stop = SignalStop().install()\n"
+        "def other():\n"
+        "    time.sleep(0.2)\n"
+        "    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)\n"
+        "threading.Thread(target=other, daemon=True).start()\n"
+        "sys.exit(0 if wait(stop.event, timeout=8) and stop.received == 'SIGTERM' else 3)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=20)
+    assert p.returncode == 0, p.stderr
+
+
+def test_wait_returns_false_at_its_timeout_and_true_once_set():
+    import threading
+
+    from controller.entry import wait
+
+    e = threading.Event()
+    assert wait(e, timeout=0.05) is False
+    threading.Timer(0.05, e.set).start()
+    assert wait(e) is True

@@ -22,7 +22,7 @@ import pytest
 
 from ovn.nb import NBClient, NBError, jsonrpc_call
 from ovn.tls import TLSError, TLSSource, probe
-from tests.support.ovsdb import free_port
+from tests.support.ovsdb import NB_SCHEMA, free_port
 from tests.support.pki import BOTH, CA, CLIENT_AUTH, SERVER_AUTH, CertKey, kube_ovn_secret, restore_ovs_ssl  # noqa: F401 (autouse fixture)
 from hack.wait import wait_for
 
@@ -30,7 +30,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 OVSDB_SERVER = shutil.which("ovsdb-server") or "/usr/sbin/ovsdb-server"
 OVSDB_TOOL = shutil.which("ovsdb-tool") or "/usr/bin/ovsdb-tool"
-NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
 REF = "cozy-kubeovn/kube-ovn-tls"
 
 # hack/install-deps.sh installs them; a missing server is a broken bed, never a skip.

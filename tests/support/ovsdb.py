@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hack.cluster import free_ports
+from hack.cluster import NB_SCHEMA as _NB_SCHEMA, free_ports
 from hack.wait import wait_for
 
-NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
+NB_SCHEMA = str(_NB_SCHEMA)  # the bed's OVN build (hack/build-ovn.sh), as every bed uses
 
 
 def free_port() -> int:
