@@ -26,6 +26,19 @@ from controller.rfc3339 import format_utc, parse
 DEFAULT_VLAN_REUSE_DELAY = 600.0  # seconds: --vlan-reuse-delay=10m
 
 
+def release_until(now: _dt.datetime, delay: float) -> _dt.datetime:
+    """When an ID released at ``now`` is free again: ``now + delay`` seconds rounded **up**
+    to the whole second. The record on the zone has second resolution (:func:`format_utc`
+    drops the fraction); rounding up never shortens the delay and makes the releasing
+    process's own hold end at the very instant the record does. (A hold that outlived the
+    record by a fraction of a second refused the waiting networks that the record's prune
+    had just woken, and nothing woke them again before their 10-minute requeue.)"""
+    until = now + _dt.timedelta(seconds=delay)
+    if until.microsecond:
+        until = until.replace(microsecond=0) + _dt.timedelta(seconds=1)
+    return until
+
+
 def parse_entries(value: str | None) -> dict[int, _dt.datetime]:
     """``"102@2026-12-02T10:00:00Z,105@..."`` -> ``{102: datetime, ...}`` (aware UTC).
 

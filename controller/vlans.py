@@ -529,7 +529,7 @@ class VlanManager:
         if not zname:
             return
         now = self.now()
-        until = now + _dt.timedelta(seconds=self.reuse_delay)
+        until = reuse.release_until(now, self.reuse_delay)  # the record's own instant
         for _ in range(5):
             try:
                 zone = self.writer.get(names.PROXMOX_NETWORK_ZONES, zname)

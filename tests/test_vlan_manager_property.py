@@ -20,6 +20,7 @@ sharing one provider and overlapping ranges.
 from __future__ import annotations
 
 import copy
+import datetime as _dt
 import random
 import sys
 import threading
@@ -29,6 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.vlans import ensure
+from controller import reuse
 from controller.kube import ApiError
 from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone, vlan_indexers
 from informers import ThreadSafeStore
@@ -408,3 +410,58 @@ def test_an_id_changed_by_hand_leaves_the_allocated_one_used_too():
     # Accepted (the record follows): one ID again.
     api.objects["n1"]["status"]["vlan"] = 107
     assert mgr.used_ids(PROVIDER) == {107}
+
+
+class FakeZoneApi:
+    """One zone: ``get`` and the guarded JSON patch of one annotation that
+    ``VlanManager.hold_for_reuse`` writes."""
+
+    def __init__(self, z: dict) -> None:
+        self.zone = copy.deepcopy(z)
+        self.zone["metadata"]["resourceVersion"] = "1"
+
+    def get(self, resource, name, namespace=None):
+        return copy.deepcopy(self.zone)
+
+    def json_patch(self, resource, name, ops, namespace=None):
+        test, op = ops
+        meta = self.zone["metadata"]
+        if test["value"] != meta["resourceVersion"]:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        if op["path"] == "/metadata/annotations":
+            meta["annotations"] = dict(op["value"])
+        else:
+            key = op["path"].rsplit("/", 1)[1].replace("~1", "/").replace("~0", "~")
+            meta.setdefault("annotations", {})[key] = op["value"]
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        return copy.deepcopy(self.zone)
+
+
+@settings(max_examples=200, deadline=None)
+@given(micro=st.integers(0, 999_999), delay=st.integers(1, 3600), vid=st.integers(100, 115))
+def test_the_releasing_process_holds_an_id_exactly_as_long_as_the_zone_record(micro, delay, vid):
+    """product-decisions.md §8 (VLAN reuse delay): the zone's record of a released ID, which
+    the zone pass prunes once it has lapsed (and whose prune wakes the networks waiting in
+    ``ZoneExhausted``), and the releasing process's own hold end at the same instant, never
+    before release + delay. Found by ``hack/bench_scale.py --vlan-space``: the record had
+    second resolution (fraction dropped) while the hold kept it, so a network woken by the
+    prune was refused again and waited for its 10-minute requeue."""
+    released_at = _dt.datetime(2026, 12, 4, 23, 51, 53, micro, tzinfo=_dt.timezone.utc)
+    clock = [released_at]
+    api = FakeZoneApi(zone(["100-115"]))
+    zones = ThreadSafeStore()
+    mgr = VlanManager(ThreadSafeStore(vlan_indexers()), zones, api, reuse_delay=delay,  # type: ignore[arg-type]
+                      now=lambda: clock[0])
+    mgr.hold_for_reuse({"metadata": {"name": "s1", "labels": {"proxmox.cozystack.io/zone": "z"}},
+                        "spec": {"id": vid, "provider": PROVIDER}})
+    record = reuse.entries_of(api.zone)[vid]
+    assert record >= released_at + _dt.timedelta(seconds=delay)  # the delay is never shortened
+    zones.add(api.zone)  # the cache shows the record
+    clock[0] = record - _dt.timedelta(microseconds=1)
+    assert vid in mgr.held_ids(PROVIDER)
+    # The zone pass prunes the lapsed record; the networks it wakes find the ID free.
+    pruned = copy.deepcopy(api.zone)
+    del pruned["metadata"]["annotations"]
+    zones.add(pruned)
+    clock[0] = record
+    assert mgr.held_ids(PROVIDER) == {}
