@@ -69,6 +69,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 # The checkout the controller runs from (``--controller-tree``); the bed and CRDs are this tree's.
@@ -110,7 +111,7 @@ class Controller:
     """The controller as a child process with a JSON log we tail."""
 
     def __init__(self, cluster: LocalCluster, log_path: Path, resync: str = "10m", profile: Path | None = None,
-                 nb: str | None = None, tree: Path | None = None):
+                 nb: str | None = None, tree: Path | None = None, args: Sequence[str] = ()):
         tree = Path(tree or CONTROLLER_TREE)
         self.tree = tree
         self.log_path = log_path
@@ -124,6 +125,7 @@ class Controller:
             "--health-probe-bind-address=0",
             "--log-format=json",
             f"--resync-period={resync}",
+            *args,
         ]
         if profile is not None:
             cmd = [sys.executable, str(REPO / "hack" / "bench" / "profiled_main.py"), str(profile), *flags]

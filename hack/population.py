@@ -193,3 +193,32 @@ def proxmox_machine(i: int, ns: str, pool: str, version: str = "v1alpha1") -> di
                    "proxmoxNode": f"pve{i % 5}",
                    "conditions": [{"type": t, "status": "True", "lastTransitionTime": "2026-12-01T00:05:00Z"}
                                   for t in ("Ready", "VMProvisioned")]}})
+
+
+def kube_ovn_subnet(i: int, vpc: str, namespaces: list[str]) -> dict[str, Any]:
+    """A tenant Subnet of a custom VPC as Kube-OVN v1.15 serves it once Ready
+    (pkg/apis/kubeovn/v1/subnet.go; defaults of pkg/controller/subnet.go ``formatSubnet``)."""
+    name = f"subnet-{i:05d}"
+    prefix = f"10.{64 + (i >> 8)}.{i & 255}"
+    return _fresh({
+        "apiVersion": "kubeovn.io/v1", "kind": "Subnet",
+        "metadata": {"name": name, "uid": f"80000000-0000-4000-8000-{i:012d}", "resourceVersion": str(700000 + i),
+                     "generation": 2, "creationTimestamp": "2026-11-15T00:00:00Z",
+                     "finalizers": ["kubeovn.io/kube-ovn-controller"],
+                     "labels": {"app.kubernetes.io/managed-by": "Helm", "cozystack.io/subnetName": f"net-{i % 7}"},
+                     "annotations": {"meta.helm.sh/release-name": "tenant", "meta.helm.sh/release-namespace": namespaces[0]},
+                     "managedFields": _managed("helm", {"f:spec": {}})},
+        "spec": {"vpc": vpc, "default": False, "protocol": "IPv4", "cidrBlock": f"{prefix}.0/24",
+                 "gateway": f"{prefix}.1", "excludeIps": [f"{prefix}.1"], "provider": "ovn",
+                 "gatewayType": "distributed", "gatewayNode": "", "natOutgoing": False, "private": False,
+                 "enableLb": True, "enableDHCP": False, "enableIPv6RA": False, "logicalGateway": False,
+                 "disableGatewayCheck": False, "disableInterConnection": False, "u2oInterconnection": False,
+                 "enableMulticastSnoop": False, "namespaces": namespaces, "mtu": 1400},
+        "status": {"v4availableIPs": 200, "v4usingIPs": 53, "v4availableIPrange": f"{prefix}.55-{prefix}.254",
+                   "v4usingIPrange": f"{prefix}.2-{prefix}.54", "v6availableIPs": 0, "v6usingIPs": 0,
+                   "activateGateway": "", "dhcpV4OptionsUUID": "", "dhcpV6OptionsUUID": "",
+                   "u2oInterconnectionIP": "", "u2oInterconnectionMAC": "", "u2oInterconnectionVPC": "",
+                   "natOutgoingPolicyRules": None,
+                   "conditions": [{"type": t, "status": "True", "reason": "ResetLogicalSwitchAclSuccess" if t == "Ready"
+                                   else "ValidatedSubnet", "message": "", "lastUpdateTime": "2026-11-15T00:00:05Z",
+                                   "lastTransitionTime": "2026-11-15T00:00:05Z"} for t in ("Validated", "Ready")]}})
