@@ -171,7 +171,7 @@ def test_chaos_on_the_deployments_pods_short_form(tmp_path_factory):
     # gateway never moved, its group was never rewritten and the VM was never a second
     # without a reply (hack/wire_monitor.WireFigures.problems: violations, run_clean).
     assert res.wire is not None and res.wire["replies"] > 0 and res.wire["gateway_moves"] == [], res.wire
-    assert 0 < res.pod_working_set_max < 2**30 and res.pod_memory_limit == "1024Mi"  # the shipped limit
+    assert 0 < res.pod_working_set_max < 2**30 and res.pod_memory_limit == "1Gi"  # the shipped limit
     assert res.vlan_deletions_checked >= 5 and res.ops.get("delete", 0) >= 5
 
 

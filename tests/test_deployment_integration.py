@@ -34,6 +34,7 @@ from typing import Iterator
 
 import pytest
 import yaml
+from kubernetes.utils import parse_quantity
 
 from hack.audit import read_events
 from hack.cluster import LocalCluster, ovsdb_rows
@@ -275,9 +276,9 @@ def test_nothing_restarted_and_no_liveness_probe_failed(bed: LocalCluster, deplo
            or (e["reason"] == "Unhealthy" and "Liveness" in (e.get("message") or ""))]
     assert bad == []
     limit = container(SHIPPED["spec"])["resources"]["limits"]["memory"]
-    assert limit.endswith("Mi")
+    limit_bytes = int(parse_quantity(limit))
     memory = wait_for(lambda: (m := deployed.memory()) and len(m) >= len(pods) and all(m.values()) and m,
                       timeout=WAIT, what="the kubelet's memory figures for the pods")
     for name, used in sorted(memory.items()):
         print(f"\n[deploy] pod {name}: working set {used / 2**20:.0f} MiB of its {limit} limit")
-        assert used < int(limit[:-2]) * 2**20
+        assert used < limit_bytes
