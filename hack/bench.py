@@ -99,10 +99,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """A memory field of ``/proc/<pid>/status`` in MiB: ``VmRSS`` (resident now) or
+    ``VmHWM`` (the peak resident set); NaN when absent."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 

@@ -157,11 +157,7 @@ def setup_networks(cluster: LocalCluster, networks: int, threads: int) -> None:
 
 def peak_rss_mib(pid: int) -> float:
     """The process's peak resident set (``VmHWM``), MiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    return bench.rss_mib(pid, "VmHWM")
 
 
 class RssSampler:
@@ -185,6 +181,23 @@ class RssSampler:
     def stop(self) -> None:
         self._stop.set()
         self._t.join()
+
+
+def record_writes(r: dict[str, Any], phase: str, cluster: LocalCluster, marker: str) -> None:
+    """``r["<phase>_writes"]`` and ``r["<phase>_writes_by"]``: the controller user's API writes
+    since the audit ``marker`` (all of them, and counted by verb and resource)."""
+    w = bench.controller_writes_since(cluster, marker)
+    r[f"{phase}_writes"] = len(w)
+    r[f"{phase}_writes_by"] = bench.writes_by_resource(w)
+
+
+def teardown(ctl: bench.Controller | None, admin: Any, cluster: LocalCluster) -> None:
+    """The end of a run: the controller stopped, the admin client closed, the bed stopped."""
+    if ctl is not None:
+        ctl.stop()
+    if admin is not None:
+        admin.close()
+    cluster.stop()
 
 
 def wait_converged(co, n: int, ctl: bench.Controller, timeout: float, settle: float = 60.0) -> tuple[bool, int, str]:
@@ -244,9 +257,7 @@ def run(scale: float, networks: int, rest: float, threads: int, workdir: Path, t
         ctl.wait_event("resync complete", 900)
         r["start_pass_s"] = time.monotonic() - ctl.started
         r["start_cpu_s"] = bench.cpu_seconds(ctl.pid)
-        w = bench.controller_writes_since(cluster, marker)
-        r["start_writes"] = len(w)
-        r["start_writes_by"] = bench.writes_by_resource(w)
+        record_writes(r, "start", cluster, marker)
         log(f"[scale] synced {r['synced_s']:.1f}s, converged {r['converge_s']:.1f}s, start pass "
             f"{r['start_pass_s']:.1f}s after exec; {r['start_cpu_s']:.1f} CPU-s, {r['start_writes']} writes")
         time.sleep(60)  # settled: what the caches and the runtime keep once the start pass is over
@@ -258,9 +269,7 @@ def run(scale: float, networks: int, rest: float, threads: int, workdir: Path, t
         time.sleep(rest)
         r["rest_cpu_s"] = bench.cpu_seconds(ctl.pid) - cpu0
         r["rest_wall_s"] = time.monotonic() - t_rest
-        w = bench.controller_writes_since(cluster, marker)
-        r["rest_writes"] = len(w)
-        r["rest_writes_by"] = bench.writes_by_resource(w)
+        record_writes(r, "rest", cluster, marker)
         r["rest_rss_mib"] = bench.rss_mib(ctl.pid)
         r["peak_rss_mib"] = peak_rss_mib(ctl.pid)
         rss.stop()
@@ -281,9 +290,7 @@ def run(scale: float, networks: int, rest: float, threads: int, workdir: Path, t
         ctl.wait_event("resync complete", 900)
         r["restart_pass_s"] = time.monotonic() - ctl.started
         r["restart_cpu_s"] = bench.cpu_seconds(ctl.pid)
-        w = bench.controller_writes_since(cluster, marker)
-        r["restart_writes"] = len(w)
-        r["restart_writes_by"] = bench.writes_by_resource(w)
+        record_writes(r, "restart", cluster, marker)
         r["restart_peak_rss_mib"] = peak_rss_mib(ctl.pid)
         log(f"[scale] restart: exit {r['stop_s']:.1f}s; synced {r['restart_synced_s']:.1f}s, pass done "
             f"{r['restart_pass_s']:.1f}s after exec; {r['restart_writes']} writes; peak RSS "
@@ -296,11 +303,7 @@ def run(scale: float, networks: int, rest: float, threads: int, workdir: Path, t
             log(f"[scale] FAILED: {f}")
         return r
     finally:
-        if ctl is not None:
-            ctl.stop()
-        if admin is not None:
-            admin.close()
-        cluster.stop()
+        teardown(ctl, admin, cluster)
 
 
 VLAN_SPACE = 4094
@@ -438,11 +441,7 @@ def run_vlan_space(workdir: Path, tree: Path | None, reuse_delay: float, release
             log(f"[space] FAILED: {f}")
         return r
     finally:
-        if ctl is not None:
-            ctl.stop()
-        if admin is not None:
-            admin.close()
-        cluster.stop()
+        teardown(ctl, admin, cluster)
 
 
 def render_space(r: dict[str, Any]) -> str:

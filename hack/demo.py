@@ -33,6 +33,7 @@ import yaml
 from kubernetes.client import CustomObjectsApi
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the controller's own package (hack/deploy.py reads its Lease identities)
 sys.path.insert(0, str(REPO / "hack"))
 
 from cluster import (  # noqa: E402

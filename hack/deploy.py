@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from controller.leader import identity_host
+
 HACK_DIR = Path(__file__).resolve().parent
 OVERLAY = HACK_DIR / "deploy-overlay"
 NAMESPACE = "proxmox-network-system"
@@ -165,8 +167,6 @@ class ControllerDeployment:
         """The pod that holds the Lease ("" when nobody does): holderIdentity is
         ``<namespace>/<hostname>_<uuid>`` (controller.leader.default_identity) and a pod's
         hostname is its name."""
-        from controller.leader import identity_host
-
         try:
             lease = self.get("lease", "-n", LEASE_NAMESPACE, LEASE)
         except Exception:  # noqa: BLE001 - not created yet
