@@ -430,7 +430,7 @@ def main() -> int:
             print(wire_table(cluster, dp), flush=True)
         if deployment is not None:
             print(f"==> kubectl get deploy,pods -n {NAMESPACE} -o wide   (the controller as pods of its Deployment; "
-                  "READY 1/1 is the leader)", flush=True)
+                  "every replica Ready, the Lease names the leader)", flush=True)
             print(kubectl_out(cluster, "get", "deploy,pods", "-n", NAMESPACE, "-o", "wide"), flush=True)
         print(f"==> done in {time.monotonic() - t0:.0f}s", flush=True)
         if args.keep and deployment is not None:
