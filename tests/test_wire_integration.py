@@ -173,6 +173,12 @@ def test_vm_gets_no_arp_answer_without_the_group_and_exactly_one_from_the_chosen
         assert t.settled(bed) == active
         for _ in range(3):  # exactly one reply per request: one chassis answers
             assert answers(vm, t.gateway) == [(t.gateway, mac)]
+        # Unicast to the router MAC follows the bridges' MAC tables, which Kube-OVN's OVS
+        # patch moves to the new port only once the entry is 10 s old (docs/reliability.md,
+        # "Failover on the wire"): after OVN's settling moved the port, a ping can be lost
+        # until then (CI: 4 of 5). The steady state is judged from the first reply on.
+        wait_for(lambda: vm.ping(t.gateway, count=1, timeout=1) == 1, timeout=WAIT, interval=0,
+                 what="the VM pinging its gateway on the settled chassis")
         assert vm.ping(t.gateway, count=5, timeout=1, interval=0.2) == 5
         assert reason(t.network(), "Ready")[:2] == ("True", "Ready")
         print(f"\n[wire] after GatewayReady=True: first ARP answer {arp_after:.2f}s, first ping reply "
@@ -245,8 +251,8 @@ def reaches(vm: Vm, address: str) -> bool:
     for a few seconds: a positive control, so that a broken path cannot pass as isolation."""
     def once() -> bool:
         return vm.ping(address, count=1, timeout=1) == 1
-    try:
-        return bool(wait_for(once, timeout=10, interval=0, what=f"{vm.name} -> {address}"))
+    try:  # 20 s: a MAC the bridges learned on another port moves after 10 s (docs/reliability.md)
+        return bool(wait_for(once, timeout=20, interval=0, what=f"{vm.name} -> {address}"))
     except AssertionError:
         return False
 
