@@ -10,6 +10,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from ovn.planner import group_name, router_port_name
+
 PX = ("proxmox.cozystack.io", "v1alpha1")
 KUBEOVN = ("kubeovn.io", "v1")
 IPAM_POOL = ("ipam.cluster.x-k8s.io", "v1alpha2")  # InClusterIPPool
@@ -88,8 +90,8 @@ class Admin:
         self.co.create_namespaced_custom_object(*IPAM_POOL, ns, "inclusterippools", {
             "apiVersion": "/".join(IPAM_POOL), "kind": "InClusterIPPool", "metadata": {"name": pool},
             "spec": {"addresses": [f"{prefix}.200-{prefix}.250"], "prefix": 24, "gateway": gateway}})
-        return {"subnet": name, "pool": pool, "gateway": gateway, "router_port": f"{vpc}-{name}",
-                "group": f"px-{vpc}-{name}"}
+        return {"subnet": name, "pool": pool, "gateway": gateway, "router_port": router_port_name(vpc, name),
+                "group": group_name(vpc, name)}
 
     def create_vpc(self, name: str) -> dict:
         """A Kube-OVN Vpc with an empty spec (Kube-OVN makes its router)."""

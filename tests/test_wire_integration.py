@@ -177,8 +177,7 @@ def test_vm_gets_no_arp_answer_without_the_group_and_exactly_one_from_the_chosen
         # patch moves to the new port only once the entry is 10 s old (docs/reliability.md,
         # "Failover on the wire"): after OVN's settling moved the port, a ping can be lost
         # until then (CI: 4 of 5). The steady state is judged from the first reply on.
-        wait_for(lambda: vm.ping(t.gateway, count=1, timeout=1) == 1, timeout=WAIT, interval=0,
-                 what="the VM pinging its gateway on the settled chassis")
+        assert reaches(vm, t.gateway)
         assert vm.ping(t.gateway, count=5, timeout=1, interval=0.2) == 5
         assert reason(t.network(), "Ready")[:2] == ("True", "Ready")
         print(f"\n[wire] after GatewayReady=True: first ARP answer {arp_after:.2f}s, first ping reply "

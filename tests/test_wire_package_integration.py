@@ -27,6 +27,7 @@ from hack.cluster import DATAPLANE_PROVIDER, LocalCluster, ovsdb_rows
 from hack.objects import unique, wait_condition
 from hack.vms import pod_on_subnet, vm_for_network
 from hack.wait import wait_for
+from ovn.planner import group_name, router_port_name
 from tests.support.peers import KUBEOVN
 from tests.test_charts_integration import CHART, CHARTS, as_list, build_helm, render
 from tests.test_wire_integration import WAIT, Tenant, answers, gateway_controller, reaches, settled
@@ -71,14 +72,14 @@ def test_vms_on_the_tenant_charts_subnets_reach_their_gateways_and_each_other(be
             # The pool the chart rendered: the middle half of the /24 (section (f)), the Subnet's gateway.
             assert vm.gateway == gateway and vm.address.startswith(f"{prefix}.") and vm.address.endswith("/24")
             assert 64 <= int(vm.address.split("/")[0].rsplit(".", 1)[1]) <= 191
-            (port,) = ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name={t.vpc}-{name}")
+            (port,) = ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name={router_port_name(t.vpc, name)}")
             mac = port["mac"].lower()
             first = wait_for(lambda: answers(vm, gateway), timeout=WAIT, interval=0,
                              what=f"an ARP answer from {name}'s gateway")
             assert set(first) == {(gateway, mac)}
             # One reply per request once OVN has settled the port on the group's highest
             # priority (while it moves, a request can get two replies or none).
-            settled(bed, f"px-{t.vpc}-{name}", f"{t.vpc}-{name}")
+            settled(bed, group_name(t.vpc, name), router_port_name(t.vpc, name))
             for _ in range(2):  # exactly one reply per request: one chassis answers
                 assert answers(vm, gateway) == [(gateway, mac)]
             assert reaches(vm, gateway)
