@@ -77,7 +77,7 @@ CONTROLLER_TREE = REPO
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
-from cluster import LocalCluster, free_ports  # noqa: E402
+from hack.bed import LocalCluster, free_ports  # noqa: E402
 from hack import audit  # noqa: E402
 
 GROUP, VERSION = "proxmox.cozystack.io", "v1alpha1"

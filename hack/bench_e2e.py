@@ -4,7 +4,7 @@
     python hack/bench_e2e.py [--n 500] [--vpcs 10] [--zones 5] [--threads 4]
                              [--out docs/performance.md] [--json FILE] [--workdir DIR] [--keep]
 
-One fresh :class:`~hack.cluster.LocalCluster` with the OVN NB and SB, ``ovn-northd`` and the
+One fresh :class:`~hack.bed.LocalCluster` with the OVN NB and SB, ``ovn-northd`` and the
 real kube-ovn-controller and in-cluster IPAM provider (hack/build-peers.sh):
 
 1. Objects nobody times: ``zones`` ProviderNetworks (one per zone, each zone range 1-4094),
@@ -57,7 +57,7 @@ from bench import (  # noqa: E402
     write_block,
     writes_by_resource,
 )
-from cluster import LocalCluster  # noqa: E402
+from hack.bed import LocalCluster  # noqa: E402
 
 from hack import audit  # noqa: E402
 

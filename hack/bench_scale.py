@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
 import bench  # noqa: E402
-from cluster import LocalCluster  # noqa: E402
+from hack.bed import LocalCluster  # noqa: E402
 from controller.kube import ApiError, KubeWriter  # noqa: E402
 from hack import population as pop  # noqa: E402
 

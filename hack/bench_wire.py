@@ -3,8 +3,8 @@
 
     python hack/bench_wire.py [--n 50] [--vpcs 5] [--out docs/performance.md] [--workdir DIR]
 
-One fresh :class:`~hack.cluster.LocalCluster` with the real peers and the data plane
-(hack/dataplane.py: three trunk chassis in network namespaces on Kube-OVN's OVS/OVN build),
+One fresh :class:`~hack.bed.LocalCluster` with the real peers and the data plane
+(hack/bed/dataplane.py: three trunk chassis in network namespaces on Kube-OVN's OVS/OVN build),
 the controller as a separate process (gateway management on, the bed's NB). The burst: at
 t0 every network's objects are created together (network, Subnet with ``logicalGateway``
 in one of ``vpcs`` VPCs, InClusterIPPool), as a chart applies them. As soon as a network
@@ -35,8 +35,7 @@ sys.path.insert(0, str(REPO / "hack"))
 from kubernetes import client as k8s  # noqa: E402
 
 from bench import Controller, write_block  # noqa: E402
-from cluster import DATAPLANE_PROVIDER, LocalCluster  # noqa: E402
-from dataplane import Prober  # noqa: E402
+from hack.bed import DATAPLANE_PROVIDER, LocalCluster, Prober  # noqa: E402
 from objects import Admin  # noqa: E402
 from vms import vm_for_network  # noqa: E402
 

@@ -46,7 +46,7 @@ sys.path.insert(0, str(HACK))
 
 import bench  # noqa: E402  (puts the repository and hack/ on sys.path)
 from bench import GROUP, NAMESPACES, VERSION, Controller, in_threads, network_body  # noqa: E402
-from cluster import LocalCluster  # noqa: E402
+from hack.bed import LocalCluster  # noqa: E402
 
 PROVIDER = "physnet1"
 ZONES = 5

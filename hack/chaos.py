@@ -116,7 +116,7 @@ from kubernetes import client as k8s  # noqa: E402
 from kubernetes import watch as k8s_watch  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-from hack.cluster import (  # noqa: E402
+from hack.bed import (  # noqa: E402
     PEERS,
     ClusterError,
     LocalCluster,

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from hack.cluster import die_with_parent
+from hack.bed import die_with_parent
 from hack.probe import Endpoints
 
 REPO = Path(__file__).resolve().parent.parent

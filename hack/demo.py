@@ -36,14 +36,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the controller's own package (hack/deploy.py reads its Lease identities)
 sys.path.insert(0, str(REPO / "hack"))
 
-from cluster import (  # noqa: E402
-    OVN_PREFIX, PEERS, ClusterError, LocalCluster, _read_versions, default_bin_dir, ovsdb_rows, ovsdb_set,
+from hack.bed import (  # noqa: E402
+    OVN_PREFIX, PEERS, ClusterError, DataPlane, LocalCluster, Node, NodeError, _read_versions, default_bin_dir,
+    ovsdb_rows, ovsdb_set,
 )
-from dataplane import DataPlane  # noqa: E402
 from deploy import NAMESPACE, ControllerDeployment, DeployError, build_image  # noqa: E402
 from vms import vm_for_network  # noqa: E402
 from wait import wait_for  # noqa: E402
-from node import Node, NodeError  # noqa: E402
 
 # Ready reasons that do not change by waiting (a refusal the sample set provokes on purpose).
 SETTLED = {"Ready", "NamespaceNotAllowed", "ZoneExhausted", "ZoneNotFound", "PoolOverlapsSubnet"}

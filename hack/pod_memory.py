@@ -50,7 +50,7 @@ from hack.bench import (  # noqa: E402
     setup_objects,
 )
 from hack.chaos import container_pid  # noqa: E402
-from hack.cluster import LocalCluster  # noqa: E402
+from hack.bed import LocalCluster  # noqa: E402
 from hack.deploy import NAME, NAMESPACE, ControllerDeployment, ready  # noqa: E402
 
 CGROUP = Path("/sys/fs/cgroup")

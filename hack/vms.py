@@ -1,4 +1,4 @@
-"""VMs as capmox makes them, on the bed's data plane (issue 25; hack/dataplane.py).
+"""VMs as capmox makes them, on the bed's data plane (issue 25; hack/bed/dataplane.py).
 
 capmox gives a Proxmox VM its NIC on a ProxmoxNetwork as follows, and so does
 :func:`vm_for_network`: the NIC's bridge and VLAN ``tag=`` from the network's status
@@ -21,12 +21,8 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-try:  # imported as hack.vms (tests) or as vms (hack/ on sys.path)
-    from hack.dataplane import Chassis, DataPlane, Vm
-    from hack.wait import wait_for
-except ImportError:
-    from dataplane import Chassis, DataPlane, Vm  # type: ignore[no-redef]
-    from wait import wait_for  # type: ignore[no-redef]
+from hack.bed import Chassis, DataPlane, Vm
+from hack.wait import wait_for
 
 IPAM = "ipam.cluster.x-k8s.io"
 ADDRESS_V = "v1beta1"  # the newest version cluster-api v1.10's IPAddress/IPAddressClaim serve

@@ -22,18 +22,10 @@ import attrs
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-try:  # imported as hack.wire_monitor (tests) or as wire_monitor (hack/ on sys.path)
-    from hack.cluster import DATAPLANE_PROVIDER, LocalCluster, ovsdb_rows, ovsdb_set
-    from hack.dataplane import Prober, Vm
-    from hack.objects import PX, Admin, reason
-    from hack.vms import ADDRESS_V, IPAM, vm_for_network
-    from hack.wait import wait_for
-except ImportError:
-    from cluster import DATAPLANE_PROVIDER, LocalCluster, ovsdb_rows, ovsdb_set  # type: ignore[no-redef]
-    from dataplane import Prober, Vm  # type: ignore[no-redef]
-    from objects import PX, Admin, reason  # type: ignore[no-redef]
-    from vms import ADDRESS_V, IPAM, vm_for_network  # type: ignore[no-redef]
-    from wait import wait_for  # type: ignore[no-redef]
+from hack.bed import DATAPLANE_PROVIDER, LocalCluster, Prober, Vm, ovsdb_rows, ovsdb_set
+from hack.objects import PX, Admin, reason
+from hack.vms import ADDRESS_V, IPAM, vm_for_network
+from hack.wait import wait_for
 
 
 # A gap this long is the gateway gone, not a dropped packet: OVN's own failover to another

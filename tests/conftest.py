@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from hack.cluster import ClusterError, LocalCluster  # noqa: E402
+from hack.bed import ClusterError, LocalCluster  # noqa: E402
 from hack.objects import Admin  # noqa: E402
 
 

@@ -24,7 +24,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from hack.cluster import LocalCluster
+from hack.bed import LocalCluster
 from hack.objects import Admin, condition, reason, unique
 from tests.support.peers import KUBE_OVN, Ctl, Trunk, kube_get, make_vpc
 from hack.wait import wait_for

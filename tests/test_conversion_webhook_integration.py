@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from kubernetes.client.rest import ApiException
 
-from hack.cluster import ClusterError, LocalCluster
+from hack.bed import ClusterError, LocalCluster
 from hack.controller_process import ControllerProcess
 from hack.objects import Admin, reason, unique
 from hack.wait import wait_for

@@ -37,7 +37,7 @@ import yaml
 from kubernetes.utils import parse_quantity
 
 from hack.audit import read_events
-from hack.cluster import LocalCluster, ovsdb_rows
+from hack.bed import LocalCluster, ovsdb_rows
 from hack.deploy import NAMESPACE, ControllerDeployment, DeployError, ready, restarts
 from hack.objects import Admin, reason, unique, wait_condition
 from hack.wait import wait_for

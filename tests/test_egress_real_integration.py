@@ -28,7 +28,7 @@ import pytest
 from kubernetes import client as k8s
 
 from controller.egress import LABEL_GATEWAY
-from hack.cluster import LocalCluster
+from hack.bed import LocalCluster
 from hack.objects import Admin, unique
 from hack.wait import wait_for
 from tests.support.controller import running_controller

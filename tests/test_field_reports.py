@@ -41,7 +41,7 @@ from controller import names
 from controller.kube import KubeWriter
 from informers import Resource
 from hack.audit import write_marker, writes_before
-from hack.cluster import LocalCluster, ovsdb_rows
+from hack.bed import LocalCluster, ovsdb_rows
 from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
 from tests.support.ovsdb import ha_chassis_groups
 from tests.support.peers import (ADDRESS_V, IPAM, IPAM_PROVIDER, KUBE_OVN, KUBE_OVN_FINALIZER, KUBEOVN, OURS,

@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 import pytest
 from kubernetes import client
 
-from hack.cluster import LocalCluster
+from hack.bed import LocalCluster
 from informers import Resource, SharedInformerFactory, meta_namespace_key
 from informers import reflector as reflector_mod
 from tests.support.tcpproxy import TCPProxy

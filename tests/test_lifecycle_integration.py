@@ -29,7 +29,7 @@ from kubernetes.client.rest import ApiException
 
 from controller.leader import DEFAULT_LEASE_NAME as LEASE
 from controller.leader import DEFAULT_LEASE_NAMESPACE as LEASE_NAMESPACE
-from hack.cluster import CONTROLLER_NAMESPACE, CONTROLLER_SA, LocalCluster
+from hack.bed import CONTROLLER_NAMESPACE, CONTROLLER_SA, LocalCluster
 from hack.controller_process import ControllerProcess
 from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
 from tests.support.controller import running_controller

@@ -28,9 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 
-from hack.cluster import LocalCluster  # noqa: E402
-from hack.procs import pid_alive  # noqa: E402
-from hack.node import CGROUP_FS, NODE_COMPONENTS  # noqa: E402
+from hack.bed import CGROUP_FS, NODE_COMPONENTS, LocalCluster, pid_alive  # noqa: E402
 from hack.wait import wait_for  # noqa: E402
 from tests.support.nodebed import node_bed
 
@@ -257,7 +255,7 @@ def test_stop_leaves_nothing_of_the_node_behind(bed: LocalCluster) -> None:
 CHILD = """
 import json, signal, sys
 sys.path.insert(0, {root!r}); sys.path.insert(0, {hack!r})
-from cluster import LocalCluster
+from hack.bed import LocalCluster
 from wait import wait_for
 c = LocalCluster({dir!r}, with_nb=False, with_peers=False, with_node=True)
 c.start()
@@ -274,7 +272,7 @@ def test_a_bed_killed_with_sigkill_is_cleaned_up_by_stop(tmp_path_factory: pytes
     """The bed's Python process SIGKILLed with a pod running: its components die with it
     (parent-death signal), the shim and the container run on; ``hack/cluster.py stop`` then
     leaves no shim, container process, network namespace, bridge, mount or cgroup."""
-    from hack.node import Node
+    from hack.bed import Node
 
     workdir = tmp_path_factory.mktemp("k")  # short: containerd's socket path is limited
     out = workdir.parent / "k-child.out"

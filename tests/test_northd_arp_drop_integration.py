@@ -25,7 +25,7 @@ from typing import Iterator
 import pytest
 from kubernetes import client as k8s
 
-from hack.cluster import LocalCluster, ovsdb_rows
+from hack.bed import LocalCluster, ovsdb_rows
 from hack.objects import Admin, reason, unique, wait_condition
 from hack.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from hack.cluster import NB_SCHEMA, OVN_PREFIX, SB_SCHEMA, _read_versions, default_peers_dir
+from hack.bed import NB_SCHEMA, OVN_PREFIX, SB_SCHEMA, _read_versions, default_peers_dir
 
 VERSIONS = _read_versions()
 

@@ -294,7 +294,7 @@ def _pki(tmp_path):
 def ssl_nb(tmp_path):
     import subprocess
 
-    from hack.cluster import NB_SCHEMA
+    from hack.bed import NB_SCHEMA
 
     pki = _pki(tmp_path)
     db = tmp_path / "nb.db"
@@ -411,7 +411,7 @@ def test_transactions_queued_behind_a_hung_one_end_at_their_own_deadline(tmp_pat
     import threading
     import time
 
-    from hack.cluster import NB_SCHEMA
+    from hack.bed import NB_SCHEMA
     from ovn.nb import TIMED_OUT
 
     db, sock = tmp_path / "nb.db", tmp_path / "nb.sock"

@@ -33,7 +33,7 @@ from controller.gateway import FAILING_SINCE
 from controller.kube import ApiError, KubeWriter
 from controller.leader import DEFAULT_LEASE_NAME, lease_path
 from controller.metrics import NETWORK_WORKQUEUE_NAME
-from hack.cluster import LocalCluster
+from hack.bed import LocalCluster
 from hack.objects import Admin, reason
 from hack.wait import wait_for
 from tests.support.ovsdb import NBServer, free_port

@@ -27,7 +27,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from hack.cluster import ClusterError, LocalCluster, ovsdb_rows, ovsdb_set
+from hack.bed import ClusterError, LocalCluster, ovsdb_rows, ovsdb_set
 from ovn import planner
 from ovn.gateway import GatewayApplier
 from ovn.nb import fetch_schema

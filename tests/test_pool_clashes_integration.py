@@ -30,7 +30,7 @@ from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
 from hack.audit import writes_until_now
-from hack.cluster import LocalCluster
+from hack.bed import LocalCluster
 from hack.objects import Admin, condition, reason, unique
 from hack.wait import wait_for
 from tests.support.peers import ADDRESS_V, IPAM, KUBEOVN, POOL_V, WAIT, Ctl, Trunk, kube_get, make_vpc

@@ -52,7 +52,7 @@ from kubernetes.client.rest import ApiException
 from controller import names
 from controller.kube import KubeWriter
 from hack.audit import write_marker, writes_before
-from hack.cluster import ClusterError, LocalCluster, ovsdb_rows, ovsdb_set
+from hack.bed import ClusterError, LocalCluster, ovsdb_rows, ovsdb_set
 from hack.objects import Admin, reason, unique, wait_condition
 from tests.support.gateway import assigned as chassis_assigned
 from tests.support.ovsdb import RowMonitor, ha_chassis_groups

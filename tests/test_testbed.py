@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from hack.cluster import CONTROLLER_USER, LocalCluster
+from hack.bed import CONTROLLER_USER, LocalCluster
 from hack.audit import audit_writes, format_writes, write_marker, writes_before
 from tests.support.tcpproxy import TCPProxy
 

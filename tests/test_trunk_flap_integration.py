@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
-from hack.cluster import ClusterError, LocalCluster
+from hack.bed import ClusterError, LocalCluster
 from hack.objects import Admin, reason, unique
 from hack.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups

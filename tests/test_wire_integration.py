@@ -38,8 +38,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 
-from hack.cluster import DATAPLANE_PROVIDER, LocalCluster, ovsdb_rows
-from hack.dataplane import DataPlane, Prober, Vm
+from hack.bed import DATAPLANE_PROVIDER, DataPlane, LocalCluster, Prober, Vm, ovsdb_rows
 from hack.objects import Admin, reason, unique, wait_condition
 from hack.vms import pod_on_subnet, vm_for_network
 from hack.wait import wait_for

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from hack.dataplane import Prober
+from hack.bed import Prober
 from hack.wire_monitor import GAP_LIMIT, WireFigures, binding_events, moves_after
 
 

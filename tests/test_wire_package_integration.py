@@ -23,7 +23,7 @@ import contextlib
 import pytest
 from kubernetes import client as k8s
 
-from hack.cluster import DATAPLANE_PROVIDER, LocalCluster, ovsdb_rows
+from hack.bed import DATAPLANE_PROVIDER, LocalCluster, ovsdb_rows
 from hack.objects import unique, wait_condition
 from hack.vms import pod_on_subnet, vm_for_network
 from hack.wait import wait_for

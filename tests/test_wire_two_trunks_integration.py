@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hack.cluster import ClusterError, LocalCluster
+from hack.bed import ClusterError, LocalCluster
 from hack.objects import Admin, reason
 from tests.support.ovsdb import ha_chassis_groups
 from tests.test_wire_integration import Tenant, gateway_controller, reaches

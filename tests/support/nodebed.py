@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hack.cluster import ClusterError, LocalCluster
+from hack.bed import ClusterError, LocalCluster
 
 
 def node_bed(workdir: Path, with_peers: bool) -> Iterator[LocalCluster]:

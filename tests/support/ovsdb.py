@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from hack.cluster import NB_SCHEMA as _NB_SCHEMA, free_ports
+from hack.bed import NB_SCHEMA as _NB_SCHEMA, free_ports
 from hack.wait import wait_for
 
 NB_SCHEMA = str(_NB_SCHEMA)  # the bed's OVN build (hack/build-ovn.sh), as every bed uses

@@ -28,8 +28,7 @@ from kubernetes.client.rest import ApiException
 
 from controller import names
 from controller.kube import KubeWriter
-from hack.cluster import ClusterError, LocalCluster
-from hack.procs import pid_state
+from hack.bed import ClusterError, LocalCluster, pid_state
 from hack.objects import Admin, unique
 from tests.support.controller import running_controller
 from hack.wait import wait_for

@@ -1,6 +1,6 @@
 """A node for the local test bed (issue 17 part 2): containerd, kubelet, kube-controller-manager, kube-scheduler.
 
-Used by ``LocalCluster(with_node=True)`` (hack/cluster.py; CLI ``start --node``), which
+Used by ``LocalCluster(with_node=True)`` (hack/bed/cluster.py; CLI ``start --node``), which
 spawns and stops the processes with its own pid files; this module writes their
 configuration, waits for them and cleans up after them. What each part needs here:
 
@@ -45,7 +45,7 @@ configuration, waits for them and cleans up after them. What each part needs her
   signed with the bed's key), no serving port, no leader election; **kube-scheduler** as
   ``system:kube-scheduler``, the same.
 
-With a node the API server runs the ServiceAccount admission plugin (hack/cluster.py): a
+With a node the API server runs the ServiceAccount admission plugin (hack/bed/control_plane.py): a
 pod gets its service account's token, projected by the kubelet (TokenRequest, signed with
 the bed's key) with ``kube-root-ca.crt`` (published in every namespace by the controller
 manager's root-ca-cert-publisher from ``--root-ca-file``): in-cluster config works.
@@ -63,6 +63,10 @@ deleted and the cgroup root removed. A bed whose Python process was killed with 
 leaves its containers running (their shims outlive it) and its bridge:
 ``hack/cluster.py stop --dir DIR`` or the next start in the same directory removes them all,
 and a bed in another directory picks another subnet.
+
+About 630 lines, past the ~600 of hack/: one class, the node's whole life from its files to
+its cleanup, moved whole from hack/node.py; LocalCluster's steps that run it are in
+hack/bed/cluster.py.
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ from typing import Any
 
 import yaml
 
-HACK_DIR = Path(__file__).resolve().parent
+HACK_DIR = Path(__file__).resolve().parent.parent
 NODE_NAME = "pnc-node"
 NODE_COMPONENTS = ("api-forward", "nb-forward", "containerd", "kube-controller-manager", "kube-scheduler", "kubelet")
 # Forwarder component -> the bed's service it forwards to (the name of its port).

@@ -1,7 +1,7 @@
 """The data plane of the local test bed (issue 25): real OVN chassis, a Proxmox trunk and VMs,
 each in a network namespace the bed makes, on Kube-OVN's own OVS and OVN (hack/build-ovn.sh).
 
-Used by ``LocalCluster(with_dataplane=True)`` (hack/cluster.py; CLI ``start --dataplane``).
+Used by ``LocalCluster(with_dataplane=True)`` (hack/bed/cluster.py; CLI ``start --dataplane``).
 What it builds, with no kernel module (the kernel here has no openvswitch, 8021q or geneve
 module, but TUN, veth, bridge and network namespaces):
 
@@ -50,10 +50,7 @@ from typing import Sequence
 
 import attrs
 
-try:  # imported as hack.dataplane (tests) or as dataplane (hack/ on sys.path)
-    from hack.procs import pid_alive, terminate_pid, wait_dead
-except ImportError:
-    from procs import pid_alive, terminate_pid, wait_dead  # type: ignore[no-redef]
+from hack.bed.procs import pid_alive, terminate_pid, wait_dead
 
 DEFAULT_CHASSIS = 3
 TRUNK_BRIDGE = "trunk"
@@ -167,7 +164,7 @@ class Prober:
 
     def __init__(self, vm: Vm, kind: str, target: str, interval: float = 0.1) -> None:
         argv = (["ping", "-n", "-i", f"{interval:g}", "-W", "1", target] if kind == "ping"
-                else [sys.executable, str(Path(__file__).with_name("arp_probe.py")), "eth0", target, f"{interval:g}"])
+                else [sys.executable, str(Path(__file__).parent.parent / "arp_probe.py"), "eth0", target, f"{interval:g}"])
         self.kind, self.replies, self.interval = kind, [], interval  # type: str, list[float], float
         self.seqs: set[int] = set()  # ping's icmp_seq of each reply (ping only)
         self.reply_at: dict[int, float] = {}  # icmp_seq -> when its reply was read (ping only)

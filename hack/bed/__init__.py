@@ -1,0 +1,97 @@
+"""The local test bed (product-decisions.md §5 and §7): etcd + kube-apiserver, OVN NB/SB and
+ovn-northd, the real peers, optionally a node and a data plane, on loopback. This package's
+names are the one place tests, the harnesses and the scripts import the bed from
+(``from hack.bed import LocalCluster``); its command line is ``python3 hack/cluster.py``.
+
+One job a file (docs/testing.md, "The hack/ layout"):
+
+* ``cluster.py``: :class:`LocalCluster`, which composes the rooms below (start and stop
+  order, state file and ``attach``, checks, the work directory's files and tokens, ``env()``);
+* ``control_plane.py``: etcd, kube-apiserver, kubectl, the bootstrap, the API clients;
+* ``ovn.py``: the NB and SB ovsdb-servers, ovn-northd, ``ovsdb_rows``;
+* ``peers.py``: kube-ovn-controller and the IPAM provider, and their faults;
+* ``node.py``: the node (containerd, kubelet, controller manager, scheduler, forwarders);
+* ``dataplane.py``: real OVN chassis, the Proxmox trunk and VMs in network namespaces;
+* ``credentials.py``: the PKI and the users' kubeconfigs;
+* ``components.py``: a component as a process (spawn, pid file, stop);
+* ``procs.py``: pid helpers, free ports, the parent-death signal;
+* ``builds.py``: versions.env and where the builds are (Kube-OVN's OVS/OVN put on PATH);
+* ``common.py``: the names every room shares, and :class:`ClusterError`;
+* ``cli.py``: ``start`` / ``env`` / ``stop`` (run by hack/cluster.py).
+
+The bed imports nothing from the rest of hack/ (the harnesses, the benchmarks, the tools):
+they import it.
+"""
+
+from hack.bed.builds import (
+    HACK_DIR,
+    NB_SCHEMA,
+    OVN_PREFIX,
+    REPO_ROOT,
+    SB_SCHEMA,
+    _read_versions,
+    default_bin_dir,
+    default_ovn_prefix,
+    default_peers_dir,
+    kube_ovn_legacy,
+)
+from hack.bed.cluster import LocalCluster
+from hack.bed.common import (
+    ADMIN_GROUPS,
+    ADMIN_TOKEN,
+    ADMIN_USER,
+    CHASSIS_ANNOTATION,
+    COMPONENTS,
+    CONTROLLER_GROUPS,
+    CONTROLLER_NAMESPACE,
+    CONTROLLER_SA,
+    CONTROLLER_USER,
+    DATAPLANE_PROVIDER,
+    FIELD_MANAGER,
+    IPAM_NAMESPACE,
+    IPAM_ROLE,
+    IPAM_SA,
+    KUBE_OVN_NAMESPACE,
+    KUBE_OVN_POD,
+    KUBE_OVN_ROLE,
+    KUBE_OVN_SA,
+    PEER_READY_LINES,
+    PEERS,
+    VPC_EGRESS_GATEWAY_CRD,
+    VPC_NAT_CONFIG,
+    ClusterError,
+)
+from hack.bed.control_plane import AUDIT_POLICY
+from hack.bed.dataplane import (
+    Chassis,
+    DataPlane,
+    DataPlaneError,
+    Prober,
+    Vm,
+    cleanup_leftovers,
+    missing_prerequisites,
+)
+from hack.bed.node import CGROUP_FS, FORWARDS, NODE_COMPONENTS, NODE_NAME, Node, NodeError
+from hack.bed.ovn import ovsdb_atom, ovsdb_rows, ovsdb_set
+from hack.bed.procs import die_with_parent, free_ports, pid_alive, pid_state, terminate_pid, wait_dead
+
+__all__ = [
+    # builds
+    "HACK_DIR", "NB_SCHEMA", "OVN_PREFIX", "REPO_ROOT", "SB_SCHEMA", "_read_versions", "default_bin_dir",
+    "default_ovn_prefix", "default_peers_dir", "kube_ovn_legacy",
+    # the bed
+    "LocalCluster", "ClusterError", "AUDIT_POLICY",
+    # names
+    "ADMIN_GROUPS", "ADMIN_TOKEN", "ADMIN_USER", "CHASSIS_ANNOTATION", "COMPONENTS", "CONTROLLER_GROUPS",
+    "CONTROLLER_NAMESPACE", "CONTROLLER_SA", "CONTROLLER_USER", "DATAPLANE_PROVIDER", "FIELD_MANAGER",
+    "IPAM_NAMESPACE", "IPAM_ROLE", "IPAM_SA", "KUBE_OVN_NAMESPACE", "KUBE_OVN_POD", "KUBE_OVN_ROLE", "KUBE_OVN_SA",
+    "PEER_READY_LINES", "PEERS", "VPC_EGRESS_GATEWAY_CRD", "VPC_NAT_CONFIG",
+    # the data plane
+    "Chassis", "DataPlane", "DataPlaneError", "Prober", "Vm", "cleanup_leftovers", "missing_prerequisites",
+    # the node
+    "CGROUP_FS", "FORWARDS", "NODE_COMPONENTS", "NODE_NAME", "Node", "NodeError",
+    # OVN rows
+    "ovsdb_atom", "ovsdb_rows", "ovsdb_set",
+    # processes
+    "die_with_parent", "free_ports", "pid_alive", "pid_state", "terminate_pid", "wait_dead",
+]
