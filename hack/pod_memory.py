@@ -49,7 +49,7 @@ from hack.bench import (  # noqa: E402
     setup_gateway_objects,
     setup_objects,
 )
-from hack.chaos import container_pid  # noqa: E402
+from hack.chaoskit import container_pid  # noqa: E402
 from hack.bed import LocalCluster  # noqa: E402
 from hack.deploy import NAME, NAMESPACE, ControllerDeployment, ready  # noqa: E402
 

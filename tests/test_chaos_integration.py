@@ -25,7 +25,7 @@ import os
 
 import pytest
 
-from hack.chaos import BED_FAULT_KINDS, POD_FAULT_KINDS, ChaosConfig, InvariantMonitor, longest_unheld, pool_refs, run
+from hack.chaoskit import BED_FAULT_KINDS, POD_FAULT_KINDS, ChaosConfig, InvariantMonitor, longest_unheld, pool_refs, run
 
 pytestmark = pytest.mark.chaos
 
@@ -207,7 +207,7 @@ def test_audit_log_recheck_confirms_overlapping_lifetimes_and_refutes_the_rest(t
     """A duplicate flagged by the monitor is checked against the API server's audit log:
     confirmed when both Vlans existed at once, refuted when one was gone before the other
     was created (a watch that missed a delete around an API server restart)."""
-    from hack.chaos import recheck_duplicates
+    from hack.chaoskit import recheck_duplicates
 
     def ev(verb, name, t):
         return json.dumps({"stage": "ResponseComplete", "verb": verb, "stageTimestamp": f"2026-01-01T00:00:{t:02d}Z",
@@ -270,7 +270,7 @@ def test_a_vlan_of_a_network_never_seen_is_counted_as_unjudgeable():
 
 
 def test_audit_recheck_looks_at_every_pair_of_a_three_way_flag(tmp_path):
-    from hack.chaos import recheck_duplicates
+    from hack.chaoskit import recheck_duplicates
 
     def ev(verb, name, t):
         return json.dumps({"stage": "ResponseComplete", "verb": verb, "stageTimestamp": f"2026-01-01T00:00:{t:02d}Z",
@@ -289,7 +289,7 @@ def test_audit_log_settles_open_judgements_by_when_each_object_was_removed(tmp_p
     DELETE itself). Clean when the consumer was gone before the Vlan's removal was received,
     a violation when the consumer's removal began after the Vlan's completed, open when
     they overlap."""
-    from hack.chaos import recheck_open
+    from hack.chaoskit import recheck_open
 
     def ev(verb, resource, name, received, done, ns=None, sub=None):
         ref = {"resource": resource, "name": name, **({"namespace": ns} if ns else {}),
