@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Broadcast ARP requests for TARGET on IFACE every INTERVAL seconds (sub-second, which
 iputils arping does not take) and print each reply as ``reply from <ip> [<mac>]``, flushed,
-until killed. Run inside a VM's namespace by hack/dataplane.py's ``Prober``.
+until killed. Run inside a VM's namespace by hack/bed/dataplane.py's ``Prober``.
 
     python3 hack/arp_probe.py IFACE TARGET [INTERVAL]
 """

@@ -2,7 +2,7 @@
 in-cluster IPAM provider, the sample zones and networks of hack/sample/, the controller running
 as its own user, and the result as ``kubectl get pxzone,pxnet -A`` and the OVN NB/SB show it.
 
-Where the bed's node can start (root, containerd, the node's binaries; hack/node.py) the
+Where the bed's node can start (root, containerd, the node's binaries; hack/bed/node.py) the
 controller runs as it does in a cluster: the Deployment of manifests/ (``kubectl apply -k
 hack/deploy-overlay``, hack/deploy.py) on the bed's node, its image built here by
 hack/build-image.sh (cached), two pods of which one leads; the demo prints
@@ -279,7 +279,7 @@ def main() -> int:
           + ("; a node (containerd, kubelet, kube-controller-manager, kube-scheduler)" if with_node else ""),
           flush=True)
     # The data plane's trunk is the sample's provider network, its trunk nodes pve-1..3
-    # (hack/dataplane.py; where it cannot run, the demo registers the sample's chassis by hand).
+    # (hack/bed/dataplane.py; where it cannot run, the demo registers the sample's chassis by hand).
     trunk = {"dataplane_provider": "physnet1", "dataplane_node_prefix": "pve"}
     cluster = LocalCluster(workdir, detach=args.keep, with_peers=True, with_node=with_node, **trunk)
     try:
@@ -311,7 +311,7 @@ def main() -> int:
         if dp is not None:
             chassis = [c.system_id for c in dp.chassis]
             ready_nodes = [c.name for c in dp.chassis]
-            print(f"==> the Proxmox trunk on the wire (hack/dataplane.py, {dp.start_seconds:.1f}s): nodes "
+            print(f"==> the Proxmox trunk on the wire (hack/bed/dataplane.py, {dp.start_seconds:.1f}s): nodes "
                   f"{', '.join(ready_nodes)}, each a network namespace with ovs-vswitchd and ovn-controller of "
                   "Kube-OVN's OVS/OVN build, their chassis registered in the SB by their own ovn-controller; a trunk "
                   "bridge where each VM is an access port with its VLAN tag. The bed plays kube-ovn-cni, which does "

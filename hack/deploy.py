@@ -2,7 +2,7 @@
 
 :class:`ControllerDeployment` puts the image of hack/build-image.sh into the node's
 containerd, writes the ConfigMap ``proxmox-network-testbed`` (where a pod reaches the API
-server and the NB: the node's gateway and the bed's ports, hack/node.py) and runs
+server and the NB: the node's gateway and the bed's ports, hack/bed/node.py) and runs
 ``kubectl apply -k hack/deploy-overlay`` (server-side, the bed's field manager): the
 shipped manifests with only the bed's changes (hack/deploy-overlay/kustomization.yaml says
 which). Its pods then run as the service account ``proxmox-network-controller`` with the

@@ -84,7 +84,7 @@ apt_install() {
 install_ovn() {
   # promtool (Debian's prometheus package) checks and unit-tests the alert rules; its
   # prometheus server scrapes the controller in tests/test_prometheus_integration.py.
-  # iputils-ping, iputils-arping and ethtool: the data plane's VMs (hack/dataplane.py, issue 25).
+  # iputils-ping, iputils-arping and ethtool: the data plane's VMs (hack/bed/dataplane.py, issue 25).
   local want=(prometheus autoconf automake libtool libssl-dev libcap-ng-dev libunbound-dev
               iputils-ping iputils-arping ethtool)
   local legacy=""

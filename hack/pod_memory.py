@@ -49,8 +49,7 @@ from hack.bench import (  # noqa: E402
     setup_gateway_objects,
     setup_objects,
 )
-from hack.chaoskit import container_pid  # noqa: E402
-from hack.bed import LocalCluster  # noqa: E402
+from hack.bed import LocalCluster, container_pid  # noqa: E402
 from hack.deploy import NAME, NAMESPACE, ControllerDeployment, ready  # noqa: E402
 
 CGROUP = Path("/sys/fs/cgroup")

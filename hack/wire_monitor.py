@@ -4,7 +4,7 @@ The gateway a VM on a ProxmoxNetwork's VLAN answers to is OVN's (the VPC router 
 on the chassis the HA chassis group names); the controller only writes that group. So
 nothing the controller goes through (its leader killed, its pods deleted or rolled out, an
 API server or NB outage) may cost the VM a reply. :class:`WireMonitor` shows it on the bed's
-data plane (hack/dataplane.py): a tenant of its own (namespace, VPC, a zone on the data
+data plane (hack/bed/dataplane.py): a tenant of its own (namespace, VPC, a zone on the data
 plane's provider), one Proxmox-backed subnet as the tenant's chart renders it
 (:meth:`hack.objects.Admin.create_proxmox_subnet`), a VM on it as capmox makes one
 (hack/vms.py), and an ICMP echo to the gateway every ``interval`` seconds from when the

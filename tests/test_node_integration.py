@@ -1,13 +1,13 @@
 """A node in the bed (issue 17 part 2): containerd, kubelet, kube-controller-manager, kube-scheduler.
 
-``LocalCluster(with_node=True)`` (hack/cluster.py, hack/node.py) registers Node ``pnc-node``;
+``LocalCluster(with_node=True)`` (hack/bed/cluster.py, hack/bed/node.py) registers Node ``pnc-node``;
 the bed counts as started once it is Ready. Asserted here: the Node is Ready with its
 InternalIP and containerd as its runtime; a pod the scheduler places on it runs, and its
 logs are read through the API server (which reaches the kubelet on the node's InternalIP
 with its client certificate); the controller manager runs a Deployment's ReplicaSet, which
 replaces a deleted pod; the controller's image (hack/build-image.sh) runs its entrypoint
 under the securityContext of manifests/deploy/ (marker ``image`` too); a pod reaches the API
-server and the NB on the node's gateway (hack/node.py's forwarders) and nothing else there;
+server and the NB on the node's gateway (hack/bed/node.py's forwarders) and nothing else there;
 the bed's stop leaves no process, shim, forwarder, mount, bridge, network namespace or cgroup
 of the node behind, and neither does ``hack/cluster.py stop`` after the bed's process was
 killed with SIGKILL while a pod ran.
@@ -62,7 +62,7 @@ def run_pod(bed: LocalCluster, pod: dict, timeout: float = 60) -> tuple[dict, st
 
 
 def test_a_pod_reaches_the_api_server_and_the_nb_on_the_gateway_and_nothing_else(bed: LocalCluster) -> None:
-    """The forwarders (hack/node.py): from a pod the gateway answers on the API server's and
+    """The forwarders (hack/bed/node.py): from a pod the gateway answers on the API server's and
     the NB's port numbers, and the serving certificate names the gateway; the kubernetes
     Service's address (no kube-proxy) and any other port of the gateway refuse or time out."""
     assert bed.node is not None

@@ -1,4 +1,4 @@
-"""On the wire (issue 25): real chassis, a trunk and VMs (hack/dataplane.py) next to the real
+"""On the wire (issue 25): real chassis, a trunk and VMs (hack/bed/dataplane.py) next to the real
 kube-ovn-controller v1.15.24, the real IPAM provider, the bed's NB/SB and Kube-OVN's patched
 ovn-northd, and the controller under test. A VM is made as capmox makes one (hack/vms.py):
 its VLAN from the network's status, its address from an IPAddressClaim the real provider

@@ -1,5 +1,5 @@
 """The wire monitor's judgement (hack/wire_monitor.py) and the probe's loss times
-(hack/dataplane.Prober), without a data plane: what counts as the controller showing on the
+(hack.bed.Prober, hack/bed/dataplane.py), without a data plane: what counts as the controller showing on the
 wire, and when a lost echo reply was due."""
 
 from __future__ import annotations

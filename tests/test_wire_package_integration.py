@@ -1,6 +1,6 @@
 """The package on the wire (issue 27, "Must show"): what the charts render, applied as Helm
 applies it to the bed with the real kube-ovn-controller v1.15.24, the real IPAM provider and
-real chassis (hack/dataplane.py), then judged by packets.
+real chassis (hack/bed/dataplane.py), then judged by packets.
 
 * the tenant chart (``charts/proxmox-network-subnet``): VMs on two of its rendered subnets,
   made as capmox makes them (the VLAN from the network's status, the address from a claim on

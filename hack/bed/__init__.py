@@ -71,7 +71,7 @@ from hack.bed.dataplane import (
     cleanup_leftovers,
     missing_prerequisites,
 )
-from hack.bed.node import CGROUP_FS, FORWARDS, NODE_COMPONENTS, NODE_NAME, Node, NodeError
+from hack.bed.node import CGROUP_FS, FORWARDS, NODE_COMPONENTS, NODE_NAME, Node, NodeError, container_pid
 from hack.bed.ovn import ovsdb_atom, ovsdb_rows, ovsdb_set
 from hack.bed.procs import die_with_parent, free_ports, pid_alive, pid_state, terminate_pid, wait_dead
 
@@ -89,7 +89,7 @@ __all__ = [
     # the data plane
     "Chassis", "DataPlane", "DataPlaneError", "Prober", "Vm", "cleanup_leftovers", "missing_prerequisites",
     # the node
-    "CGROUP_FS", "FORWARDS", "NODE_COMPONENTS", "NODE_NAME", "Node", "NodeError",
+    "CGROUP_FS", "FORWARDS", "NODE_COMPONENTS", "NODE_NAME", "Node", "NodeError", "container_pid",
     # OVN rows
     "ovsdb_atom", "ovsdb_rows", "ovsdb_set",
     # processes

@@ -64,9 +64,10 @@ leaves its containers running (their shims outlive it) and its bridge:
 ``hack/cluster.py stop --dir DIR`` or the next start in the same directory removes them all,
 and a bed in another directory picks another subnet.
 
-About 630 lines, past the ~600 of hack/: one class, the node's whole life from its files to
-its cleanup, moved whole from hack/node.py; LocalCluster's steps that run it are in
-hack/bed/cluster.py.
+About 650 lines, past the ~600 of hack/: one class, the node's whole life from its files to
+its cleanup, moved whole from hack/node.py, and :func:`container_pid` (a container's host pid
+on this node, moved from the chaos harness so that the benchmarks need not import it);
+LocalCluster's steps that run the node are in hack/bed/cluster.py.
 """
 
 from __future__ import annotations
@@ -176,6 +177,21 @@ def _missing_tools() -> list[str]:
                if shutil.which(t) is None]
     missing += [str(CNI_BIN_DIR / p) for p in ("bridge", "host-local", "loopback") if not (CNI_BIN_DIR / p).exists()]
     return missing
+
+
+def container_pid(node: Any, container_id: str) -> int:
+    """The host pid of a running container's main process (its task in the node's containerd,
+    ``ctr task ls``), checked against ``/proc/<pid>/cgroup``, which names the container.
+
+    Raises RuntimeError when the container has no running task."""
+    for line in node.ctr("task", "ls").splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == container_id and parts[2] == "RUNNING":
+            pid = int(parts[1])
+            if container_id not in Path(f"/proc/{pid}/cgroup").read_text():
+                raise RuntimeError(f"pid {pid} is not in the cgroup of container {container_id[:12]}")
+            return pid
+    raise RuntimeError(f"container {container_id[:12]} has no running task")
 
 
 class Node:

@@ -40,7 +40,7 @@ from hack.chaoskit.faults import PeerSupervisor, exit_reason, restart_apiserver,
 from hack.chaoskit.garbage import GarbageCollector
 from hack.chaoskit.load import SHARED_PROVIDER, Loader, Slot
 from hack.chaoskit.monitor import InvariantMonitor, pool_refs
-from hack.chaoskit.pods import PodReplicas, container_pid, lease_live, longest_unheld
+from hack.chaoskit.pods import PodReplicas, lease_live, longest_unheld
 from hack.chaoskit.replicas import Replica, Supervisor
 from hack.chaoskit.report import render_markdown, write_figures
 from hack.chaoskit.runner import run
@@ -54,7 +54,7 @@ __all__ = [
     "GarbageCollector",
     "SHARED_PROVIDER", "Loader", "Slot",
     "InvariantMonitor", "pool_refs",
-    "PodReplicas", "container_pid", "lease_live", "longest_unheld",
+    "PodReplicas", "lease_live", "longest_unheld",
     "Replica", "Supervisor",
     "render_markdown", "write_figures",
     "run",

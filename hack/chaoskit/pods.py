@@ -13,29 +13,13 @@ import shutil
 import signal
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
 
-from hack.bed import LocalCluster
+from hack.bed import LocalCluster, container_pid
 from hack.chaoskit.common import log
 from hack.chaoskit.config import ChaosConfig
-
-
-def container_pid(node: Any, container_id: str) -> int:
-    """The host pid of a running container's main process (its task in the node's containerd,
-    ``ctr task ls``), checked against ``/proc/<pid>/cgroup``, which names the container.
-
-    Raises RuntimeError when the container has no running task."""
-    for line in node.ctr("task", "ls").splitlines()[1:]:
-        parts = line.split()
-        if len(parts) >= 3 and parts[0] == container_id and parts[2] == "RUNNING":
-            pid = int(parts[1])
-            if container_id not in Path(f"/proc/{pid}/cgroup").read_text():
-                raise RuntimeError(f"pid {pid} is not in the cgroup of container {container_id[:12]}")
-            return pid
-    raise RuntimeError(f"container {container_id[:12]} has no running task")
 
 
 def lease_live(spec: Any) -> bool:
