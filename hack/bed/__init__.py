@@ -24,53 +24,18 @@ they import it.
 """
 
 from hack.bed.builds import (
-    HACK_DIR,
-    NB_SCHEMA,
-    OVN_PREFIX,
-    REPO_ROOT,
-    SB_SCHEMA,
-    _read_versions,
-    default_bin_dir,
-    default_ovn_prefix,
-    default_peers_dir,
-    kube_ovn_legacy,
+    HACK_DIR, NB_SCHEMA, OVN_PREFIX, REPO_ROOT, SB_SCHEMA, _read_versions, default_bin_dir, default_ovn_prefix,
+    default_peers_dir, kube_ovn_legacy,
 )
 from hack.bed.cluster import LocalCluster
 from hack.bed.common import (
-    ADMIN_GROUPS,
-    ADMIN_TOKEN,
-    ADMIN_USER,
-    CHASSIS_ANNOTATION,
-    COMPONENTS,
-    CONTROLLER_GROUPS,
-    CONTROLLER_NAMESPACE,
-    CONTROLLER_SA,
-    CONTROLLER_USER,
-    DATAPLANE_PROVIDER,
-    FIELD_MANAGER,
-    IPAM_NAMESPACE,
-    IPAM_ROLE,
-    IPAM_SA,
-    KUBE_OVN_NAMESPACE,
-    KUBE_OVN_POD,
-    KUBE_OVN_ROLE,
-    KUBE_OVN_SA,
-    PEER_READY_LINES,
-    PEERS,
-    VPC_EGRESS_GATEWAY_CRD,
-    VPC_NAT_CONFIG,
-    ClusterError,
+    ADMIN_GROUPS, ADMIN_TOKEN, ADMIN_USER, CHASSIS_ANNOTATION, COMPONENTS, CONTROLLER_GROUPS, CONTROLLER_NAMESPACE,
+    CONTROLLER_SA, CONTROLLER_USER, DATAPLANE_PROVIDER, FIELD_MANAGER, IPAM_NAMESPACE, IPAM_ROLE, IPAM_SA,
+    KUBE_OVN_NAMESPACE, KUBE_OVN_POD, KUBE_OVN_ROLE, KUBE_OVN_SA, PEER_READY_LINES, PEERS, VPC_EGRESS_GATEWAY_CRD,
+    VPC_NAT_CONFIG, ClusterError,
 )
 from hack.bed.control_plane import AUDIT_POLICY
-from hack.bed.dataplane import (
-    Chassis,
-    DataPlane,
-    DataPlaneError,
-    Prober,
-    Vm,
-    cleanup_leftovers,
-    missing_prerequisites,
-)
+from hack.bed.dataplane import Chassis, DataPlane, DataPlaneError, Prober, Vm, cleanup_leftovers, missing_prerequisites
 from hack.bed.node import CGROUP_FS, FORWARDS, NODE_COMPONENTS, NODE_NAME, Node, NodeError, container_pid
 from hack.bed.ovn import ovsdb_atom, ovsdb_rows, ovsdb_set
 from hack.bed.procs import die_with_parent, free_ports, pid_alive, pid_state, terminate_pid, wait_dead

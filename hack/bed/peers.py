@@ -14,17 +14,8 @@ import yaml
 
 from hack.bed.builds import OVN_PREFIX, _read_versions
 from hack.bed.common import (
-    IPAM_NAMESPACE,
-    IPAM_ROLE,
-    IPAM_SA,
-    KUBE_OVN_NAMESPACE,
-    KUBE_OVN_POD,
-    KUBE_OVN_ROLE,
-    KUBE_OVN_SA,
-    PEER_READY_LINES,
-    PEERS,
-    VPC_NAT_CONFIG,
-    ClusterError,
+    IPAM_NAMESPACE, IPAM_ROLE, IPAM_SA, KUBE_OVN_NAMESPACE, KUBE_OVN_POD, KUBE_OVN_ROLE, KUBE_OVN_SA,
+    PEER_READY_LINES, PEERS, VPC_NAT_CONFIG, ClusterError,
 )
 from hack.bed.procs import free_ports, pid_alive, pid_state, wait_dead
 

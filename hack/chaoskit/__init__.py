@@ -27,13 +27,7 @@ of it.
 from hack.chaoskit.audit import recheck_duplicates, recheck_open, removal_times, vlan_lifetimes
 from hack.chaoskit.common import log, retry
 from hack.chaoskit.config import (
-    BED_FAULT_KINDS,
-    FAULT_KINDS,
-    PEER_OF_FAULT,
-    POD_FAULT_KINDS,
-    ChaosConfig,
-    ChaosResult,
-    FaultRecord,
+    BED_FAULT_KINDS, FAULT_KINDS, PEER_OF_FAULT, POD_FAULT_KINDS, ChaosConfig, ChaosResult, FaultRecord,
 )
 from hack.chaoskit.convergence import Checker
 from hack.chaoskit.faults import PeerSupervisor, exit_reason, restart_apiserver, restart_nb

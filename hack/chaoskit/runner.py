@@ -27,14 +27,7 @@ from hack.chaoskit.convergence import Checker, nb_groups_of_ours, nb_leftovers, 
 from hack.chaoskit.faults import PeerSupervisor, restart_apiserver, restart_nb
 from hack.chaoskit.garbage import GarbageCollector
 from hack.chaoskit.load import (
-    MAX_SLOTS,
-    SHARED_PROVIDER,
-    Loader,
-    Slot,
-    create_trunk_nodes,
-    create_vpcs,
-    register_chassis,
-    vpc_of,
+    MAX_SLOTS, SHARED_PROVIDER, Loader, Slot, create_trunk_nodes, create_vpcs, register_chassis, vpc_of,
 )
 from hack.chaoskit.monitor import InvariantMonitor
 from hack.chaoskit.pods import PodReplicas
