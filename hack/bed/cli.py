@@ -17,6 +17,9 @@ forwarders to the API server and the NB on the node's pod bridge (its gateway ad
 the pods of that bridge only).
 """
 
+# This module's one job is the command line (hack/cluster.py runs it); its docstring above is the
+# --help text, as it was in hack/cluster.py.
+
 from __future__ import annotations
 
 import argparse

@@ -85,6 +85,9 @@ Short forms: ``tests/test_chaos_integration.py`` (marker ``chaos``; the pods' on
 ``node`` and ``image``) calls :func:`run` with a small :class:`ChaosConfig`.
 """
 
+# This module's one job is the command line (hack/chaos.py runs it); its docstring above is the
+# --help text, as it was in hack/chaos.py.
+
 from __future__ import annotations
 
 import argparse
