@@ -6,6 +6,9 @@ product-decisions §3):
 * LIST is paginated (``limit=500`` + ``continue``). A 410 on a continue token
   (it expired, ~5-15 min) restarts the LIST from scratch, so the result is one
   consistent snapshot.
+* Each page is handed to the sink's ``project`` as soon as it is decoded, so
+  only one page of objects as served is alive at a time (issue 29: 50,000 IPs
+  kept whole until the last page pinned twice the cache's memory).
 * The store is replaced with the LIST result; the informer synthesizes
   deletes for vanished keys and adds for new ones.
 * WATCH from the LIST's resourceVersion with ``allowWatchBookmarks=true``, a
@@ -96,7 +99,14 @@ class ReflectorConfig:
 class Sink(Protocol):
     """Where the reflector delivers (the informer)."""
 
-    def replace(self, objs: list[dict], resource_version: str) -> None: ...
+    def project(self, objs: list[dict]) -> list[dict]:
+        """What the store keeps of one LIST page's objects (as served, apiVersion and kind
+        filled); called once per page, before the next page is read."""
+        ...
+
+    def replace(self, objs: list[dict], resource_version: str) -> None:
+        """The whole LIST, each page already through :meth:`project`."""
+        ...
 
     def apply(self, event_type: str, obj: dict) -> None: ...
 
@@ -325,8 +335,9 @@ class Reflector:
                     page = self._transport.list(self._path, query, timeout)
                     meta = page.get("metadata") or {}
                     rv = meta.get("resourceVersion") or rv
-                    items.extend(self._complete_items(page))
                     cont = meta.get("continue")
+                    items.extend(self._sink.project(self._complete_items(page)))
+                    del page  # the page as served goes before the next one is read
                     if not cont or self._stop.is_set():
                         return items, rv
             except ApiException as e:
