@@ -332,7 +332,8 @@ class Reflector:
                     query = [("limit", str(LIST_PAGE_SIZE)), *self._selectors()]
                     if cont:
                         query.append(("continue", cont))
-                    page = self._transport.list(self._path, query, timeout)
+                    page = self._transport.list(self._path, query, timeout,
+                                                metadata_only=self.resource.metadata_only)
                     meta = page.get("metadata") or {}
                     rv = meta.get("resourceVersion") or rv
                     cont = meta.get("continue")
@@ -356,11 +357,20 @@ class Reflector:
             kind = list_kind[:-4] if list_kind.endswith("List") else ""
         api_version = page.get("apiVersion") or self.resource.api_version
         items = page.get("items") or []
+        if self.resource.metadata_only:
+            for item in items:
+                self._as_resource(item)
+            return items
         for item in items:
             if kind:
                 item.setdefault("kind", kind)
             item.setdefault("apiVersion", api_version)
         return items
+
+    def _as_resource(self, obj: dict) -> None:
+        # A PartialObjectMetadata is given the kind it stands for (Resource.metadata_only).
+        obj["kind"] = self.resource.kind
+        obj["apiVersion"] = self.resource.api_version
 
     def _watch_timeout(self) -> int:
         lo, hi = self.config.watch_timeout_range
@@ -387,7 +397,8 @@ class Reflector:
         started = self._clock()
         try:
             stream = self._transport.watch(
-                self._path, query, (self.config.connect_timeout, timeout_s + self.config.read_timeout_margin)
+                self._path, query, (self.config.connect_timeout, timeout_s + self.config.read_timeout_margin),
+                metadata_only=self.resource.metadata_only,
             )
         except ApiException as e:
             if status_code_of(e) == 410:
@@ -447,6 +458,8 @@ class Reflector:
             raise WatchDecodeError(f"{etype} event without an object")
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if etype in ("ADDED", "MODIFIED", "DELETED"):
+            if self.resource.metadata_only:
+                self._as_resource(obj)
             self._sink.apply(etype, obj)
         elif etype != "BOOKMARK":
             self._log.warning("unknown watch event type ignored", type=etype)
