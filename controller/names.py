@@ -40,6 +40,8 @@ PROXMOX_NETWORK_ZONES = Resource(GROUP, VERSION, "proxmoxnetworkzones", namespac
 VLANS = Resource("kubeovn.io", "v1", "vlans", namespaced=False, kind="Vlan")
 SUBNETS = Resource("kubeovn.io", "v1", "subnets", namespaced=False, kind="Subnet")
 PROVIDER_NETWORKS = Resource("kubeovn.io", "v1", "provider-networks", namespaced=False, kind="ProviderNetwork")
-NAMESPACES = Resource("", "v1", "namespaces", namespaced=False, kind="Namespace")
-NODES = Resource("", "v1", "nodes", namespaced=False, kind="Node")
+# Metadata only: their readers read labels and annotations (docs/architecture.md, "What the
+# caches keep"); a Node's status is most of its size and changes on every status report.
+NAMESPACES = Resource("", "v1", "namespaces", namespaced=False, kind="Namespace", metadata_only=True)
+NODES = Resource("", "v1", "nodes", namespaced=False, kind="Node", metadata_only=True)
 SECRETS = Resource("", "v1", "secrets", namespaced=True, kind="Secret")

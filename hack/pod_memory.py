@@ -23,7 +23,17 @@ Vlans). The kubelet's summary API (through the API server's node proxy) is read 
 of each phase to check the cgroup figure. Prints one line per phase and pod and, with
 ``--json``, writes every sample.
 
-    python3 hack/pod_memory.py --n 2000            # ~6 min on 2 cores
+``--population SCALE`` (issue 29) first grows the cluster around the running pods with
+hack/bench_scale.py's population (at 1: 5,000 Namespaces, 500 Nodes, 2,000 Subnets, 50,000
+IPs, 20,000 address/claim pairs, 5,000 machines; phase ``populate``, the caches fill from
+their watches), then creates the ``--n`` networks with bench_scale's shape (two providers);
+the rollout's new pods then start by listing all of it. The populated Nodes have no
+kubelet, so the Deployment is pinned to the bed's node (``nodeSelector``) for the run.
+The last line counts OOM kills: the pods' restarts and the containers' last termination
+reasons, and the memory cgroups' ``failcnt``.
+
+    python3 hack/pod_memory.py --n 2000                         # ~6 min on 2 cores
+    python3 hack/pod_memory.py --n 4000 --population 1          # ~20 min
 """
 
 from __future__ import annotations
@@ -50,7 +60,8 @@ from hack.bench import (  # noqa: E402
     setup_objects,
 )
 from hack.bed import LocalCluster, container_pid  # noqa: E402
-from hack.deploy import NAME, NAMESPACE, ControllerDeployment, ready  # noqa: E402
+from hack.bench_scale import counts, populate, setup_networks  # noqa: E402
+from hack.deploy import NAME, NAMESPACE, ControllerDeployment, ready, restarts  # noqa: E402
 
 CGROUP = Path("/sys/fs/cgroup")
 
@@ -155,6 +166,25 @@ def summarize(samples: list, phase: str) -> list[str]:
     return lines
 
 
+def oom_kills(deploy: ControllerDeployment, samples: list) -> str:
+    """The pods' restarts and last termination reasons, and the highest cgroup ``failcnt``
+    sampled (times the usage hit the limit), as one line."""
+    pods = deploy.pods()
+    reasons = [((c.get("lastState") or {}).get("terminated") or {}).get("reason")
+               for p in pods for c in (p.get("status") or {}).get("containerStatuses") or []]
+    return (f"OOM kills: {sum(r == 'OOMKilled' for r in reasons)} (restarts "
+            f"{[restarts(p) for p in pods]}, last terminations {[r for r in reasons if r]}); "
+            f"cgroup failcnt max {max((x[4]['failcnt'] for x in samples), default=0)}")
+
+
+def pin_to_node(deploy: ControllerDeployment) -> None:
+    """Schedule the Deployment's pods on the bed's node only (the populated Nodes have no
+    kubelet); waits for the rollout this patch starts."""
+    deploy.kubectl("patch", "deployment", NAME, "-n", NAMESPACE, "--type=merge", "-p", json.dumps(
+        {"spec": {"template": {"spec": {"nodeSelector": {"kubernetes.io/hostname": deploy.node.name}}}}}))
+    deploy.wait_rolled_out(240)
+
+
 def kubelet_view(deploy: ControllerDeployment) -> str:
     return ", ".join(f"{k[-5:]} {v / 2**20:.1f} MiB" for k, v in sorted(deploy.memory().items()))
 
@@ -166,11 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=4, help="admin threads creating the networks")
     ap.add_argument("--gateway", type=int, default=0, metavar="VPCS",
                     help="gateway management on, with the networks' router ports in VPCS VPCs (0: off)")
+    ap.add_argument("--population", type=float, default=0.0, metavar="SCALE",
+                    help="grow the cluster first with hack/bench_scale.py's population at SCALE (1: the issue's)")
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     ap.add_argument("--settle", type=float, default=30.0, help="seconds sampled after convergence and after the rollout")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/pnc-pod-memory"))
     ap.add_argument("--json", type=Path, default=None, help="write every sample here")
     args = ap.parse_args(argv)
+    if args.population and args.gateway:
+        ap.error("--population runs without gateway management (bench_scale's networks have no Subnets)")
 
     from kubernetes import client
 
@@ -182,13 +216,21 @@ def main(argv: list[str] | None = None) -> int:
         deploy = ControllerDeployment(cluster).install(
             extra_args=[] if args.gateway else ["--manage-gateway-chassis=false"])
         print(f"rolled out in {deploy.wait_rolled_out(240):.1f}s", flush=True)
+        if args.population:
+            pin_to_node(deploy)
         sampler = Sampler(deploy, args.interval).start()
         admin = cluster.api_client("admin")
         co = client.CustomObjectsApi(admin)
 
+        if args.population:
+            sampler.phase = "populate"
+            took = populate(cluster, counts(args.population), args.threads, lambda m: print(m, flush=True))
+            print(f"population made in {sum(took.values()):.1f}s; kubelet: {kubelet_view(deploy)}", flush=True)
         sampler.phase = "converge"
         t0 = time.monotonic()
-        if args.gateway:
+        if args.population:
+            setup_networks(cluster, args.n, args.threads)
+        elif args.gateway:
             setup_gateway_objects(cluster, args.n, args.zones, args.gateway, args.threads)
             create_router_ports(cluster, args.n, args.gateway)
         else:
@@ -221,9 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"after the rollout: kubelet: {kubelet_view(deploy)}; restarts "
               f"{[p['status']['containerStatuses'][0]['restartCount'] for p in deploy.pods()]}", flush=True)
         sampler.stop()
-        for phase in ("converge", "settled", "rollout"):
+        for phase in ("populate", "converge", "settled", "rollout"):
             for line in summarize(sampler.samples, phase):
                 print(line, flush=True)
+        print(oom_kills(deploy, sampler.samples), flush=True)
         if args.json:
             args.json.write_text(json.dumps([{"t": t, "phase": ph, "pod": pod, "leader": ld, **s}
                                              for t, ph, pod, ld, s in sampler.samples]))

@@ -178,8 +178,7 @@ class SharedIndexInformer:
     # ------------------------------------------------------- reflector sink
 
     def _on_list(self, objs: list[dict], resource_version: str) -> None:
-        """Reflector callback: a full LIST result."""
-        objs = [self._transform(o) for o in objs]
+        """Reflector callback: a full LIST result, already transformed page by page."""
         with self._dispatch_lock:
             events = self.store.replace(objs)
             for ev in events:
@@ -302,6 +301,9 @@ class _Sink:
 
     def __init__(self, informer: SharedIndexInformer) -> None:
         self._informer = informer
+
+    def project(self, objs: list[dict]) -> list[dict]:
+        return [self._informer._transform(o) for o in objs]
 
     def replace(self, objs: list[dict], resource_version: str) -> None:
         self._informer._on_list(objs, resource_version)

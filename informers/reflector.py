@@ -6,6 +6,9 @@ product-decisions §3):
 * LIST is paginated (``limit=500`` + ``continue``). A 410 on a continue token
   (it expired, ~5-15 min) restarts the LIST from scratch, so the result is one
   consistent snapshot.
+* Each page is handed to the sink's ``project`` as soon as it is decoded, so
+  only one page of objects as served is alive at a time (issue 29: 50,000 IPs
+  kept whole until the last page pinned twice the cache's memory).
 * The store is replaced with the LIST result; the informer synthesizes
   deletes for vanished keys and adds for new ones.
 * WATCH from the LIST's resourceVersion with ``allowWatchBookmarks=true``, a
@@ -96,7 +99,14 @@ class ReflectorConfig:
 class Sink(Protocol):
     """Where the reflector delivers (the informer)."""
 
-    def replace(self, objs: list[dict], resource_version: str) -> None: ...
+    def project(self, objs: list[dict]) -> list[dict]:
+        """What the store keeps of one LIST page's objects (as served, apiVersion and kind
+        filled); called once per page, before the next page is read."""
+        ...
+
+    def replace(self, objs: list[dict], resource_version: str) -> None:
+        """The whole LIST, each page already through :meth:`project`."""
+        ...
 
     def apply(self, event_type: str, obj: dict) -> None: ...
 
@@ -322,11 +332,13 @@ class Reflector:
                     query = [("limit", str(LIST_PAGE_SIZE)), *self._selectors()]
                     if cont:
                         query.append(("continue", cont))
-                    page = self._transport.list(self._path, query, timeout)
+                    page = self._transport.list(self._path, query, timeout,
+                                                metadata_only=self.resource.metadata_only)
                     meta = page.get("metadata") or {}
                     rv = meta.get("resourceVersion") or rv
-                    items.extend(self._complete_items(page))
                     cont = meta.get("continue")
+                    items.extend(self._sink.project(self._complete_items(page)))
+                    del page  # the page as served goes before the next one is read
                     if not cont or self._stop.is_set():
                         return items, rv
             except ApiException as e:
@@ -345,11 +357,20 @@ class Reflector:
             kind = list_kind[:-4] if list_kind.endswith("List") else ""
         api_version = page.get("apiVersion") or self.resource.api_version
         items = page.get("items") or []
+        if self.resource.metadata_only:
+            for item in items:
+                self._as_resource(item)
+            return items
         for item in items:
             if kind:
                 item.setdefault("kind", kind)
             item.setdefault("apiVersion", api_version)
         return items
+
+    def _as_resource(self, obj: dict) -> None:
+        # A PartialObjectMetadata is given the kind it stands for (Resource.metadata_only).
+        obj["kind"] = self.resource.kind
+        obj["apiVersion"] = self.resource.api_version
 
     def _watch_timeout(self) -> int:
         lo, hi = self.config.watch_timeout_range
@@ -376,7 +397,8 @@ class Reflector:
         started = self._clock()
         try:
             stream = self._transport.watch(
-                self._path, query, (self.config.connect_timeout, timeout_s + self.config.read_timeout_margin)
+                self._path, query, (self.config.connect_timeout, timeout_s + self.config.read_timeout_margin),
+                metadata_only=self.resource.metadata_only,
             )
         except ApiException as e:
             if status_code_of(e) == 410:
@@ -436,6 +458,8 @@ class Reflector:
             raise WatchDecodeError(f"{etype} event without an object")
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if etype in ("ADDED", "MODIFIED", "DELETED"):
+            if self.resource.metadata_only:
+                self._as_resource(obj)
             self._sink.apply(etype, obj)
         elif etype != "BOOKMARK":
             self._log.warning("unknown watch event type ignored", type=etype)

@@ -25,6 +25,11 @@ class Resource:
     * ``kind``: optional; used to fill ``kind`` on list items that lack it (list
       responses omit ``kind``/``apiVersion`` on items). When empty, the kind is
       derived from the list's ``kind`` (``"ConfigMapList"`` -> ``"ConfigMap"``).
+    * ``metadata_only``: list and watch it as ``PartialObjectMetadata`` (client-go's
+      metadata informer): the server sends metadata only, for a kind whose readers read
+      nothing else (Nodes: their status is most of their size). The informer gives the
+      objects this resource's ``kind`` and ``apiVersion`` back, so readers see the usual
+      shape without ``spec`` and ``status``. Requires ``kind``.
 
     Frozen and hashable, so it can key the shared informer factory.
     """
@@ -34,6 +39,11 @@ class Resource:
     plural: str = attrs.field(validator=_check_segment)
     namespaced: bool
     kind: str = ""
+    metadata_only: bool = attrs.field(default=False, kw_only=True)
+
+    def __attrs_post_init__(self) -> None:
+        if self.metadata_only and not self.kind:
+            raise ValueError(f"a metadata-only Resource needs its kind: {self.plural}")
 
     @property
     def api_version(self) -> str:

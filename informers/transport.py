@@ -20,6 +20,12 @@ from kubernetes.client.exceptions import ApiException
 
 Query = Sequence[tuple[str, str]]
 
+# Metadata-only answers (client-go's metadata informers): the server sends each object as a
+# meta.k8s.io/v1 PartialObjectMetadata, no spec and no status. Plain JSON comes back from a
+# server that cannot (then the informer's transform drops the rest).
+ACCEPT_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+ACCEPT_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+
 # How much one read of the watch body may return. read1() returns as soon as
 # any bytes are there, so this bounds memory, not latency.
 _READ_SIZE = 64 * 1024
@@ -42,12 +48,15 @@ class WatchStream(Protocol):
 class Transport(Protocol):
     """What the reflector needs from the API server (a fake in unit tests)."""
 
-    def list(self, path: str, query: Query, timeout: tuple[float, float]) -> dict:
-        """GET a collection page; the decoded JSON body. Raises ``ApiException``
-        for a non-2xx status, urllib3/socket errors for transport failures."""
+    def list(self, path: str, query: Query, timeout: tuple[float, float], metadata_only: bool = False) -> dict:
+        """GET a collection page; the decoded JSON body (``metadata_only``: asked for as a
+        ``PartialObjectMetadataList``). Raises ``ApiException`` for a non-2xx status,
+        urllib3/socket errors for transport failures."""
 
-    def watch(self, path: str, query: Query, timeout: tuple[float, float]) -> WatchStream:
-        """Start a watch; raises ``ApiException`` for a non-2xx status."""
+    def watch(self, path: str, query: Query, timeout: tuple[float, float],
+              metadata_only: bool = False) -> WatchStream:
+        """Start a watch (``metadata_only``: events carry ``PartialObjectMetadata``); raises
+        ``ApiException`` for a non-2xx status."""
 
 
 def status_code_of(exc: ApiException) -> int | None:
@@ -151,13 +160,13 @@ class ApiClientTransport:
     def __init__(self, api_client) -> None:
         self._api_client = api_client
 
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, accept: str = "application/json") -> dict[str, str]:
         # Built from the Configuration only (host, auth_settings()), which has
         # the same shape in the old (<= v34) and new (pydantic) generated
         # clients; auth_settings() also runs the token refresh hook.
         cfg = self._api_client.configuration
         headers = dict(self._api_client.default_headers)
-        headers["Accept"] = "application/json"
+        headers["Accept"] = accept
         if getattr(self._api_client, "cookie", None):
             headers["Cookie"] = self._api_client.cookie
         for setting in cfg.auth_settings().values():
@@ -165,20 +174,21 @@ class ApiClientTransport:
                 headers[setting["key"]] = setting["value"]
         return headers
 
-    def _open(self, path: str, query: Query, timeout: tuple[float, float]) -> urllib3.BaseHTTPResponse:
+    def _open(self, path: str, query: Query, timeout: tuple[float, float],
+              accept: str = "application/json") -> urllib3.BaseHTTPResponse:
         """GET ``path``; after a 401, once more when the client's token rotated since it was
         sent (``controller.credentials.TokenFile.renew``, as client-go retries once): a
         rotated token is never the LIST's or WATCH's own error (R11)."""
         url = self._api_client.configuration.host.rstrip("/") + path
         if query:
             url += "?" + urlencode(list(query))
-        headers = self._headers()
+        headers = self._headers(accept)
         resp = self._send(url, headers, timeout)
         token = getattr(self._api_client, "token", None)
         if resp.status == 401 and token is not None and token.renew(headers.get("authorization")):
             resp.drain_conn()
             resp.release_conn()
-            resp = self._send(url, self._headers(), timeout)
+            resp = self._send(url, self._headers(accept), timeout)
         return resp
 
     def _send(self, url: str, headers: dict[str, str], timeout: tuple[float, float]) -> urllib3.BaseHTTPResponse:
@@ -204,8 +214,8 @@ class ApiClientTransport:
         exc.headers = resp.headers
         raise exc
 
-    def list(self, path: str, query: Query, timeout: tuple[float, float]) -> dict:
-        resp = self._open(path, query, timeout)
+    def list(self, path: str, query: Query, timeout: tuple[float, float], metadata_only: bool = False) -> dict:
+        resp = self._open(path, query, timeout, ACCEPT_METADATA_LIST if metadata_only else "application/json")
         self._raise_for_status(resp)
         try:
             data = resp.read()
@@ -213,7 +223,8 @@ class ApiClientTransport:
             resp.release_conn()
         return json.loads(data)
 
-    def watch(self, path: str, query: Query, timeout: tuple[float, float]) -> WatchStream:
-        resp = self._open(path, query, timeout)
+    def watch(self, path: str, query: Query, timeout: tuple[float, float],
+              metadata_only: bool = False) -> WatchStream:
+        resp = self._open(path, query, timeout, ACCEPT_METADATA if metadata_only else "application/json")
         self._raise_for_status(resp)
         return _UrllibWatchStream(resp)

@@ -139,6 +139,38 @@ def test_initial_sync_matches_list(cluster, admin_client, unique_namespace, fact
     assert inf.last_sync_age() < 10
 
 
+def test_a_metadata_only_informer_gets_metadata_from_the_server_under_its_own_kind(
+        cluster, admin_client, unique_namespace, factories, monkeypatch):
+    """Issue 29 (client-go's metadata informers): a ``metadata_only`` Resource is listed
+    (in real pages) and watched as ``PartialObjectMetadata``: the server leaves out the
+    ConfigMaps' ``data`` (no transform of ours drops it), and the objects reach the store and
+    the handlers under the kind and apiVersion they stand for, labels and all."""
+    monkeypatch.setattr(reflector_mod, "LIST_PAGE_SIZE", 4)
+    core = client.CoreV1Api(admin_client)
+    for i in range(6):
+        core.create_namespaced_config_map(unique_namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=f"cm-{i}", labels={"i": str(i)}), data={"big": "x" * 1000}))
+    f = factories(admin_client)
+    meta_cm = Resource("", "v1", "configmaps", True, kind="ConfigMap", metadata_only=True)
+    inf = f.informer(meta_cm, field_selector=f"metadata.namespace={unique_namespace}")
+    seen: list[dict] = []
+    inf.add_event_handler(on_add=seen.append, on_update=lambda old, new: seen.append(new))
+    f.start()
+    assert f.wait_for_cache_sync(DEADLINE)
+    listed = {o["metadata"]["name"]: o for o in inf.store.list()}
+    assert sorted(listed) == [f"cm-{i}" for i in range(6)]
+    for i in range(6):
+        o = listed[f"cm-{i}"]
+        assert (o["kind"], o["apiVersion"]) == ("ConfigMap", "v1")
+        assert o["metadata"]["labels"] == {"i": str(i)} and "data" not in o
+    core.patch_namespaced_config_map("cm-2", unique_namespace, {"metadata": {"labels": {"i": "two"}}})
+    wait_for(lambda: (inf.store.get(f"{unique_namespace}/cm-2") or {}).get("metadata", {}).get("labels") == {"i": "two"},
+             what="the label change through the metadata-only watch")
+    event = seen[-1]
+    assert event["metadata"]["name"] == "cm-2"
+    assert (event["kind"], event["apiVersion"]) == ("ConfigMap", "v1") and "data" not in event
+
+
 def test_create_update_delete_events_arrive(cluster, admin_client, unique_namespace, factories):
     core = client.CoreV1Api(admin_client)
     f = factories(admin_client)

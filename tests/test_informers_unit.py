@@ -221,10 +221,10 @@ def test_store_indexes_always_consistent(ops):
 
 
 class NullTransport:
-    def list(self, path, query, timeout):  # pragma: no cover - never started
+    def list(self, path, query, timeout, metadata_only=False):  # pragma: no cover - never started
         raise AssertionError("not used")
 
-    def watch(self, path, query, timeout):  # pragma: no cover
+    def watch(self, path, query, timeout, metadata_only=False):  # pragma: no cover
         raise AssertionError("not used")
 
 
@@ -473,7 +473,7 @@ class FakeApiServer:
             self.cond.notify_all()
 
     # --- Transport protocol
-    def list(self, path, query, timeout):
+    def list(self, path, query, timeout, metadata_only=False):
         q = dict(query)
         with self.cond:
             self.lists.append(list(query))
@@ -500,7 +500,7 @@ class FakeApiServer:
                 o.pop("apiVersion", None)
             return {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": meta, "items": page}
 
-    def watch(self, path, query, timeout):
+    def watch(self, path, query, timeout, metadata_only=False):
         q = dict(query)
         with self.cond:
             self.watches.append((list(query), timeout))
@@ -687,7 +687,7 @@ def test_410_relists_with_synthesized_deletes(mode, running):
 
 def test_repeated_410_right_after_relist_backs_off(running):
     class AlwaysGone(FakeApiServer):
-        def watch(self, path, query, timeout):
+        def watch(self, path, query, timeout, metadata_only=False):
             self.watches.append((list(query), timeout))
             raise ApiException(status=410, reason="Gone", body=json.dumps(status(410, "Expired")))
 
@@ -713,7 +713,7 @@ def test_missing_crd_keeps_retrying_until_it_appears(server, running):
 
 def test_missing_crd_has_synced_stays_false(running):
     class NoCrd(FakeApiServer):
-        def list(self, path, query, timeout):
+        def list(self, path, query, timeout, metadata_only=False):
             self.lists.append(query)
             raise ApiException(status=404, reason="Not Found", body=json.dumps(status(404, "NotFound")))
 
@@ -734,7 +734,7 @@ def test_a_kind_that_cannot_be_listed_says_why_until_a_list_succeeds(running):
             self.broken = threading.Event()
             self.broken.set()
 
-        def list(self, path, query, timeout):
+        def list(self, path, query, timeout, metadata_only=False):
             if self.broken.is_set():
                 self.lists.append(query)
                 raise ApiException(status=500, reason="Internal Server Error", body=json.dumps(
@@ -886,7 +886,7 @@ def test_factory_shares_informers_and_merges_indexers(server):
 
 def test_factory_wait_for_cache_sync_times_out(running):
     class Down(FakeApiServer):
-        def list(self, path, query, timeout):
+        def list(self, path, query, timeout, metadata_only=False):
             raise urllib3.exceptions.NewConnectionError(None, "refused")
 
     f = SharedInformerFactory(transport=Down(), relist_backoff=(0.001, 0.01))
@@ -967,26 +967,105 @@ def test_retry_after_is_read_from_header_or_status():
     assert retry_after_seconds(ApiException(status=500, reason="x", body="not json")) == 0.0
 
 
-def test_cached_objects_carry_no_managed_fields_unless_the_transform_is_off():
+def test_cached_objects_carry_no_managed_fields_unless_the_transform_is_off(running):
     """The default transform drops ``metadata.managedFields`` from list items and watch
     events before the store or a handler sees them (client-go SetTransform; nothing we
     reconcile reads them); ``transform=None`` keeps objects exactly as served."""
     mf = [{"manager": "kubectl", "operation": "Update", "fieldsV1": {"f:data": {}}}]
 
-    def served(name: str) -> dict:
-        o = obj(name, rv="1")
-        o["metadata"]["managedFields"] = list(mf)
-        return o
+    class Managed(FakeApiServer):
+        def list(self, path, query, timeout, metadata_only=False):
+            page = super().list(path, query, timeout)
+            for o in page["items"]:
+                o["metadata"]["managedFields"] = copy.deepcopy(mf)
+            return page
 
-    inf = SharedIndexInformer(CM, NullTransport())
+    srv = Managed()
+    srv.put("a")
+    inf = running(srv)
     events = recorder(inf)
-    inf._on_list([served("a")], "10")
-    inf._on_watch_event("ADDED", served("b"))
+    assert inf.wait_for_sync(DEADLINE)
+    served = obj("b", rv="1")
+    served["metadata"]["managedFields"] = copy.deepcopy(mf)
+    inf._on_watch_event("ADDED", served)
     for key in ("ns/a", "ns/b"):
         assert "managedFields" not in inf.store.get(key)["metadata"]
         assert inf.store.get(key)["metadata"]["name"] == key[3:]
     assert all("managedFields" not in e[2]["metadata"] for e in events)
 
-    raw = SharedIndexInformer(CM, NullTransport(), transform=None)
-    raw._on_list([served("a")], "10")
+    raw = running(srv, transform=None)
+    assert raw.wait_for_sync(DEADLINE)
     assert raw.store.get("ns/a")["metadata"]["managedFields"] == mf
+
+
+def test_each_list_page_is_transformed_before_the_next_page_is_read(running):
+    """Issue 29: the objects of a LIST page as served are dropped page by page, not kept
+    until the last page (50,000 Kube-OVN IPs kept whole pinned twice the cache's memory).
+    When page k is requested, the transform has run on every object of the k pages before."""
+    transformed: list[str] = []
+    seen_at_request: list[int] = []
+
+    class Recording(FakeApiServer):
+        def list(self, path, query, timeout, metadata_only=False):
+            seen_at_request.append(len(transformed))
+            return super().list(path, query, timeout)
+
+    def transform(o: dict) -> dict:
+        transformed.append(o["metadata"]["name"])
+        return {"metadata": {k: o["metadata"][k] for k in ("name", "namespace", "resourceVersion")}}
+
+    srv = Recording()
+    for i in range(1203):
+        srv.put(f"cm-{i:04d}")
+    inf = running(srv, transform=transform)
+    assert inf.wait_for_sync(DEADLINE)
+    assert seen_at_request[:3] == [0, 500, 1000]
+    assert len(inf.store.keys()) == 1203
+    kept = inf.store.get("ns/cm-0000")
+    assert set(kept) == {"metadata"} and set(kept["metadata"]) == {"name", "namespace", "resourceVersion"}
+
+
+def test_a_metadata_only_resource_asks_for_metadata_and_keeps_its_own_kind(running):
+    """A ``metadata_only`` Resource asks the transport for metadata (list and watch), and
+    the ``PartialObjectMetadata`` it gets back is stored under the resource's kind and
+    apiVersion, from the LIST and from a watch event alike."""
+    asked: list[tuple[str, bool]] = []
+
+    class Partial(FakeApiServer):
+        def list(self, path, query, timeout, metadata_only=False):
+            asked.append(("list", metadata_only))
+            page = super().list(path, query, timeout)
+            page["kind"], page["apiVersion"] = "PartialObjectMetadataList", "meta.k8s.io/v1"
+            for o in page["items"]:
+                o.pop("data", None)
+                o["kind"], o["apiVersion"] = "PartialObjectMetadata", "meta.k8s.io/v1"
+            return page
+
+        def watch(self, path, query, timeout, metadata_only=False):
+            asked.append(("watch", metadata_only))
+            return super().watch(path, query, timeout)
+
+    srv = Partial()
+    srv.put("a", k="v")
+    meta_cm = Resource("", "v1", "configmaps", True, kind="ConfigMap", metadata_only=True)
+    inf = SharedIndexInformer(meta_cm, srv, config=FAST)
+    inf.start()
+    try:
+        assert inf.wait_for_sync(DEADLINE)
+        a = inf.store.get("ns/a")
+        assert (a["kind"], a["apiVersion"]) == ("ConfigMap", "v1") and "data" not in a
+        wait_for(lambda: ("watch", True) in asked, what="the watch")
+        partial = obj("b", rv="1")
+        partial["kind"], partial["apiVersion"] = "PartialObjectMetadata", "meta.k8s.io/v1"
+        inf._reflector._handle_event({"type": "ADDED", "object": partial})
+        b = inf.store.get("ns/b")
+        assert (b["kind"], b["apiVersion"]) == ("ConfigMap", "v1")
+        assert ("list", True) in asked and all(flag for _, flag in asked)
+    finally:
+        inf.stop()
+        assert inf.join(5)
+
+
+def test_a_metadata_only_resource_needs_its_kind():
+    with pytest.raises(ValueError, match="needs its kind"):
+        Resource("", "v1", "nodes", False, metadata_only=True)
