@@ -212,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     sampler = None
     try:
         cluster.start()
-        setup_objects(cluster, args.zones)
+        if not args.population:
+            # With a population, bench_scale's zones come after it: the Deployment's
+            # admission policy refuses a machine on a zone's bridge that its namespace lacks.
+            setup_objects(cluster, args.zones)
         deploy = ControllerDeployment(cluster).install(
             extra_args=[] if args.gateway else ["--manage-gateway-chassis=false"])
         print(f"rolled out in {deploy.wait_rolled_out(240):.1f}s", flush=True)
