@@ -61,7 +61,7 @@ from hack.bench import (  # noqa: E402
 )
 from hack.bed import LocalCluster, container_pid  # noqa: E402
 from hack.bench_scale import counts, populate, setup_networks  # noqa: E402
-from hack.deploy import NAME, NAMESPACE, ControllerDeployment, ready, restarts  # noqa: E402
+from hack.deploy import NAME, NAMESPACE, ControllerDeployment, restarts  # noqa: E402
 
 CGROUP = Path("/sys/fs/cgroup")
 
@@ -104,7 +104,7 @@ def sample(dirs: dict[str, Path]) -> dict[str, int]:
 
 class Sampler:
     """Samples every running pod of the Deployment every ``interval`` s into ``samples``:
-    ``(monotonic, phase, pod, leader?, sample())``."""
+    ``(monotonic, phase, pod, holds the Lease?, sample())``."""
 
     def __init__(self, deploy: ControllerDeployment, interval: float) -> None:
         self.deploy = deploy
@@ -127,6 +127,7 @@ class Sampler:
         while not self._stop.wait(self.interval):
             try:
                 pods = self.deploy.pods()
+                holder = self.deploy.holder()  # every replica is Ready (issue 27): the Lease says who leads
             except Exception:  # noqa: BLE001 - a slow API server: next round
                 continue
             now = time.monotonic()
@@ -141,7 +142,7 @@ class Sampler:
                     s = sample(self._dirs[cid])
                 except (OSError, RuntimeError, ValueError):
                     continue  # the container just went
-                self.samples.append((now, self.phase, p["metadata"]["name"], ready(p), s))
+                self.samples.append((now, self.phase, p["metadata"]["name"], p["metadata"]["name"] == holder, s))
 
 
 def summarize(samples: list, phase: str) -> list[str]:
