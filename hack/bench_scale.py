@@ -260,6 +260,7 @@ def run(scale: float, networks: int, rest: float, threads: int, workdir: Path, t
         record_writes(r, "start", cluster, marker)
         log(f"[scale] synced {r['synced_s']:.1f}s, converged {r['converge_s']:.1f}s, start pass "
             f"{r['start_pass_s']:.1f}s after exec; {r['start_cpu_s']:.1f} CPU-s, {r['start_writes']} writes")
+        log("[scale] settling 60 s before reading the settled RSS")
         time.sleep(60)  # settled: what the caches and the runtime keep once the start pass is over
         r["settled_rss_mib"] = bench.rss_mib(ctl.pid)
 

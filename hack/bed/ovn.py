@@ -47,34 +47,37 @@ class OvnDatabases:
 
     # OVN NB ---------------------------------------------------------------
 
-    def _start_nb(self) -> None:
+    def _start_ovsdb(self, name: str, schema, env: dict[str, str] | None = None) -> tuple[str, str]:
+        """An ``ovsdb-server`` for database ``name`` ("nb" or "sb") created from ``schema``,
+        on a unix socket and a loopback TCP port; returns their ``unix:``/``tcp:`` addresses."""
         w = self.workdir
-        sock = w / "nb.sock"
+        sock = w / f"{name}.sock"
         if len(str(sock)) > 100:
             raise ClusterError(f"work directory path too long for a unix socket: {sock}")
-        db = w / "nb.db"
-        r = subprocess.run(
-            ["ovsdb-tool", "create", str(db), str(self.nb_schema)], capture_output=True, text=True
-        )
+        db = w / f"{name}.db"
+        r = subprocess.run(["ovsdb-tool", "create", str(db), str(schema)], capture_output=True, text=True)
         if r.returncode != 0:
-            raise ClusterError(f"ovsdb-tool create failed: {r.stderr.strip()}")
-        port = self._ports["nb"]
-        self.nb_unix = f"unix:{sock}"
-        self.nb_tcp = f"tcp:127.0.0.1:{port}"
+            raise ClusterError(f"ovsdb-tool create ({name.upper()}) failed: {r.stderr.strip()}")
+        port = self._ports[name]
         self._spawn(
-            "ovsdb-nb",
+            f"ovsdb-{name}",
             [
                 "ovsdb-server",
                 str(db),
                 f"--remote=punix:{sock}",
                 f"--remote=ptcp:{port}:127.0.0.1",
-                f"--unixctl={w / 'nb.ctl'}",
-                f"--log-file={w / 'ovsdb-nb.log'}",
+                f"--unixctl={w / f'{name}.ctl'}",
+                f"--log-file={w / f'ovsdb-{name}.log'}",
                 "-vconsole:off",
                 "-vfile:info",
             ],
-            w / "ovsdb-nb.console.log",
+            w / f"ovsdb-{name}.console.log",
+            env=env,
         )
+        return f"unix:{sock}", f"tcp:127.0.0.1:{port}"
+
+    def _start_nb(self) -> None:
+        self.nb_unix, self.nb_tcp = self._start_ovsdb("nb", self.nb_schema)
 
     def nbctl(self, *args: str, db: str | None = None, timeout: float = 10) -> str:
         """Run ovn-nbctl against the test NB (unix socket unless ``db`` is given)."""
@@ -116,34 +119,7 @@ class OvnDatabases:
         )
 
     def _start_sb(self) -> None:
-        w = self.workdir
-        sock = w / "sb.sock"
-        if len(str(sock)) > 100:
-            raise ClusterError(f"work directory path too long for a unix socket: {sock}")
-        db = w / "sb.db"
-        r = subprocess.run(
-            ["ovsdb-tool", "create", str(db), str(self.sb_schema)], capture_output=True, text=True
-        )
-        if r.returncode != 0:
-            raise ClusterError(f"ovsdb-tool create (SB) failed: {r.stderr.strip()}")
-        port = self._ports["sb"]
-        self.sb_unix = f"unix:{sock}"
-        self.sb_tcp = f"tcp:127.0.0.1:{port}"
-        self._spawn(
-            "ovsdb-sb",
-            [
-                "ovsdb-server",
-                str(db),
-                f"--remote=punix:{sock}",
-                f"--remote=ptcp:{port}:127.0.0.1",
-                f"--unixctl={w / 'sb.ctl'}",
-                f"--log-file={w / 'ovsdb-sb.log'}",
-                "-vconsole:off",
-                "-vfile:info",
-            ],
-            w / "ovsdb-sb.console.log",
-            env=self._ovn_env(),
-        )
+        self.sb_unix, self.sb_tcp = self._start_ovsdb("sb", self.sb_schema, env=self._ovn_env())
 
     def _start_northd(self) -> None:
         """ovn-northd between the NB and SB unix sockets; it retries until both answer."""

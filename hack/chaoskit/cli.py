@@ -8,7 +8,7 @@ under restarts, cache lag and kills") and field reports B01, B11, B12, B13.
 What runs (all on loopback, in a bed of its own, because the API server is restarted):
 
 * a :class:`~hack.bed.LocalCluster` (etcd + kube-apiserver + OVN NB/SB + ovn-northd)
-  with the real peers (``with_peers``, hack/build-peers.sh): kube-ovn-controller v1.13.0
+  with the real peers (``with_peers``, hack/build-peers.sh): kube-ovn-controller (hack/versions.env; v1.15.24)
   and the in-cluster IPAM provider v1.0.3. Kube-OVN makes the logical switches, localnet and
   router ports, ``Vlan.status.subnets`` (pruned on a Subnet's delete event) and its own
   Subnet finalizer; the provider fulfils IPAddressClaims (``v1beta1``, the newest version
