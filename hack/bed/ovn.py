@@ -93,20 +93,24 @@ class OvnDatabases:
             raise ClusterError(f"ovn-nbctl {' '.join(args)} failed: {r.stderr.strip()}")
         return r.stdout
 
-    def _wait_nb(self) -> None:
-        log = self.workdir / "ovsdb-nb.log"
+    def _wait_ovsdb(self, name: str, ctl, addresses: tuple[str, str]) -> None:
+        """Until ``ovsdb-<name>`` answers ``<ctl> show`` on each of ``addresses`` (20 s)."""
+        log = self.workdir / f"ovsdb-{name}.log"
         deadline = time.monotonic() + 20
         last = ""
         while time.monotonic() < deadline:
-            self._check_alive("ovsdb-nb", log)
+            self._check_alive(f"ovsdb-{name}", log)
             try:
-                for db in (self.nb_unix, self.nb_tcp):
-                    self.nbctl("show", db=db, timeout=2)
+                for db in addresses:
+                    ctl("show", db=db, timeout=2)
                 return
             except (ClusterError, subprocess.TimeoutExpired) as e:
                 last = str(e)
             time.sleep(0.1)
-        raise self._fail("ovsdb-nb", f"does not answer ovn-nbctl show ({last})", log)
+        raise self._fail(f"ovsdb-{name}", f"does not answer ovn-{name}ctl show ({last})", log)
+
+    def _wait_nb(self) -> None:
+        self._wait_ovsdb("nb", self.nbctl, (self.nb_unix, self.nb_tcp))
 
     # OVN SB and ovn-northd ----------------------------------------------------
 
@@ -196,19 +200,7 @@ class OvnDatabases:
         return all(names - {n} <= self.active_tunnels(n) for n in names)
 
     def _wait_sb(self) -> None:
-        log = self.workdir / "ovsdb-sb.log"
-        deadline = time.monotonic() + 20
-        last = ""
-        while time.monotonic() < deadline:
-            self._check_alive("ovsdb-sb", log)
-            try:
-                for db in (self.sb_unix, self.sb_tcp):
-                    self.sbctl("show", db=db, timeout=2)
-                return
-            except (ClusterError, subprocess.TimeoutExpired) as e:
-                last = str(e)
-            time.sleep(0.1)
-        raise self._fail("ovsdb-sb", f"does not answer ovn-sbctl show ({last})", log)
+        self._wait_ovsdb("sb", self.sbctl, (self.sb_unix, self.sb_tcp))
 
     def _wait_northd(self) -> None:
         """Ready once an NB change has gone through northd into the SB (--wait=sb)."""
