@@ -127,7 +127,7 @@ install_python() {
   if python3 - <<'PY' 2>/dev/null
 import importlib, sys
 for m in ("kubernetes", "ovs", "attrs", "structlog", "prometheus_client", "yaml", "durationpy",
-          "pytest", "pytest_asyncio", "pytest_timeout", "hypothesis", "cryptography", "grafanalib"):
+          "pytest", "pytest_asyncio", "pytest_timeout", "xdist", "hypothesis", "cryptography", "grafanalib"):
     importlib.import_module(m)
 import kubernetes
 sys.exit(0 if int(kubernetes.__version__.split(".")[0]) >= 37 else 1)

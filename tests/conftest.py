@@ -23,6 +23,7 @@ Integration tests carry ``@pytest.mark.integration``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -159,8 +160,25 @@ def unique_namespace(request: pytest.FixtureRequest, admin_client) -> Iterator[s
 # ------------------------------------------------------------------ where the suite's time goes
 # Issue 28: every run prints the time each module took (setup, call and teardown of its
 # tests, so a module's own bed counts to it) and how many tests it ran, largest first, so a
-# slow or failing CI run names its largest shares without a second run.
+# slow or failing CI run names its largest shares without a second run. Under pytest-xdist
+# the reports reach the controlling process, which adds them up the same way.
 _MODULE_SECONDS: dict[str, list[float]] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--module-seconds-out", metavar="PATH", default=None,
+                     help="write each module's seconds (setup + call + teardown) as JSON to PATH; "
+                          "tests/module_seconds.json is the record the workers' order reads (tests/support/schedule.py)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``: whole modules per worker, the longest first (tests/support/schedule.py)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from tests.support.schedule import LongestModuleFirst
+
+    return LongestModuleFirst(config, log)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -174,6 +192,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001 - pytest's signature
     if not _MODULE_SECONDS:
         return
+    out = config.getoption("module_seconds_out")
+    if out:
+        Path(out).write_text(json.dumps({m: round(s, 1) for m, (s, _) in sorted(_MODULE_SECONDS.items())}, indent=1) + "\n")
     total = sum(s for s, _ in _MODULE_SECONDS.values())
     terminalreporter.section("time by module (setup + call + teardown)")
     for module, (seconds, tests) in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1][0])[:30]:

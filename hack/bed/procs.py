@@ -6,9 +6,13 @@ the bed's components (hack/bed/components.py) and the data plane's daemons
 from __future__ import annotations
 
 import ctypes
+import fcntl
+import json
 import os
+import random
 import signal
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,18 +64,47 @@ def terminate_pid(pid: int, timeout: float = 10.0) -> None:
     wait_dead(pid, 5)
 
 
-def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+# Ports handed out come from below Linux's ephemeral range (ip_local_port_range, 32768-60999
+# by default), so no connect() of any process takes one between our check and the
+# component's bind; and each is reserved machine-wide for _PORT_HOLD seconds, so two beds
+# started at once (pytest-xdist workers, a benchmark beside the suite) never get the same one.
+_PORT_RANGE = (20000, 32767)
+_PORT_HOLD = 1800.0
+_PORT_BOOK = Path(tempfile.gettempdir()) / "pnc-free-ports.json"
+
+
+def free_ports(n: int, *, port_range: tuple[int, int] = _PORT_RANGE, book_file: Path = _PORT_BOOK) -> list[int]:
+    """``n`` distinct loopback ports of ``port_range`` (start inclusive, end exclusive), each
+    free now (a bind without ``SO_REUSEADDR`` succeeds, so no listener and no connection in
+    TIME_WAIT has it) and given to no other caller on this machine in the last 30 min (the
+    book ``book_file``, read and written under an ``flock`` of its ``.lock`` beside it).
+    Raises OSError when the range has no ``n`` such ports."""
+    with open(book_file.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        now = time.time()
+        try:
+            book = {int(k): v for k, v in json.loads(book_file.read_text()).items() if v > now}
+        except (OSError, ValueError, AttributeError):
+            book = {}
+        candidates = [p for p in range(*port_range) if p not in book]
+        random.shuffle(candidates)
+        chosen: list[int] = []
+        for port in candidates:
+            if len(chosen) == n:
+                break
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            chosen.append(port)
+        if len(chosen) < n:
+            raise OSError(f"only {len(chosen)} of {n} free ports in {port_range[0]}-{port_range[1] - 1}")
+        book.update((p, now + _PORT_HOLD) for p in chosen)
+        tmp = book_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(book))
+        tmp.replace(book_file)
+        return chosen
 
 
 def _tail(path: Path, lines: int = 40) -> str:
