@@ -38,7 +38,8 @@ GAP_LIMIT = 1.0
 class WireFigures:
     """What the VM saw: ``replies`` to its echo requests, ``lost`` (requests sent before the
     last reply that got none) and when each was due (``lost_at``, seconds from the first
-    reply), the ``longest_gap`` between two replies and the ``seconds`` probed (seconds);
+    reply), the ``longest_gap`` without a reply while a request went unanswered
+    (:meth:`hack.bed.dataplane.Prober.longest_gap`) and the ``seconds`` probed (seconds);
     ``gateway_moves``: each time, after the first reply and the port's settling on the
     group's highest-priority chassis, the gateway port
     ``cr-<router port>`` was released or claimed by another chassis than the one holding it

@@ -45,6 +45,13 @@ def _hex(n: int = 3) -> str:
     return secrets.token_hex(n)
 
 
+# Bridges of no zone (a host's infrastructure or raw bridges), named for this module alone: the
+# session bed is shared with other modules, whose zones sit on vmbr0/vmbr1 (hack/objects.py's
+# default), and under pytest-xdist any of them may run before this one (issue 28).
+_RAW = _hex()
+RAW0, RAW1, RAW7, RAW9 = (f"raw{i}{_RAW}" for i in "0179")
+
+
 class Bed:
     """Zones, namespaces and helpers shared by the module."""
 
@@ -251,7 +258,7 @@ def test_a_zone_nic_on_net0_only_on_an_additional_device_only_and_on_both(bed, v
     b = bed
     a, bb = nic(b.bra, 101, "pool-a"), nic(b.brb, b.uplink_vlan, "pool-b")  # the owner's two networks
     foreign = nic(b.bra, 102, "pool-x")  # the other tenant's network on the same zone bridge
-    infra = nic("vmbr0")  # an infrastructure bridge, no VLAN, no pool
+    infra = nic(RAW0)  # an infrastructure bridge, no VLAN, no pool
     m = lambda ns, nics, default=True: b.try_create(machine(version, "ProxmoxMachine", ns, nics, default))  # noqa: E731
     # on net0 only
     admitted(m(b.owner, [a]))
@@ -262,7 +269,7 @@ def test_a_zone_nic_on_net0_only_on_an_additional_device_only_and_on_both(bed, v
     assert f"got: {b.bra}/102/pool-x" in err, err
     # on an additional device only: net0 elsewhere is refused in an owning namespace (rule 4),
     # and so is no net0 at all (rule 0, v1alpha1; v1alpha2 names its first device net0)
-    denied(m(b.owner, [infra, a]), MACHINE, R4, "vmbr0//(no pool)")
+    denied(m(b.owner, [infra, a]), MACHINE, R4, f"{RAW0}//(no pool)")
     if version == "v1alpha1":
         denied(m(b.owner, [a], default=False), MACHINE, R0)
     admitted(m(b.owner, [bb, a]))
@@ -302,12 +309,12 @@ def test_rule1_zone_bridge_only_as_own_network(bed, version, kind):
     # A namespace without networks cannot reach a zone bridge: another tenant's VLAN and pool,
     # a transit VLAN, untagged, tagged without a pool.
     for bad in (nic(b.bra, 102, "pool-x"), nic(b.bra, 150), nic(b.bra), nic(b.bra, None, "pool-a")):
-        denied(b.try_create(machine(version, kind, b.plain, [nic("vmbr0"), bad])), MACHINE, R1,
+        denied(b.try_create(machine(version, kind, b.plain, [nic(RAW0), bad])), MACHINE, R1,
                f"bridge {b.bra} of ProxmoxNetworkZone {b.za}", "allowed: none")
     # ... on the second zone too, even as the primary NIC
     denied(b.try_create(machine(version, kind, b.plain, [nic(b.brb, 120, "p")])), MACHINE, R1, b.zb)
     # positive control: the same namespace on a non-zone bridge
-    admitted(b.try_create(machine(version, kind, b.plain, [nic("vmbr0"), nic("vmbr9", 150, "p")])))
+    admitted(b.try_create(machine(version, kind, b.plain, [nic(RAW0), nic(RAW9, 150, "p")])))
     # An owning namespace: its own network is admitted, a neighbour's is not.
     admitted(b.try_create(machine(version, kind, b.owner, [nic(b.bra, 101, "pool-a")])))
     # (rule 4 refuses these as well; either message may come first)
@@ -328,14 +335,14 @@ def test_rule1_zone_bridge_only_as_own_network(bed, version, kind):
 def test_rule2_uplink_vlan_off_zone_bridges(bed, version, kind):
     b = bed
     v = b.uplink_vlan
-    denied(b.try_create(machine(version, kind, b.plain, [nic("vmbr0", v)])), MACHINE, R2,
-           f"uplink VLAN {v} of ProxmoxNetworkZone {b.za}", f"got: vmbr0/{v}")
-    denied(b.try_create(machine(version, kind, b.plain, [nic("vmbr0"), nic("vmbr7", v, "p")])), MACHINE, R2)
-    admitted(b.try_create(machine(version, kind, b.plain, [nic("vmbr0", v + 1)])))
+    denied(b.try_create(machine(version, kind, b.plain, [nic(RAW0, v)])), MACHINE, R2,
+           f"uplink VLAN {v} of ProxmoxNetworkZone {b.za}", f"got: {RAW0}/{v}")
+    denied(b.try_create(machine(version, kind, b.plain, [nic(RAW0), nic(RAW7, v, "p")])), MACHINE, R2)
+    admitted(b.try_create(machine(version, kind, b.plain, [nic(RAW0, v + 1)])))
     # The owning namespace's network on zone B happens to use zone A's uplink VLAN: it is one
     # of its networks, so it is admitted; the same VLAN on a non-zone bridge is not.
     admitted(b.try_create(machine(version, kind, b.owner, [nic(b.bra, 101, "pool-a"), nic(b.brb, v, "pool-b")])))
-    denied_by_one_of(b.try_create(machine(version, kind, b.owner, [nic(b.bra, 101, "pool-a"), nic("vmbr0", v, "pool-b")])),
+    denied_by_one_of(b.try_create(machine(version, kind, b.owner, [nic(b.bra, 101, "pool-a"), nic(RAW0, v, "pool-b")])),
                      MACHINE, R2, R4)
 
 
@@ -351,26 +358,26 @@ def test_rule3_uplink_bridges_forbidden(bed, version, kind):
             else:  # rule 4 refuses it too
                 denied_by_one_of(err, MACHINE, R3, R4)
                 denied(err, MACHINE, b.uplink_bridge)
-    admitted(b.try_create(machine(version, kind, b.plain, [nic("vmbr0")])))
+    admitted(b.try_create(machine(version, kind, b.plain, [nic(RAW0)])))
 
 
 @pytest.mark.parametrize("version,kind", SHAPES, ids=SHAPE_IDS)
 def test_rule4_every_nic_in_owning_namespace(bed, version, kind):
     b = bed
     own = nic(b.bra, 101, "pool-a")
-    denied(b.try_create(machine(version, kind, b.owner, [own, nic("vmbr0")])), MACHINE, R4, "got: vmbr0//(no pool)")
-    denied(b.try_create(machine(version, kind, b.owner, [nic("vmbr0", 150, "pool-a")])), MACHINE, R4,
-           "vmbr0/150/pool-a")
+    denied(b.try_create(machine(version, kind, b.owner, [own, nic(RAW0)])), MACHINE, R4, f"got: {RAW0}//(no pool)")
+    denied(b.try_create(machine(version, kind, b.owner, [nic(RAW0, 150, "pool-a")])), MACHINE, R4,
+           f"{RAW0}/150/pool-a")
     admitted(b.try_create(machine(version, kind, b.owner, [own, nic(b.brb, b.uplink_vlan, "pool-b")])))
     # the same extra NIC is fine where the namespace owns nothing (raw path)
-    admitted(b.try_create(machine(version, kind, b.plain, [nic("vmbr0"), nic("vmbr1", 150)])))
+    admitted(b.try_create(machine(version, kind, b.plain, [nic(RAW0), nic(RAW1, 150)])))
 
 
 def test_v1alpha2_does_not_bypass(bed):
     """The reference read only the v1alpha1 shape, so a v1alpha2 machine in a namespace without
     networks reached a zone bridge, an uplink VLAN and an uplink bridge. Not any more."""
     b = bed
-    for bad, rule in ((nic(b.bra, 101, "pool-a"), R1), (nic(b.bra), R1), (nic("vmbr0", b.uplink_vlan), R2),
+    for bad, rule in ((nic(b.bra, 101, "pool-a"), R1), (nic(b.bra), R1), (nic(RAW0, b.uplink_vlan), R2),
                       (nic(b.uplink_bridge), R3)):
         for kind in ("ProxmoxMachine", "ProxmoxMachineTemplate"):
             denied(b.try_create(machine("v1alpha2", kind, b.plain, [bad])), MACHINE, rule)
@@ -383,28 +390,28 @@ def test_bridge_must_be_a_plain_name(bed, version, kind):
     """capmox hands `bridge` to Proxmox verbatim ("bridge=%s"): "vmbr70,tag=104" would put a
     NIC on a zone bridge with any tag past rules 1-3 (found by review). Only plain names pass."""
     b = bed
-    for bad in (f"{b.bra},tag=101", f"{b.uplink_bridge},tag=5", "vmbr0,tag=" + str(b.uplink_vlan), f"{b.bra},trunks=101"):
+    for bad in (f"{b.bra},tag=101", f"{b.uplink_bridge},tag=5", f"{RAW0},tag=" + str(b.uplink_vlan), f"{b.bra},trunks=101"):
         denied(b.try_create(machine(version, kind, b.plain, [nic(bad)])), MACHINE, R_PLAIN, bad)
-    admitted(b.try_create(machine(version, kind, b.plain, [nic("vmbr0", 5)])))  # a plain raw bridge
+    admitted(b.try_create(machine(version, kind, b.plain, [nic(RAW0, 5)])))  # a plain raw bridge
 
 
 def test_zone_created_later_is_enforced_at_once(bed):
     b = bed
     bridge = f"zc{_hex()}"
     late = machine("v1alpha2", "ProxmoxMachine", b.plain, [nic(bridge, 120, "p")])
-    late1 = machine("v1alpha1", "ProxmoxMachineTemplate", b.plain, [nic("vmbr0"), nic(bridge, 120, "p")])
+    late1 = machine("v1alpha1", "ProxmoxMachineTemplate", b.plain, [nic(RAW0), nic(bridge, 120, "p")])
     admitted(b.try_create(late))  # no zone on that bridge yet
     b.zone(b.zc, bridge, {"uplinkVLAN": 4000, "uplinkBridges": [f"u{bridge}"]})
     err = wait_for(lambda: b.try_create(late), what="the new zone to be enforced", timeout=10, interval=0.05)
     denied(err, MACHINE, R1, f"ProxmoxNetworkZone {b.zc}")
     denied(b.try_create(late1), MACHINE, R1, b.zc)
-    denied(b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic("vmbr0", 4000)])), MACHINE, R2, b.zc)
+    denied(b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic(RAW0, 4000)])), MACHINE, R2, b.zc)
     denied(b.try_create(machine("v1alpha1", "ProxmoxMachine", b.plain, [nic(f"u{bridge}")])), MACHINE, R3, b.zc)
     # a later change of the zone is read live as well
     b.zone(b.zc, bridge, {"uplinkVLAN": 4001})
-    wait_for(lambda: b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic("vmbr0", 4001)])),
+    wait_for(lambda: b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic(RAW0, 4001)])),
           what="the new uplink VLAN", timeout=10, interval=0.05)
-    wait_for(lambda: b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic("vmbr0", 4000)])) is None,
+    wait_for(lambda: b.try_create(machine("v1alpha2", "ProxmoxMachine", b.plain, [nic(RAW0, 4000)])) is None,
           what="the old uplink VLAN to be released", timeout=10, interval=0.05)
 
 
@@ -414,7 +421,7 @@ def test_update_judges_only_new_nics(bed, kubectl, version, kind):
     bridge = f"zu{_hex()}"
     ns = b.namespace()
     # admitted before any zone owns the bridge, stored for real
-    obj = machine(version, kind, ns, [nic("vmbr0"), nic(bridge, 150)])
+    obj = machine(version, kind, ns, [nic(RAW0), nic(bridge, 150)])
     b.apply(obj)
     name = f"pxu-{_hex()}"
     b.zone(name, bridge, {"uplinkVLAN": 4002})
@@ -426,22 +433,22 @@ def test_update_judges_only_new_nics(bed, kubectl, version, kind):
     admitted(b.try_replace(upd))
     # adding a new bad NIC: denied
     upd2 = copy.deepcopy(cur)
-    extra = network(version, [nic("vmbr0"), nic(bridge, 150), nic("vmbr0", 4002)])
+    extra = network(version, [nic(RAW0), nic(bridge, 150), nic(RAW0, 4002)])
     spec = upd2["spec"]["template"]["spec"] if kind == "ProxmoxMachineTemplate" else upd2["spec"]
     spec["network"] = extra
-    denied(b.try_replace(upd2), MACHINE, R2, "vmbr0/4002")
+    denied(b.try_replace(upd2), MACHINE, R2, f"{RAW0}/4002")
     # adding a good NIC: admitted
     extra["additionalDevices" if version == "v1alpha1" else "networkDevices"][-1]["vlan"] = 4003
     admitted(b.try_replace(upd2))
     # changing the old NIC makes it new: judged
     upd3 = copy.deepcopy(cur)
     spec = upd3["spec"]["template"]["spec"] if kind == "ProxmoxMachineTemplate" else upd3["spec"]
-    spec["network"] = network(version, [nic("vmbr0"), nic(bridge, 151)])
+    spec["network"] = network(version, [nic(RAW0), nic(bridge, 151)])
     denied(b.try_replace(upd3), MACHINE, R1, bridge)
     # dropping the forbidden NIC is always possible
     upd4 = copy.deepcopy(cur)
     spec = upd4["spec"]["template"]["spec"] if kind == "ProxmoxMachineTemplate" else upd4["spec"]
-    spec["network"] = network(version, [nic("vmbr0")])
+    spec["network"] = network(version, [nic(RAW0)])
     admitted(b.try_replace(upd4))
 
 
@@ -451,7 +458,7 @@ def test_update_rule0_only_when_network_default_is_dropped(bed):
     # stored before the namespace owned networks, without network.default
     obj = machine("v1alpha1", "ProxmoxMachine", ns, None)
     b.apply(obj)
-    good = machine("v1alpha1", "ProxmoxMachine", ns, [nic("vmbr0")])
+    good = machine("v1alpha1", "ProxmoxMachine", ns, [nic(RAW0)])
     b.apply(good)
     b.apply({"apiVersion": "v1", "kind": "Namespace",
              "metadata": {"name": ns, "annotations": {NETWORKS: f"{b.bra}/101/pool-a"}}})
@@ -469,7 +476,7 @@ def test_machine_being_deleted_is_not_judged(bed, kubectl, version):
     b = bed
     bridge = f"zd{_hex()}"
     ns = b.namespace()
-    obj = machine(version, "ProxmoxMachine", ns, [nic("vmbr0"), nic(bridge, 150)])
+    obj = machine(version, "ProxmoxMachine", ns, [nic(RAW0), nic(bridge, 150)])
     obj["metadata"]["finalizers"] = ["test.proxmox.cozystack.io/hold"]
     b.apply(obj)
     b.zone(f"pxd-{_hex()}", bridge)
@@ -480,7 +487,7 @@ def test_machine_being_deleted_is_not_judged(bed, kubectl, version):
     assert cur["metadata"].get("deletionTimestamp")
     # a new forbidden NIC on an object being deleted: not judged
     cur2 = copy.deepcopy(cur)
-    cur2["spec"]["network"] = network(version, [nic("vmbr0"), nic(bridge, 150), nic(bridge, 151)])
+    cur2["spec"]["network"] = network(version, [nic(RAW0), nic(bridge, 150), nic(bridge, 151)])
     admitted(b.try_replace(cur2))
     # the finalizer can always be removed
     kubectl("patch", plural, obj["metadata"]["name"], "-n", ns, "--type=json",

@@ -12,20 +12,18 @@ of creates and deletes, and 5 leader kills, 1 API server restart, 1 etcd compact
 restart, 1 kill and restart of kube-ovn-controller and 1 of the IPAM provider. The long form
 (``python hack/chaos.py --kills 50 ...``) writes the figures of docs/reliability.md.
 
-The pods' short form (markers ``node`` and ``image`` too; needs root) runs the controller as
-the Deployment of manifests/ on the bed's node and makes each pod fault: the leader's pod
-deleted, ``kill -9`` of its container's process (twice), a rollout restart under load, and
-the memory limit lowered until the kernel OOM-kills the pods, then restored.
+The pods' short form is tests/test_chaos_pods_integration.py (a module of its own, so that
+the two long runs go to two pytest-xdist workers).
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
-from hack.chaoskit import BED_FAULT_KINDS, POD_FAULT_KINDS, ChaosConfig, InvariantMonitor, longest_unheld, pool_refs, run
+from hack.chaoskit import BED_FAULT_KINDS, POD_FAULT_KINDS, ChaosConfig, InvariantMonitor, longest_unheld, pool_refs
+from tests.support.chaos import run_clean
 
 pytestmark = pytest.mark.chaos
 
@@ -106,18 +104,6 @@ def test_pool_refs_reads_both_capmox_shapes_and_ipam_objects():
 # --------------------------------------------------------------------------- the short form
 
 
-def run_clean(cfg: ChaosConfig):
-    """Run the harness and print its summary; no invariant violated, everything converged
-    after each fault, nothing left after teardown, no exit the harness did not cause."""
-    res = run(cfg)
-    print("\n" + res.summary())
-    assert res.violations == []
-    assert res.convergence_failures == []
-    assert res.teardown_leftovers == []
-    assert res.unexpected_exits() == []
-    return res
-
-
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_chaos_short_form(tmp_path):
@@ -136,43 +122,6 @@ def test_chaos_short_form(tmp_path):
     # The monitor did watch releases happen (it is not vacuously clean).
     assert res.vlan_deletions_checked >= 10
     assert res.ops.get("delete", 0) >= 10 and res.ops.get("consumer", 0) >= 1
-
-
-@pytest.mark.integration
-@pytest.mark.node
-@pytest.mark.image
-@pytest.mark.timeout(900)
-def test_chaos_on_the_deployments_pods_short_form(tmp_path_factory):
-    """The shipped Deployment on the bed's node, each pod fault under load: the Lease moves
-    to another identity, a pod holding it turns Ready, everything converges, the Deployment is
-    whole again; no invariant violated, no container restart the harness did not cause."""
-    if os.geteuid() != 0:
-        pytest.fail("the node needs root (containerd, kubelet)", pytrace=False)
-    # Ten leader kills (seven pod deletions, three kill -9s) and a rollout, as issue 25 asks of
-    # the wire. About 6 minutes on 2 cores: the kill -9s wait out the 15 s lease, the OOM kill
-    # needs two rollouts.
-    cfg = ChaosConfig(pods=True, kills=0, api_restarts=0, compactions=0, nb_restarts=0, kubeovn_restarts=0,
-                      ipam_restarts=0, pod_deletes=7, pod_kills=3, rollouts=1, ooms=1, slots=12, initial_networks=6,
-                      # A short path: containerd's socket lives under it (a unix socket path has 108 bytes).
-                      namespaces=2, zones=4, seed=11, workdir=str(tmp_path_factory.mktemp("podchaos")),
-                      load_window=(0.5, 2.5),
-                      converge_timeout=150.0)
-    res = run_clean(cfg)
-    assert {k: res.survived(k) for k in POD_FAULT_KINDS} == {"poddelete": 7, "podkill": 3, "rollout": 1, "oom": 1}
-    for f in res.faults:  # another identity led, Ready, after every pod fault
-        assert f.leader_seconds is not None and f.ready_seconds is not None and f.whole_seconds is not None, f
-        # Issue 27: never without a Lease holder for longer than one lease (15 s), rollouts included.
-        assert f.leaderless_seconds is not None and f.leaderless_seconds <= 15.0, f
-    exits = res.replica_exits
-    assert sum(1 for e in exits if e["killed"] and e["rc"] == 137) == 3  # restarted in place by the kubelet
-    assert any(e["oom"] and e["reason"] == "OOMKilled" for e in exits)
-    assert len(res.pod_stop_seconds) >= 9  # the deleted pods, the rollout's two
-    # The controller is invisible on the wire through ten leader kills and a rollout: the
-    # gateway never moved, its group was never rewritten and the VM was never a second
-    # without a reply (hack/wire_monitor.WireFigures.problems: violations, run_clean).
-    assert res.wire is not None and res.wire["replies"] > 0 and res.wire["gateway_moves"] == [], res.wire
-    assert 0 < res.pod_working_set_max < 2**30 and res.pod_memory_limit == "1Gi"  # the shipped limit
-    assert res.vlan_deletions_checked >= 5 and res.ops.get("delete", 0) >= 5
 
 
 def test_monitor_leaves_a_judgement_open_when_a_relist_hides_when_the_consumer_went():

@@ -32,7 +32,7 @@ def test_the_gateway_moving_its_group_rewritten_or_a_second_without_replies_is_a
 
 def probe_with(replies: dict[int, float], interval: float = 0.1) -> Prober:
     p = Prober.__new__(Prober)  # no process: only the recorded replies matter here
-    p.interval, p.reply_at, p.seqs = interval, dict(replies), set(replies)
+    p.kind, p.interval, p.reply_at, p.seqs = "ping", interval, dict(replies), set(replies)
     p.replies = sorted(replies.values())
     return p
 
@@ -50,6 +50,26 @@ def test_no_loss_no_times():
     p = probe_with({4: 1.0, 5: 1.1, 6: 1.2})
     assert (p.lost(), p.lost_at()) == (0, [])
     assert (probe_with({}).lost(), probe_with({}).lost_at()) == (0, [])
+
+
+def test_a_ping_gap_counts_only_where_a_request_went_unanswered():
+    # Issue 28: under load a 1.2 s stretch between two consecutive replies (seq 3 -> 4), every
+    # request answered: the pinger was not scheduled, the gateway was there.
+    p = probe_with({1: 10.0, 2: 10.1, 3: 10.2, 4: 11.4, 5: 11.5})
+    assert round(p.longest_gap(9.95, 11.55), 2) == 0.05
+    # Requests 4-14 unanswered between 10.2 and 11.5: the gateway was gone for 1.3 s.
+    p = probe_with({1: 10.0, 2: 10.1, 3: 10.2, 15: 11.5, 16: 11.6})
+    assert round(p.longest_gap(9.95, 11.65), 2) == 1.3
+    # Nothing since the last reply counts up to the end; no reply at all is the whole window.
+    p = probe_with({1: 10.0, 2: 10.1})
+    assert round(p.longest_gap(9.95, 12.0), 2) == 1.9
+    assert probe_with({}).longest_gap(10.0, 12.0) == 2.0
+
+
+def test_an_arping_gap_is_every_stretch_between_replies():
+    p = probe_with({1: 10.0, 2: 10.1, 3: 11.4})
+    p.kind = "arping"
+    assert round(p.longest_gap(9.95, 11.45), 2) == 1.3
 
 
 # ovn-controller's binding.c messages, in its default log format.
