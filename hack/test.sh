@@ -6,10 +6,10 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash hack/install-deps.sh >/dev/null
-# Issue 28: the suite runs in PNC_TEST_WORKERS pytest-xdist workers (default 3, measured in
+# Issue 28: the suite runs in PNC_TEST_WORKERS pytest-xdist workers (default 4, measured in
 # docs/testing.md "Workers"), each module whole on one worker with its own beds, the longest
 # modules first (tests/support/schedule.py). Give -n yourself (-n 0: one process) to choose.
-workers=(-n "${PNC_TEST_WORKERS:-3}" --dist loadfile)
+workers=(-n "${PNC_TEST_WORKERS:-4}" --dist loadfile)
 for a in "$@"; do
   case "$a" in -n|-n*|--numprocesses*|no:xdist|-pno:xdist) workers=() ;; esac
 done
