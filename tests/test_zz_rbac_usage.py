@@ -4,8 +4,9 @@ A scenario drives every code path that talks to the API server (allocation, Subn
 finalizer, deletion through release, Event aggregation, the egress-gateway chain, leader
 election) as the controller user; the API server's audit log then lists every (group,
 resource, verb) that user sent. Each grant of manifests/rbac/ must appear there, and no
-request of the controller user may have been refused (403). Runs last (file name) so the
-whole session's requests count too, but it passes on its own.
+request of the controller user may have been refused (403). In one process it runs last
+(file name), so the whole session's requests count too; under hack/test.sh's workers it runs
+where the schedule puts it, with the requests of its worker's bed so far: it passes on its own.
 """
 
 from __future__ import annotations
