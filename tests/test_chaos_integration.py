@@ -278,3 +278,17 @@ def test_longest_unheld_is_the_longest_stretch_without_a_live_holder_in_the_wind
     assert longest_unheld(samples, 12.0, 31.0) == 1.0
     assert longest_unheld(samples, 13.0, 29.0) == 0.0
     assert longest_unheld([], 0.0, 5.0) == 0.0
+
+
+def test_recheck_names_a_missing_or_foreign_file_instead_of_a_traceback(tmp_path, capfd):
+    from hack.chaoskit.cli import main
+
+    log = tmp_path / "audit.log"
+    log.write_text("")
+    (tmp_path / "other.json").write_text("{}")
+    for args, message in (([str(tmp_path / "absent.json"), str(log)], "is not a result of --json (FileNotFoundError"),
+                          ([str(tmp_path / "other.json"), str(log)], "is not a result of --json (KeyError: 'faults')"),
+                          ([str(tmp_path / "other.json"), str(tmp_path / "no.log")], "--recheck: no audit log at")):
+        with pytest.raises(SystemExit) as e:
+            main(["--recheck", *args, "--report", ""])
+        assert e.value.code == 2 and message in capfd.readouterr().err

@@ -161,8 +161,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="re-judge a finished run's duplicate flags against its audit log and write its figures")
     args = ap.parse_args(argv)
     if args.recheck:
-        raw = json.loads(Path(args.recheck[0]).read_text())
-        raw["faults"] = [FaultRecord(**f) for f in raw["faults"]]
+        result_json, audit_log = (Path(a) for a in args.recheck)
+        if not audit_log.is_file():
+            ap.error(f"--recheck: no audit log at {audit_log}")
+        try:
+            raw = json.loads(result_json.read_text())
+            raw["faults"] = [FaultRecord(**f) for f in raw["faults"]]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--recheck: {result_json} is not a result of --json ({type(e).__name__}: {e})")
         res = ChaosResult(**{k: v for k, v in raw.items() if k in ChaosResult.__dataclass_fields__})
         res.violations, refuted = recheck_duplicates(res.violations, Path(args.recheck[1]))
         res.refuted += refuted
