@@ -52,9 +52,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("start", help="start a bed in DIR and leave it running")
-    s.add_argument("--dir", required=True, type=Path)
-    s.add_argument("--no-watch-cache", action="store_true")
-    s.add_argument("--no-nb", action="store_true")
+    s.add_argument("--dir", required=True, type=Path,
+                   help="the bed's work directory (certificates, data, logs, pid files, state.json); made if missing")
+    s.add_argument("--no-watch-cache", action="store_true",
+                   help="kube-apiserver with --watch-cache=false (every watch from etcd: a compaction gives 410)")
+    s.add_argument("--no-nb", action="store_true", help="no OVN databases at all (NB, SB, ovn-northd, peers)")
     s.add_argument("--no-sb", action="store_true", help="no OVN SB ovsdb-server and no ovn-northd")
     s.add_argument(
         "--peers", action=argparse.BooleanOptionalAction, default=None,
@@ -68,9 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="real OVN chassis, a trunk and VMs in network namespaces (hack/bed/dataplane.py); "
         "default: on with the peers, as root",
     )
-    for name in ("stop", "env"):
-        p = sub.add_parser(name)
-        p.add_argument("--dir", required=True, type=Path)
+    for name, what in (("stop", "stop every process of the bed in DIR (by its pid files; from any process), "
+                                "its node's pods and data plane included"),
+                       ("env", "print shell exports (PNC_SERVER, PNC_ADMIN_KUBECONFIG, PNC_NB_TCP, ...) for the running bed in DIR")):
+        p = sub.add_parser(name, help=what, description=what)
+        p.add_argument("--dir", required=True, type=Path, help="the work directory the bed was started with")
     args = ap.parse_args(argv)
 
     if args.cmd == "start":
