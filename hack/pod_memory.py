@@ -212,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     cluster = LocalCluster(args.workdir, with_nb=True, with_sb=False, with_peers=False, with_node=True)
     sampler = None
     try:
+        print(f"starting a bed with a node in {args.workdir} (about a minute)", flush=True)
         cluster.start()
+        print(f"bed up in {cluster.start_seconds:.1f}s; installing the controller's Deployment", flush=True)
         if not args.population:
             # With a population, bench_scale's zones come after it: the Deployment's
             # admission policy refuses a machine on a zone's bridge that its namespace lacks.
