@@ -181,12 +181,31 @@ def pytest_xdist_make_scheduler(config, log):
     return LongestModuleFirst(config, log)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report carries the beds started during it (``bed_starts``: their seconds),
+    so the controlling process can count them per module, workers or not."""
+    outcome = yield
+    report = outcome.get_result()
+    started = LocalCluster.starts[_beds_reported[0]:]
+    _beds_reported[0] = len(LocalCluster.starts)
+    if started:
+        report.user_properties.append(("bed_starts", list(started)))
+
+
+_beds_reported = [0]  # how many of this process' LocalCluster.starts a report has carried
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     module = report.nodeid.split("::", 1)[0]
-    entry = _MODULE_SECONDS.setdefault(module, [0.0, 0])
+    entry = _MODULE_SECONDS.setdefault(module, [0.0, 0, 0, 0.0])
     entry[0] += report.duration
     if report.when == "call":
         entry[1] += 1
+    for name, value in report.user_properties:
+        if name == "bed_starts":
+            entry[2] += len(value)
+            entry[3] += sum(value)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001 - pytest's signature
@@ -194,9 +213,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
         return
     out = config.getoption("module_seconds_out")
     if out:
-        Path(out).write_text(json.dumps({m: round(s, 1) for m, (s, _) in sorted(_MODULE_SECONDS.items())}, indent=1) + "\n")
-    total = sum(s for s, _ in _MODULE_SECONDS.values())
-    terminalreporter.section("time by module (setup + call + teardown)")
-    for module, (seconds, tests) in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1][0])[:30]:
-        terminalreporter.write_line(f"{seconds:8.1f}s {100 * seconds / total:5.1f}% {int(tests):5d} tests  {module}")
-    terminalreporter.write_line(f"{total:8.1f}s in all, {len(_MODULE_SECONDS)} modules")
+        Path(out).write_text(json.dumps({m: round(e[0], 1) for m, e in sorted(_MODULE_SECONDS.items())}, indent=1) + "\n")
+    total = sum(e[0] for e in _MODULE_SECONDS.values())
+    terminalreporter.section("time by module (setup + call + teardown; beds started and their start-up seconds)")
+    for module, (seconds, tests, beds, bed_seconds) in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1][0])[:30]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {100 * seconds / total:5.1f}% {int(tests):5d} tests "
+                                    f"{int(beds):3d} beds {bed_seconds:6.1f}s  {module}")
+    beds = sum(int(e[2]) for e in _MODULE_SECONDS.values())
+    terminalreporter.write_line(f"{total:8.1f}s in all, {len(_MODULE_SECONDS)} modules; {beds} beds started, "
+                                f"{sum(e[3] for e in _MODULE_SECONDS.values()):.1f}s of start-up")

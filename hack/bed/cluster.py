@@ -72,6 +72,10 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
     hack/deploy.py runs the controller's Deployment on that node (issue 17 part 3).
     """
 
+    #: Seconds of every bed start in this process, in order (tests/conftest.py counts them per
+    #: test module in the suite's time table, issue 28).
+    starts: list[float] = []
+
     def __init__(
         self,
         workdir: Path | str,
@@ -224,6 +228,7 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
             self.stop()
             raise
         self.start_seconds = time.monotonic() - t0
+        LocalCluster.starts.append(self.start_seconds)
         self._write_state()
         return self
 
