@@ -111,9 +111,11 @@ class Admin:
         body = {"apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork", "metadata": {"name": name},
                 "spec": {"defaultInterface": default_interface,
                          "nodeSelector": {"matchLabels": {f"{name}.provider-network.kubernetes.io/ready": "true"}}}}
-        obj = self.co.create_cluster_custom_object(*KUBEOVN, "provider-networks", body)
-        obj["status"] = {"ready": ready, "readyNodes": ready_nodes if ready_nodes is not None else ["node-a"]}
-        return self.co.replace_cluster_custom_object_status(*KUBEOVN, "provider-networks", name, obj)
+        self.co.create_cluster_custom_object(*KUBEOVN, "provider-networks", body)
+        # A merge patch: the real kube-ovn-controller writes the new object too (issue 28: a
+        # replace with the create's resourceVersion lost that race with a 409 under load).
+        status = {"ready": ready, "readyNodes": ready_nodes if ready_nodes is not None else ["node-a"]}
+        return self.co.patch_cluster_custom_object_status(*KUBEOVN, "provider-networks", name, {"status": status})
 
     def create_vlan(self, name: str, vid: int, provider: str, labels: dict | None = None,
                     finalizers: list[str] | None = None) -> dict:

@@ -101,3 +101,15 @@ def test_only_a_release_or_another_chassis_claiming_after_the_first_reply_is_a_m
         "+39.0s released by ch1", "+39.5s claimed by ch3", "+59.0s claimed by ch1"]
     # A chassis the holder never was releasing it ("Releasing lport" for another kind) is not one.
     assert moves_after(101.0, start + [(120.0, "released", "ch3")]) == []
+
+
+def test_the_judged_run_starts_at_the_first_of_ten_requests_in_a_row_answered_after_the_settle():
+    from hack.wire_monitor import STEADY_REPLIES, steady_from
+
+    assert STEADY_REPLIES == 10
+    # Issue 28: a reply just after the settle, then 14 requests unanswered for 1.06 s (the
+    # chassis' flows and the trunk's learning catching up), then a steady wire.
+    replies = {1: 9.9, 2: 10.0, **{q: 11.06 + 0.1 * (q - 17) for q in range(17, 40)}}
+    assert round(steady_from(replies, after=9.95), 2) == 11.06
+    assert steady_from({q: 10.0 + 0.1 * q for q in range(1, 10)}, after=9.0) is None  # nine in a row
+    assert steady_from({q: 10.0 + 0.1 * q for q in range(1, 11)}, after=10.15) is None  # seq 1 was before
