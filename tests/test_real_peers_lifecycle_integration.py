@@ -898,16 +898,21 @@ def test_the_charts_transit_network_gets_its_isolation_acls_from_the_real_kube_o
         want = {("from-lport", 2001, f'inport == "localnet.{name}"', "allow"),
                 ("from-lport", 2000, "ip4 && ip4.dst == 10.72.0.0/24 && ip4.dst != 10.72.0.1", "drop")}
 
-        def acls() -> set | None:
+        def acls_on_the_switch() -> set | None:
+            """The Subnet's ACL rows, once the wanted ones are there and the Subnet's logical
+            switch references each. Kube-OVN rewrites a switch's ACLs in more than one
+            transaction, so a row read and the switch read a moment later can disagree
+            (issue 28: the switch was read with no ACL between two ACL reads that had them):
+            read both until they agree."""
             rows = ovsdb_rows(bed.nbctl, "ACL", f"external_ids:subnet={name}")
             got = {(a["direction"], a["priority"], a["match"], a["action"]) for a in rows}
-            return got if want <= got else None
+            switches = ovsdb_rows(bed.nbctl, "Logical_Switch", f"name={name}")
+            if not want <= got or len(switches) != 1:
+                return None
+            wanted = {a["_uuid"] for a in rows if (a["direction"], a["priority"], a["match"], a["action"]) in want}
+            return got if wanted <= set(ovsdb_set(switches[0]["acls"])) else None
 
-        got = wait_for(acls, timeout=WAIT, what="the transit Subnet's ACLs in the NB")
-        (ls,) = ovsdb_rows(bed.nbctl, "Logical_Switch", f"name={name}")
-        acl_uuids = set(ovsdb_set(ls["acls"]))
-        rows = ovsdb_rows(bed.nbctl, "ACL", f"external_ids:subnet={name}")
-        assert {a["_uuid"] for a in rows if (a["direction"], a["priority"], a["match"], a["action"]) in want} <= acl_uuids
+        got = wait_for(acls_on_the_switch, timeout=WAIT, what="the transit Subnet's ACLs in the NB, on its logical switch")
         sub = world.get("subnets", name)
         assert (sub["spec"]["provider"], sub["spec"]["vlan"], sub["spec"]["disableGatewayCheck"]) == (
             f"{name}.{ns}.ovn", name, True)
