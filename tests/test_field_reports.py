@@ -180,19 +180,27 @@ class Tenant:
         self.readied = 0
 
     def ready(self, name: str, vpc: str = VPC) -> Net:
-        """Network, Subnet and pool at once (as a chart applies them), awaited Ready and
-        counted in the zone's status: the zone's status write follows the network's, so a
-        test that counts the controller's writes from here on does not see it (issue 28: a
-        run under load saw it land inside such a window)."""
+        """Network, Subnet and pool at once (as a chart applies them), awaited Ready, counted
+        in the zone's status and listed in the namespace's networks annotation: those two
+        writes follow the network's, so a test that counts the controller's writes from
+        here on does not see them (issue 28: runs under load saw each land inside such a
+        window)."""
         n = Net(self, name, vpc)
         n.create()
         n.create_subnet()
         n.create_pool()
-        n.wait("Ready", "Ready")
+        vid = n.wait("Ready", "Ready")["status"]["vlan"]
         self.readied += 1
         wait_for(lambda: all((self.a.zone(self.zone).get("status") or {}).get(k, 0) >= self.readied
                              for k in ("networks", "allocatedVLANs")),
                  timeout=WAIT, what=f"zone {self.zone}'s status counting {self.readied} networks")
+
+        def listed() -> bool:
+            ann = (self.a.core.read_namespace(self.ns).metadata.annotations or {}).get(
+                names.ANNOTATION_NAMESPACE_NETWORKS, "")
+            return any(entry.endswith(f"/{vid}/{n.pool}") for entry in ann.split(","))
+
+        wait_for(listed, timeout=WAIT, what=f"namespace {self.ns}'s networks annotation listing VLAN {vid}/{n.pool}")
         return n
 
     def ready_with_kube_ovns_finalizer(self, name: str, ctl: Ctl) -> Net:
