@@ -11,7 +11,7 @@ bash hack/install-deps.sh >/dev/null
 # modules first (tests/support/schedule.py). Give -n yourself (-n 0: one process) to choose.
 workers=(-n "${PNC_TEST_WORKERS:-4}" --dist loadfile)
 for a in "$@"; do
-  case "$a" in -n|-n*|--numprocesses*|no:xdist|-pno:xdist) workers=() ;; esac
+  case "$a" in -n*|--numprocesses*|no:xdist|-pno:xdist) workers=() ;; esac
 done
 set +e
 python3 -m pytest "${workers[@]}" "$@"

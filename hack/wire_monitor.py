@@ -32,18 +32,6 @@ from hack.wait import wait_for
 # were answered: from the first of them on, every request counts (WireMonitor.start).
 STEADY_REPLIES = 10
 
-
-def steady_from(reply_at: dict[int, float], after: float, run: int = STEADY_REPLIES) -> float | None:
-    """When the first of ``run`` consecutive ``icmp_seq`` numbers, all answered after
-    ``after`` (``time.monotonic()``), was answered; None before there is such a run.
-    ``reply_at`` is :attr:`hack.bed.dataplane.Prober.reply_at` (seq -> reply time)."""
-    seqs = sorted(q for q, t in list(reply_at.items()) if t > after)
-    for i in range(len(seqs) - run + 1):
-        if seqs[i + run - 1] - seqs[i] == run - 1:
-            return reply_at[seqs[i]]
-    return None
-
-
 # A gap this long is the gateway gone, not a dropped packet: OVN's own failover to another
 # chassis takes 2.3 s and more on this data plane (docs/reliability.md), a flow removed and
 # added back at least a round of ovn-controller's recompute.
@@ -147,7 +135,7 @@ class WireMonitor:
         # load saw 14 requests unanswered over 1.06 s right after the settle (issue 28). The
         # run is judged from the first of STEADY_REPLIES requests in a row answered after it.
         settled = time.monotonic()
-        first = wait_for(lambda: steady_from(self.probe.reply_at, settled), timeout=timeout, interval=0.1,
+        first = wait_for(lambda: self.probe.steady_after(settled, STEADY_REPLIES), timeout=timeout, interval=0.1,
                          what=f"{STEADY_REPLIES} echo requests in a row answered after the settle")
         self.started = first
         self.started_wall = time.time() - (time.monotonic() - first)

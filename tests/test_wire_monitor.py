@@ -104,12 +104,12 @@ def test_only_a_release_or_another_chassis_claiming_after_the_first_reply_is_a_m
 
 
 def test_the_judged_run_starts_at_the_first_of_ten_requests_in_a_row_answered_after_the_settle():
-    from hack.wire_monitor import STEADY_REPLIES, steady_from
+    from hack.wire_monitor import STEADY_REPLIES
 
     assert STEADY_REPLIES == 10
     # Issue 28: a reply just after the settle, then 14 requests unanswered for 1.06 s (the
     # chassis' flows and the trunk's learning catching up), then a steady wire.
     replies = {1: 9.9, 2: 10.0, **{q: 11.06 + 0.1 * (q - 17) for q in range(17, 40)}}
-    assert round(steady_from(replies, after=9.95), 2) == 11.06
-    assert steady_from({q: 10.0 + 0.1 * q for q in range(1, 10)}, after=9.0) is None  # nine in a row
-    assert steady_from({q: 10.0 + 0.1 * q for q in range(1, 11)}, after=10.15) is None  # seq 1 was before
+    assert round(probe_with(replies).steady_after(9.95, STEADY_REPLIES), 2) == 11.06
+    assert probe_with({q: 10.0 + 0.1 * q for q in range(1, 10)}).steady_after(9.0, STEADY_REPLIES) is None  # nine in a row
+    assert probe_with({q: 10.0 + 0.1 * q for q in range(1, 11)}).steady_after(10.15, STEADY_REPLIES) is None  # seq 1 was before

@@ -157,7 +157,7 @@ class Prober:
     ``interval`` seconds (hack/arp_probe.py: iputils arping takes whole seconds only); each
     reply is recorded with the ``time.monotonic()`` it was read at.
 
-    Use :meth:`first_reply_after` and :meth:`longest_gap` on the recorded times.
+    Use :meth:`first_reply_after`, :meth:`steady_after` and :meth:`longest_gap` on the recorded times.
     """
 
     REPLY = {"ping": re.compile(r"bytes from"), "arping": re.compile(r"reply from")}
@@ -204,6 +204,16 @@ class Prober:
     def first_reply_after(self, t: float) -> float | None:
         """Seconds from ``t`` to the first reply read after it, or None."""
         return next((r - t for r in list(self.replies) if r > t), None)
+
+    def steady_after(self, after: float, run: int) -> float | None:
+        """When the first of ``run`` consecutive ``icmp_seq`` numbers, all answered after
+        ``after`` (``time.monotonic()``), was answered; None before there is such a run
+        (ping only)."""
+        seqs = sorted(q for q, t in list(self.reply_at.items()) if t > after)
+        for i in range(len(seqs) - run + 1):
+            if seqs[i + run - 1] - seqs[i] == run - 1:
+                return self.reply_at[seqs[i]]
+        return None
 
     def longest_gap(self, start: float, end: float) -> float:
         """The longest time without a reply in [start, end] (seconds): from ``start`` to the
