@@ -37,6 +37,7 @@ from hack.bed import LocalCluster
 from hack.objects import Admin, reason
 from hack.wait import wait_for
 from tests.support.ovsdb import NBServer, free_port
+from tests.support.schedstat import runqueue_wait, wait_exited
 from tests.test_gateway_integration import bound_network, private_nb_bed
 
 pytestmark = pytest.mark.integration
@@ -72,19 +73,22 @@ class Process:
     def events(self, name: str) -> list[dict]:
         return [ln for ln in self.lines() if ln.get("event") == name]
 
-    def terminate(self) -> tuple[int, float]:
-        """SIGTERM; returns (exit code, seconds from the signal to the exit)."""
+    def terminate(self) -> tuple[int, float, float]:
+        """SIGTERM; returns (exit code, seconds from the signal to the exit, seconds of that
+        span the main thread spent runnable but waiting for a CPU: ``tests.support.schedstat``)."""
+        queued = runqueue_wait(self.proc.pid)
         t0 = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        if not wait_exited(self.proc.pid, 30):
             self.proc.send_signal(signal.SIGABRT)
             self.proc.wait(10)
-            raise AssertionError("no exit 30 s after SIGTERM; the log ends:\n" + self.log.read_text()[-20000:]) from None
+            raise AssertionError("no exit 30 s after SIGTERM; the log ends:\n" + self.log.read_text()[-20000:])
         took = time.monotonic() - t0
-        print(f"\n[exit] rc {rc}, {took:.2f} s after SIGTERM")  # the figure the team reads (-s)
-        return rc, took
+        queued = runqueue_wait(self.proc.pid) - queued  # exited, not reaped yet: still readable
+        rc = self.proc.wait()
+        # the figures the team reads (-s)
+        print(f"\n[exit] rc {rc}, {took:.2f} s after SIGTERM, {queued:.2f} s of it waiting for a CPU")
+        return rc, took, queued
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -94,10 +98,15 @@ class Process:
 
 
 def exits_at_once(proc: Process) -> None:
-    """SIGTERM: exit code 0 within EXIT_WITHIN (issue 15)."""
-    rc, took = proc.terminate()
+    """SIGTERM: exit code 0 within EXIT_WITHIN of the process's own time (issue 15).
+
+    The time its main thread spent runnable but waiting for a CPU is the machine's, not the
+    product's: on a machine kept busy by others (issue 28's hog) it is measured from the run
+    itself and left out. On an idle machine it is about zero and the bound is issue 15's 2 s
+    of wall clock."""
+    rc, took, queued = proc.terminate()
     assert rc == 0
-    assert took < EXIT_WITHIN, f"exit took {took:.2f} s"
+    assert took - queued < EXIT_WITHIN, f"exit took {took:.2f} s, {queued:.2f} s of it waiting for a CPU"
 
 
 @pytest.fixture
