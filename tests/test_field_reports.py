@@ -37,7 +37,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from controller import names
+from controller import names, namespaces
 from controller.kube import KubeWriter
 from informers import Resource
 from hack.audit import write_marker, writes_before
@@ -189,7 +189,7 @@ class Tenant:
         n.create()
         n.create_subnet()
         n.create_pool()
-        vid = n.wait("Ready", "Ready")["status"]["vlan"]
+        triple = namespaces.namespace_triple(n.wait("Ready", "Ready"))  # <bridge>/<vlan>/<pool>, §5.9
         self.readied += 1
         wait_for(lambda: all((self.a.zone(self.zone).get("status") or {}).get(k, 0) >= self.readied
                              for k in ("networks", "allocatedVLANs")),
@@ -197,10 +197,10 @@ class Tenant:
 
         def listed() -> bool:
             ann = (self.a.core.read_namespace(self.ns).metadata.annotations or {}).get(
-                names.ANNOTATION_NAMESPACE_NETWORKS, "")
-            return any(entry.endswith(f"/{vid}/{n.pool}") for entry in ann.split(","))
+                names.ANNOTATION_NAMESPACE_NETWORKS)
+            return triple in namespaces.split_value(ann)
 
-        wait_for(listed, timeout=WAIT, what=f"namespace {self.ns}'s networks annotation listing VLAN {vid}/{n.pool}")
+        wait_for(listed, timeout=WAIT, what=f"namespace {self.ns}'s networks annotation listing {triple}")
         return n
 
     def ready_with_kube_ovns_finalizer(self, name: str, ctl: Ctl) -> Net:
