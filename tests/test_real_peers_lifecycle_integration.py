@@ -189,7 +189,24 @@ class Scene:
         self.create_subnet()
         self.create_pool()
         self.as_ready = self.wait("Ready", "Ready")
+        wait_for(self.settled, timeout=WAIT, what=f"{self.ns}/{self.net} Ready with Kube-OVN's Subnet settled")
         return self.as_ready
+
+    def settled(self) -> bool:
+        """The network Ready on both sides of a read of Kube-OVN's side showing its passes over
+        the Subnet done: the Vlan lists the Subnet, the Subnet is Ready and its last status
+        patch was a pass's end (``Validated`` carries the reason ``Ready`` was set with; a
+        pass's first patch sets ``Validated`` alone), and the network unchanged around it.
+        Tests that count the controller's writes from here on must not see Kube-OVN's
+        settling (failure 10: a flip of Ready in such a window)."""
+        before = self.network()
+        conds = {c.get("type"): c for c in (self.subnet().get("status") or {}).get("conditions") or []}
+        ready, validated = conds.get("Ready") or {}, conds.get("Validated") or {}
+        kube_ovn_done = (ready.get("status") == "True" and validated.get("reason") == ready.get("reason")
+                         and (self.vlan().get("status") or {}).get("subnets") == [self.sub])
+        after = self.network()
+        return (kube_ovn_done and before["metadata"]["resourceVersion"] == after["metadata"]["resourceVersion"]
+                and (reason(after, "Ready") or ("",))[0] == "True")
 
     def delete_network(self) -> None:
         self.a.co.delete_namespaced_custom_object(*PX, self.ns, "proxmoxnetworks", self.net)
