@@ -119,7 +119,7 @@ def exits_at_once(proc: Process) -> None:
     product still counts in full. On an idle machine the wait is about zero and the bound is
     issue 15's 2 s of wall clock."""
     rc, took, queued = proc.terminate()
-    assert rc == 0
+    assert rc == 0, f"exit code {rc}; the log ends:\n{proc.log.read_text()[-8000:]}"
     assert took - queued < EXIT_WITHIN, f"exit took {took:.2f} s, {queued:.2f} s of it waiting for a CPU"
 
 

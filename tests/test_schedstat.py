@@ -27,6 +27,7 @@ def test_an_exited_child_is_awaited_without_being_reaped():
     pidfd = os.pidfd_open(child.pid)
     try:
         assert wait_exited(pidfd, child.pid, 0.2) is False  # still reading its stdin
+        assert wait_exited(pidfd, child.pid, -1) is False  # a spent budget: a look, not a block
         before = runqueue_wait(child.pid)
         child.stdin.close()  # end of input: it exits
         assert wait_exited(pidfd, child.pid, 30) is True

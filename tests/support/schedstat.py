@@ -40,10 +40,10 @@ def wait_exited(pidfd: int, pid: int, timeout: float) -> bool:
     to exit, without reaping it (``waitid(WNOWAIT)``: its ``/proc`` entry and exit status stay
     for the caller).
 
-    :returns: True once it has exited, False at the timeout."""
+    :returns: True once it has exited, False at the timeout (a negative one counts as 0)."""
     poller = select.poll()  # not select(): a worker with many beds may hold descriptors past 1024
     poller.register(pidfd, select.POLLIN)  # a pidfd turns readable when its process has exited
-    if not poller.poll(timeout * 1000):
+    if not poller.poll(max(0.0, timeout) * 1000):  # poll() blocks for ever on a negative one
         return False
     os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
     return True
