@@ -207,17 +207,12 @@ class NamespaceReconciler:
     # -- what network passes call -------------------------------------------------------
     def value(self, ns: str) -> str | None:
         """The annotation as last seen (our own last patch included); None when the Namespace
-        is not in the cache (then there is nothing to add to: §5.9 "NotFound → nothing")."""
+        is not in the cache (not yet seen, or gone): then no triple is listed and no status
+        shows one (``plan_network.listed``)."""
         obj = self.recent.get(ns)
         if obj is None:
             return None
         return ((obj.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_NAMESPACE_NETWORKS, "")
-
-    def listed(self, ns: str, triple: str) -> bool:
-        """Whether ``triple`` may show in a status of namespace ``ns``: it is in the
-        annotation, or the Namespace is not there at all."""
-        value = self.value(ns)
-        return value is None or triple in split_value(value)
 
     def want(self, ns: str, key: str, triple: str) -> None:
         """Network ``key`` needs ``triple`` in the annotation before it writes its status."""
@@ -278,9 +273,11 @@ class NamespaceReconciler:
                 return Result()  # not ours: a namespace without networks keeps its annotation
         obj, value = self._read(ns, fresh or leftover)
         if obj is None:
+            # Not in the cache yet (created just before its networks: its add event queues
+            # this key and the networks again, and they ask again) or gone (its networks are
+            # on their way out). Nothing to write to, and no network is told: its status
+            # waits for its triple (§5.9 step 8; ``plan_network.listed``).
             self._settle(ns, pending, {}, fresh)
-            for key in needed:
-                self.enqueue_network(key)  # nothing to wait for: the status may be written
             return Result()
         self._passed_at[ns] = self.monotonic()
         desired = desired_value(nets.values(), needed.values())

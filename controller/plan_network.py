@@ -311,9 +311,13 @@ def namespace_allowed(namespace: Mapping[str, Any] | None, selector: Any) -> boo
 
 
 def listed(annotation: str | None, triple: str) -> bool:
-    """Whether ``triple`` may show in a status of the namespace: it is in the annotation,
-    or the Namespace is not there at all (§5.9 step 8)."""
-    return annotation is None or triple in split_value(annotation)
+    """Whether ``triple`` may show in a status of the namespace: it is in the annotation
+    (§5.9 step 8). ``None`` (the Namespace not in our cache) lists nothing: §5.9's "cached Get
+    ... NotFound → nothing" would read a watch that has not yet brought a Namespace created
+    just before its network, and the status would show a VLAN that admission does not yet
+    allow (flake hunt, failure 13). A live network's Namespace exists (the API server removes
+    a Namespace only after its content), so the status waits for the Namespace's add event."""
+    return annotation is not None and triple in split_value(annotation)
 
 
 def status_waits(s: NetworkSnapshot, status: Mapping[str, Any]) -> bool:

@@ -322,6 +322,32 @@ def test_a_burst_in_one_namespace_shares_patches_and_no_status_shows_an_unlisted
         assert bed.status(n)["vlan"] in (130, 131)
 
 
+def test_a_namespace_not_yet_in_the_cache_holds_the_status_until_its_triple_is_written():
+    """Flake hunt, failure 13: a Namespace created just before its network, whose add event
+    our watch has not delivered yet. A cache miss is no NotFound: no status shows the VLAN
+    (``Bed`` checks after every request that the server's annotation lists it), and the
+    Namespace's add event lets the annotation, then the status, be written."""
+    bed = Bed()
+    nsobj = bed.api.find("namespaces", NS)
+    bed.stores["namespaces"].delete(nsobj)  # on the server, not yet in the cache
+    bed.create("a")
+    bed.deliver()
+    bed.network_pass("a")
+    assert "vlan" not in bed.status("a") and bed.ns_queue == [NS]  # asked for its triple
+    bed.namespace_pass()
+    assert bed.annotation() is None and bed.net_queue == []  # nothing to write to, nobody told
+    bed.network_pass("a")
+    assert "vlan" not in bed.status("a")  # still waits
+    # The watch brings the Namespace (its add event queues the namespace and its networks).
+    bed.stores["namespaces"].add(nsobj)
+    bed.nsr.recent.observe(nsobj)
+    bed.network_pass("a")
+    bed.namespace_pass()
+    assert bed.annotation() == "vmbr1/100/p" and bed.net_queue == [f"{NS}/a"]
+    bed.network_pass("a")
+    assert bed.status("a")["vlan"] == 100
+
+
 def test_a_restarted_controller_writes_nothing():
     bed = Bed()
     for n in ("a", "b"):
