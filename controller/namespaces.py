@@ -274,10 +274,13 @@ class NamespaceReconciler:
         obj, value = self._read(ns, fresh or leftover)
         if obj is None:
             # Not in the cache yet (created just before its networks: its add event queues
-            # this key and the networks again, and they ask again) or gone (its networks are
-            # on their way out). Nothing to write to, and no network is told: its status
-            # waits for its triple (§5.9 step 8; ``plan_network.listed``).
-            self._settle(ns, pending, {}, fresh)
+            # this key again) or gone (its networks are on their way out). Nothing to write
+            # to, and no network is told: its status waits for its triple (§5.9 step 8;
+            # ``plan_network.listed``). The asks are kept for the pass the add event queues:
+            # one made again while this pass ran looks like the one it read.
+            with self._lock:
+                if fresh and self._gone.get(ns) == fresh:
+                    del self._gone[ns]
             return Result()
         self._passed_at[ns] = self.monotonic()
         desired = desired_value(nets.values(), needed.values())

@@ -348,6 +348,41 @@ def test_a_namespace_not_yet_in_the_cache_holds_the_status_until_its_triple_is_w
     assert bed.status("a")["vlan"] == 100
 
 
+def test_an_ask_made_again_while_a_pass_finds_no_namespace_is_written_by_the_next_pass():
+    """The Namespace's add event lands between a namespace pass's cache read (nothing) and
+    its bookkeeping, and the network asks again meanwhile (the same triple): the ask is kept,
+    so the pass the add event queued writes it and tells the network at once, not at its
+    periodic requeue (review of failure 13's fix)."""
+    bed = Bed()
+    nsobj = bed.api.find("namespaces", NS)
+    store = bed.stores["namespaces"]
+    store.delete(nsobj)
+    bed.create("a")
+    bed.deliver()
+    bed.network_pass("a")
+    assert bed.ns_queue == [NS]
+    get = store.get
+    raced = []
+
+    def miss_then_the_watch_delivers(key):
+        out = get(key)
+        if key == NS and out is None and not raced:
+            raced.append(key)
+            store.add(nsobj)  # the watch brings it ...
+            bed.nsr.recent.observe(nsobj)
+            bed.network_pass("a")  # ... and its add event's network pass asks again
+        return out
+
+    store.get = miss_then_the_watch_delivers  # type: ignore[method-assign]
+    bed.namespace_pass()  # read nothing, before the add
+    store.get = get  # type: ignore[method-assign]
+    assert raced and bed.annotation() is None and bed.net_queue == []
+    bed.namespace_pass()  # the pass the add event queued
+    assert bed.annotation() == "vmbr1/100/p" and bed.net_queue == [f"{NS}/a"]
+    bed.network_pass("a")
+    assert bed.status("a")["vlan"] == 100
+
+
 def test_a_restarted_controller_writes_nothing():
     bed = Bed()
     for n in ("a", "b"):
