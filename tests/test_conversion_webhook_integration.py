@@ -134,10 +134,20 @@ def test_a_failing_conversion_webhook_never_releases_and_the_controller_moves_to
         # conversion failure, which it quotes with the webhook's own words. For a moment it can
         # answer so for another kind as well, which /readyz then names alone (a CI run saw
         # "cannot list proxmoxnetworks…/v1alpha1: HTTP 429"): the machines' entry is awaited.
-        code, body = wait_for(
-            lambda: (lambda r: r if r[0] == 503 and r[1].startswith(f"cannot list {MACHINES}/v1alpha2: HTTP ")
-                     and "conversion backend unavailable" in r[1] else None)(ctl.readyz()),
-            timeout=90, what="/readyz naming the machines' kind and the webhook's failure")
+        seen: list[tuple[int, str]] = []  # what /readyz said, for the message if it never matches
+
+        def readyz_names_the_machines() -> tuple[int, str] | None:
+            r = ctl.readyz()
+            if not seen or seen[-1] != r:
+                seen.append(r)
+            return r if (r[0] == 503 and r[1].startswith(f"cannot list {MACHINES}/v1alpha2: HTTP ")
+                         and "conversion backend unavailable" in r[1]) else None
+
+        try:
+            code, body = wait_for(readyz_names_the_machines, timeout=90,
+                                  what="/readyz naming the machines' kind and the webhook's failure")
+        except AssertionError as err:  # name what it said instead (flake hunt, failure 15)
+            raise AssertionError(f"{err}; /readyz said, last distinct answers: {seen[-5:]}") from None
         note(f"readyz {code} {body[:120]!r}…")
         assert env.vlan_exists(sub) and reason(admin.network(ns, net), "Ready")[1] == "InUse"
 
