@@ -279,8 +279,7 @@ class NamespaceReconciler:
             # ``plan_network.listed``). The asks are kept for the pass the add event queues:
             # one made again while this pass ran looks like the one it read.
             with self._lock:
-                if fresh and self._gone.get(ns) == fresh:
-                    del self._gone[ns]
+                self._read_departures(ns, fresh)
             return Result()
         self._passed_at[ns] = self.monotonic()
         desired = desired_value(nets.values(), needed.values())
@@ -309,12 +308,17 @@ class NamespaceReconciler:
                     tell.append(key)
             if not per:
                 self._pending.pop(ns, None)
-            if fresh and self._gone.get(ns) == fresh:
-                del self._gone[ns]
+            self._read_departures(ns, fresh)
             if ns not in self._pending and not self.networks.by_index("namespace", ns):
                 self._passed_at.pop(ns, None)
         for key in tell:
             self.enqueue_network(key)
+
+    def _read_departures(self, ns: str, fresh: int) -> None:
+        """Clear the fresh-read mark of ``ns`` if a pass read all ``fresh`` departures it
+        counts (one made since keeps it). The caller holds ``_lock``."""
+        if fresh and self._gone.get(ns) == fresh:
+            del self._gone[ns]
 
     def _leftover(self, ns: str) -> bool:
         """Whether the cached annotation of ``ns`` lists a triple on a zone's bridge."""
