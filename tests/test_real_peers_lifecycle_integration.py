@@ -778,9 +778,10 @@ def test_a_subnet_in_the_default_vpc_never_gets_a_group_on_the_cluster_router(be
     assert ha_chassis_groups(bed.nbctl, f"px-ovn-cluster-{sc.sub}") == []
     assert ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name=ovn-cluster-{sc.sub}")[0]["ha_chassis_group"] == []
     assert port["name"] == f"ovn-cluster-{sc.sub}"
-    events = world.a.core.list_namespaced_event(sc.ns).items
-    assert any(e.type == "Warning" and e.reason == "SubnetInvalid" and e.involved_object.name == sc.net
-               for e in events)
+    # The Event is written after the status (controller.apply), so it is awaited, not read once.
+    wait_for(lambda: any(e.type == "Warning" and e.reason == "SubnetInvalid" and e.involved_object.name == sc.net
+                         for e in world.a.core.list_namespaced_event(sc.ns).items),
+             timeout=WAIT, what="the SubnetInvalid Warning Event")
 
 
 def test_a_subnet_in_another_tenants_vpc_is_reported_and_served(bed, ctl, world):
