@@ -26,6 +26,7 @@ from kubernetes.client.rest import ApiException
 
 from hack.bed import LocalCluster
 from hack.objects import Admin, condition, reason, unique
+from tests.support.controller import vlan_cached
 from tests.support.peers import KUBE_OVN, Ctl, Trunk, kube_get, make_vpc
 from hack.wait import wait_for
 
@@ -276,7 +277,9 @@ def test_static_assignment_to_a_vlan_in_use_and_two_pins_on_one_vlan(admin, bed,
         {"namespace": bed.ns, "name": "first", "vlan": 501},
         {"namespace": bed.ns, "name": "second", "vlan": 501},
     ])
-    admin.create_vlan(unique("handmade"), 500, provider)  # not ours: still used (B01)
+    handmade = unique("handmade")
+    admin.create_vlan(handmade, 500, provider)  # not ours: still used (B01)
+    vlan_cached(controller, handmade)
     bed.network("taken", zone)
     _, c = bed.wait("taken", "VLANAllocated", "StaticVLANInUse")
     assert c["message"] == f'static VLAN 500 is already used on provider "{provider}"'

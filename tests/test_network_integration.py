@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from hack.audit import format_writes, write_marker, writes_before
-from tests.support.controller import running_controller
+from tests.support.controller import running_controller, vlan_cached
 from hack.objects import PX, Admin, reason, unique
 from hack.wait import wait_for
 
@@ -107,13 +107,15 @@ def test_refusals_with_the_spec_messages(admin, ctl, provider, unique_namespace)
         ],
     )
     # A hand-made Vlan on the provider holds 300.
-    admin.create_vlan(unique("handmade"), 300, provider)
+    handmade = unique("handmade")
+    admin.create_vlan(handmade, 300, provider)
     taken = unique("taken")
     admin.create_vlan(taken, 250, provider, labels={
         "proxmox.cozystack.io/network-namespace": "other", "proxmox.cozystack.io/network-name": "owner"})
     mismatch = unique("mismatch")
     admin.create_vlan(mismatch, 251, "elsewhere", labels={
         "proxmox.cozystack.io/network-namespace": ns, "proxmox.cozystack.io/network-name": "mismatch"})
+    vlan_cached(ctl, handmade)  # static-used must see it (the allocator reads the cache)
 
     admin.create_network(ns, "nozone", "no-such-zone", unique("s"))
     admin.create_network(ns, "static-reserved", zname, unique("s"))

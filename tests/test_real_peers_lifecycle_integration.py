@@ -806,8 +806,10 @@ def test_a_subnet_in_another_tenants_vpc_is_reported_and_served(bed, ctl, world)
     assert reason(obj, "SubnetReady") == ("True", "Ready", f"Kube-OVN reports the subnet Ready; {note}")
     assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
     assert ha_chassis_groups(bed.nbctl, f"px-{vpc}-{sc.sub}") != []
-    events = [e for e in world.a.core.list_namespaced_event(sc.ns).items
-              if e.reason == "SubnetInForeignVPC" and e.involved_object.name == sc.net]
+    # The Event is written after the status (controller.apply): awaited, then counted.
+    events = wait_for(lambda: [e for e in world.a.core.list_namespaced_event(sc.ns).items
+                               if e.reason == "SubnetInForeignVPC" and e.involved_object.name == sc.net],
+                      timeout=WAIT, what="the SubnetInForeignVPC Warning Event")
     assert len(events) == 1 and events[0].type == "Warning" and events[0].message == note
 
     world.a.co.patch_cluster_custom_object(*KUBEOVN, "vpcs", vpc, {"spec": {"namespaces": [other, sc.ns]}})

@@ -19,6 +19,7 @@ import pytest
 
 from hack.bed import ClusterError, LocalCluster
 from hack.objects import Admin, reason
+from hack.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups
 from tests.test_wire_integration import Tenant, gateway_controller, reaches
 
@@ -55,7 +56,7 @@ def test_with_two_trunk_nodes_the_survivor_does_not_take_over_and_the_network_sa
     dp = bed.dataplane
     assert dp is not None and len(dp.chassis) == 2
     n = Tenant(admin, 3300).subnet(80)
-    with gateway_controller(bed) as ctl:
+    with gateway_controller(bed):
         obj = n.wait("GatewayReady", "ChassisAssigned")
         (group,) = ha_chassis_groups(bed.nbctl, n.group)
         assert sorted(group["chassis"].values()) == [[90], [100]]
@@ -64,9 +65,10 @@ def test_with_two_trunk_nodes_the_survivor_does_not_take_over_and_the_network_sa
         assert msg.endswith("; with 2 chassis OVN moves the gateway only while the survivor keeps a BFD session "
                             "with another chassis, so it stays on a failed active chassis: make at least 3 nodes "
                             "of the provider network ready"), msg
-        ctl.mgr.events.flush()
-        events = [e for e in admin.core.list_namespaced_event(n.ns).items
-                  if e.involved_object.name == n.name and e.reason == "GatewayWithoutFailover"]
+        # The Event is queued after the status is written (controller.apply): awaited, then counted.
+        events = wait_for(lambda: [e for e in admin.core.list_namespaced_event(n.ns).items
+                                   if e.involved_object.name == n.name and e.reason == "GatewayWithoutFailover"],
+                          what="the GatewayWithoutFailover Warning Event")
         assert len(events) == 1 and events[0].type == "Warning"
 
         vm = n.vm(dp, "vm-two")

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from controller.config import load_api_client
 from controller.main import configure_logging
 from controller.manager import Manager, Options
+from hack.wait import wait_for
 
 
 @contextlib.contextmanager
@@ -28,3 +29,14 @@ def running_controller(cluster, **options) -> Iterator[Manager]:
     finally:
         mgr.stop()
         api.close()
+
+
+def vlan_cached(mgr: Manager, name: str) -> None:
+    """Wait until ``mgr``'s Vlan cache holds the Vlan ``name``.
+
+    A test that makes a Vlan by hand and then a network that must see it calls this first:
+    the allocator reads the cache (product-decisions.md §4), so a network queued before the
+    watch brings the Vlan is allocated as if it were not there and later reported as
+    ``VLANConflict``, which is a different, also correct, outcome.
+    """
+    wait_for(lambda: mgr.vlan_informer.store.get(name) is not None, what=f"Vlan {name} in the controller's cache")
