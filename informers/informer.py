@@ -238,8 +238,10 @@ class SharedIndexInformer:
 
     @property
     def last_error(self) -> str | None:
-        """Why the last LIST or WATCH failed (``HTTP 500: <message>``, …), None once one
-        succeeded again: the kind cannot be listed while it is set (field report R8)."""
+        """Why the last LIST or WATCH failed (``HTTP 500: <message>``, …), None once a LIST
+        succeeded or a watch proved itself (delivered an event or stayed open a second,
+        ``informers.reflector.PROVEN_WATCH``): the kind cannot be listed while it is set
+        (field report R8)."""
         return self._reflector.last_error
 
     def failing_for(self) -> float:

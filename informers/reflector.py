@@ -50,6 +50,10 @@ log = structlog.get_logger("informers.reflector")
 
 LIST_PAGE_SIZE = 500
 
+PROVEN_WATCH = 1.0
+"""Seconds a watch must stay open, or deliver anything, to count as productive: the bar for
+backing off after a watch and for clearing a failure (R8: an open watch means the kind lists)."""
+
 RESTART_REASONS = ("expired", "dropped", "timeout", "closed", "error")
 """Keys of ``watch_restarts``:
 
@@ -180,8 +184,9 @@ class Reflector:
         self.last_sync_monotonic: float | None = None
         # The failure of the last LIST or WATCH and since when they fail (monotonic), None
         # once one succeeds: a kind that cannot be listed (field report R8) says so.
-        self.last_error: str | None = None
-        self.failing_since: float | None = None
+        self._last_error: str | None = None
+        self._failing_since: float | None = None
+        self._open_since: float | None = None  # when the live watch started, while it is open
         self._next_relist_at = math.inf
 
     # ------------------------------------------------------------ lifecycle
@@ -290,13 +295,29 @@ class Reflector:
     def _mark_sync(self) -> None:
         self.last_sync_monotonic = self._clock()
 
+    @property
+    def last_error(self) -> str | None:
+        """Why the last LIST or WATCH failed; None once a LIST succeeded or a watch proved
+        itself (delivered something, or has been open :data:`PROVEN_WATCH` seconds, even
+        if it has not ended yet: a watch may stay open and quiet for minutes)."""
+        return None if self._watch_proven() else self._last_error
+
+    @property
+    def failing_since(self) -> float | None:
+        """Monotonic time of the first failure of the current run of failures, or None."""
+        return None if self._watch_proven() else self._failing_since
+
+    def _watch_proven(self) -> bool:
+        since = self._open_since
+        return since is not None and self._clock() - since >= PROVEN_WATCH
+
     def _failed(self, text: str) -> None:
-        self.last_error = text
-        if self.failing_since is None:
-            self.failing_since = self._clock()
+        self._last_error = text
+        if self._failing_since is None:
+            self._failing_since = self._clock()
 
     def _succeeded(self) -> None:
-        self.last_error = self.failing_since = None
+        self._last_error = self._failing_since = None
 
     def _selectors(self) -> list[tuple[str, str]]:
         q = []
@@ -415,14 +436,15 @@ class Reflector:
         if self._stop.is_set():  # stop() ran before we published the stream
             stream.abort()
         self._mark_sync()  # a (re)established watch counts as renewal (B11 readiness)
+        self._open_since = self._clock()
         received = 0
         reason = "closed"
         try:
             for event in iter_events(stream.chunks()):
                 if self._stop.is_set():
                     break
+                self._handle_event(event)  # an ERROR event raises: it is not "received"
                 received += 1
-                self._handle_event(event)
         except _TIMEOUT as e:
             reason = "timeout"
             if not self._stop.is_set():
@@ -441,9 +463,13 @@ class Reflector:
             with self._live_lock:
                 self._live = None
             stream.close()
+            if received > 0 or self._watch_proven():
+                # Proven before it ended: an ERROR event now starts a new run of failures.
+                self._succeeded()
+            self._open_since = None
         if self._stop.is_set():
             return "stopped", True
-        productive = received > 0 or (self._clock() - started) >= 1.0
+        productive = received > 0 or (self._clock() - started) >= PROVEN_WATCH
         return reason, productive
 
     def _handle_event(self, event: dict) -> None:

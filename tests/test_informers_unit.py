@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Callable, Iterator
 
+import attrs
 import pytest
 import urllib3.exceptions
 from hypothesis import HealthCheck, given, settings
@@ -529,6 +530,20 @@ class _ExpiredStream:
         pass
 
 
+class _ErrorStream:
+    """A watch that starts and at once ends with an ERROR event (HTTP 500 inside the stream)."""
+
+    def chunks(self):
+        line = json.dumps({"type": "ERROR", "object": status(500, "InternalError", "conversion webhook failed")})
+        yield line.encode() + b"\n"
+
+    def abort(self):
+        pass
+
+    def close(self):
+        pass
+
+
 FAST = ReflectorConfig(watch_timeout_range=(5, 9), read_timeout_margin=3, relist_backoff=(0.001, 0.01))
 
 
@@ -750,6 +765,43 @@ def test_a_kind_that_cannot_be_listed_says_why_until_a_list_succeeds(running):
     assert inf.wait_for_sync(DEADLINE)
     wait_for(lambda: inf.last_error is None, what="the error cleared")
     assert inf.failing_for() == 0.0
+
+
+def test_a_watch_that_stays_open_clears_a_failure_at_its_start(server, running):
+    """R8 readiness after a transient 429 at watch start ("storage is (re)initializing", what
+    kube-apiserver answers while a new CRD's watch cache fills, flake hunt failure 15): once
+    the next watch has been open for a second (the reflector's own bar for a productive
+    watch) the kind lists, so ``last_error`` is None and ``failing_for`` 0, though the watch
+    has delivered nothing and has not ended."""
+    server.watch_errors.append(ApiException(status=429, reason="Too Many Requests", body=json.dumps(
+        status(429, "TooManyRequests", "storage is (re)initializing"))))
+    # Watches that outlast the test: what clears the failure is the open watch, not its end.
+    inf = running(server, config=attrs.evolve(FAST, watch_timeout_range=(300, 300)))
+    assert inf.wait_for_sync(DEADLINE)
+    wait_for(lambda: server.live(), what="the second watch open")
+    assert len(server.watches) == 2 and len(server.lists) == 1
+    wait_for(lambda: inf.last_error is None, timeout=10, what="the failure cleared by the open watch")
+    assert inf.failing_for() == 0.0
+    assert len(server.live()) == 1 and len(server.watches) == 2  # the same quiet watch, still open
+
+
+def test_a_watch_that_errors_at_once_keeps_the_failure_and_its_start(running):
+    """The other side of the rule above: a watch that starts (HTTP 200) and at once ends with
+    an ERROR event (an etcd-served watch of an object the conversion webhook cannot convert)
+    is no sign the kind lists: the failure stays and ``failing_for`` counts from the first
+    one, so /readyz names the kind after its grace (R8)."""
+    class ErrorsAtOnce(FakeApiServer):
+        def watch(self, path, query, timeout, metadata_only=False):
+            with self.cond:
+                self.watches.append((list(query), timeout))
+            return _ErrorStream()
+
+    srv = ErrorsAtOnce()
+    inf = running(srv)
+    assert inf.wait_for_sync(DEADLINE)
+    wait_for(lambda: inf.failing_for() >= 1.5, what="failing for longer than one watch's second")
+    assert inf.last_error is not None and "conversion webhook failed" in inf.last_error
+    assert len(srv.watches) >= 2
 
 
 def test_errors_back_off_and_keep_going(server, running):
