@@ -415,8 +415,8 @@ class Manager:
     def unlistable(self, grace: float = UNLISTABLE_GRACE) -> list[str]:
         """``"<resource>: <error>"`` of each informer whose LISTs and WATCHes have failed for
         at least ``grace`` seconds (``/readyz`` names them; R8)."""
-        return [f"{inf.resource}: {inf.last_error}" for inf in self.factory.informers()
-                if inf.last_error and inf.failing_for() >= grace]
+        failures = ((inf.resource, inf.failure()) for inf in self.factory.informers())
+        return [f"{resource}: {f[0]}" for resource, f in failures if f is not None and f[1] >= grace]
 
     # -- event -> key mapping (controller.keys) ----------------------------------------------
     def _route(self, keys: tuple[list[NetworkKey], list[ZoneKey]]) -> None:

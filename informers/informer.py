@@ -239,10 +239,16 @@ class SharedIndexInformer:
     @property
     def last_error(self) -> str | None:
         """Why the last LIST or WATCH failed (``HTTP 500: <message>``, …), None once a LIST
-        succeeded or a watch proved itself (delivered an event or stayed open a second,
-        ``informers.reflector.PROVEN_WATCH``): the kind cannot be listed while it is set
+        succeeded or a watch proved itself (delivered an event or stayed open
+        ``ReflectorConfig.watch_proof`` seconds): the kind cannot be listed while it is set
         (field report R8)."""
         return self._reflector.last_error
+
+    def failure(self) -> tuple[str, float] | None:
+        """``(last error, seconds its run of failures has lasted)`` from one reading (the
+        error and its start can change between two property reads), or None."""
+        f = self._reflector.failure()
+        return None if f is None else (f[0], max(0.0, time.monotonic() - f[1]))
 
     def failing_for(self) -> float:
         """Seconds since the LISTs and WATCHes began to fail; 0 while they succeed."""

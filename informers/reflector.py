@@ -50,9 +50,8 @@ log = structlog.get_logger("informers.reflector")
 
 LIST_PAGE_SIZE = 500
 
-PROVEN_WATCH = 1.0
-"""Seconds a watch must stay open, or deliver anything, to count as productive: the bar for
-backing off after a watch and for clearing a failure (R8: an open watch means the kind lists)."""
+PRODUCTIVE_WATCH = 1.0
+"""Seconds a watch that delivered nothing must have lasted for no backoff to follow it."""
 
 RESTART_REASONS = ("expired", "dropped", "timeout", "closed", "error")
 """Keys of ``watch_restarts``:
@@ -78,6 +77,10 @@ class ReflectorConfig:
     * ``relist_backoff``: (first, max) delay of the jittered exponential backoff.
     * ``relist_period``: if set, a full LIST at least this often, independent of
       the watch (B11's safety net); ``None`` = only on 410/errors.
+    * ``watch_proof``: a watch open this long, even if quiet and not yet ended, shows
+      the kind lists: it ends a run of failures (R8 readiness; a 429 at a watch's start
+      while a new CRD's watch cache fills is not a kind that cannot be listed). Above a
+      conversion webhook's usual hang, so a watch that hangs and then fails keeps the run.
     """
 
     watch_timeout_range: tuple[int, int] = (300, 600)
@@ -86,6 +89,7 @@ class ReflectorConfig:
     list_read_timeout: float = 60
     relist_backoff: tuple[float, float] = (0.5, 30)
     relist_period: float | None = None
+    watch_proof: float = 10.0
 
     def __attrs_post_init__(self) -> None:
         lo, hi = self.watch_timeout_range
@@ -98,6 +102,8 @@ class ReflectorConfig:
             raise ValueError("read_timeout_margin must be >= 0")
         if self.relist_period is not None and self.relist_period <= 0:
             raise ValueError("relist_period must be > 0 or None")
+        if self.watch_proof <= 0:
+            raise ValueError("watch_proof must be > 0")
 
 
 class Sink(Protocol):
@@ -223,10 +229,9 @@ class Reflector:
                     self._mark_sync()
                 if self._clock() >= self._next_relist_at:
                     need_list = True
-                if productive:
+                if productive:  # backoff only: _watch_once decides whether failures end
                     self._backoff.reset()
                     expired_streak = 0
-                    self._succeeded()
                 else:
                     # A watch that ended within a second having delivered
                     # nothing: wait, or a broken server/proxy becomes a hot loop.
@@ -298,7 +303,7 @@ class Reflector:
     @property
     def last_error(self) -> str | None:
         """Why the last LIST or WATCH failed; None once a LIST succeeded or a watch proved
-        itself (delivered something, or has been open :data:`PROVEN_WATCH` seconds, even
+        itself (delivered an event, or has been open ``config.watch_proof`` seconds, even
         if it has not ended yet: a watch may stay open and quiet for minutes)."""
         return None if self._watch_proven() else self._last_error
 
@@ -309,7 +314,15 @@ class Reflector:
 
     def _watch_proven(self) -> bool:
         since = self._open_since
-        return since is not None and self._clock() - since >= PROVEN_WATCH
+        return since is not None and self._clock() - since >= self.config.watch_proof
+
+    def failure(self) -> tuple[str, float] | None:
+        """``(last error, monotonic time the run of failures began)`` from one reading, or
+        None: what :attr:`last_error` and :attr:`failing_since` say, never half of each."""
+        if self._watch_proven():
+            return None
+        error, since = self._last_error, self._failing_since
+        return (error, since) if error is not None and since is not None else None
 
     def _failed(self, text: str) -> None:
         self._last_error = text
@@ -469,7 +482,7 @@ class Reflector:
             self._open_since = None
         if self._stop.is_set():
             return "stopped", True
-        productive = received > 0 or (self._clock() - started) >= PROVEN_WATCH
+        productive = received > 0 or (self._clock() - started) >= PRODUCTIVE_WATCH
         return reason, productive
 
     def _handle_event(self, event: dict) -> None:

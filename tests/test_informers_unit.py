@@ -531,9 +531,15 @@ class _ExpiredStream:
 
 
 class _ErrorStream:
-    """A watch that starts and at once ends with an ERROR event (HTTP 500 inside the stream)."""
+    """A watch that starts, stays quiet ``hang`` seconds and ends with an ERROR event (HTTP
+    500 inside the stream)."""
+
+    def __init__(self, hang: float = 0.0) -> None:
+        self.hang = hang
 
     def chunks(self):
+        if self.hang:
+            time.sleep(self.hang)  # the server's silence: nothing to await on our side
         line = json.dumps({"type": "ERROR", "object": status(500, "InternalError", "conversion webhook failed")})
         yield line.encode() + b"\n"
 
@@ -770,38 +776,47 @@ def test_a_kind_that_cannot_be_listed_says_why_until_a_list_succeeds(running):
 def test_a_watch_that_stays_open_clears_a_failure_at_its_start(server, running):
     """R8 readiness after a transient 429 at watch start ("storage is (re)initializing", what
     kube-apiserver answers while a new CRD's watch cache fills, flake hunt failure 15): once
-    the next watch has been open for a second (the reflector's own bar for a productive
-    watch) the kind lists, so ``last_error`` is None and ``failing_for`` 0, though the watch
-    has delivered nothing and has not ended."""
+    the next watch has been open ``watch_proof`` seconds the kind lists, so ``last_error`` is
+    None and ``failing_for`` 0, though the watch has delivered nothing and has not ended.
+    Once proven, an ERROR event that ends the watch starts a new run of failures."""
     server.watch_errors.append(ApiException(status=429, reason="Too Many Requests", body=json.dumps(
         status(429, "TooManyRequests", "storage is (re)initializing"))))
     # Watches that outlast the test: what clears the failure is the open watch, not its end.
-    inf = running(server, config=attrs.evolve(FAST, watch_timeout_range=(300, 300)))
+    inf = running(server, config=attrs.evolve(FAST, watch_timeout_range=(300, 300), watch_proof=5.0))
     assert inf.wait_for_sync(DEADLINE)
     wait_for(lambda: server.live(), what="the second watch open")
     assert len(server.watches) == 2 and len(server.lists) == 1
-    wait_for(lambda: inf.last_error is None, timeout=10, what="the failure cleared by the open watch")
-    assert inf.failing_for() == 0.0
+    assert inf.last_error == "HTTP 429: storage is (re)initializing"  # the open watch is < 5 s old
+    assert inf.failure() is not None and inf.failure()[0] == inf.last_error
+    wait_for(lambda: inf.last_error is None, timeout=30, what="the failure cleared by the open watch")
+    assert inf.failing_for() == 0.0 and inf.failure() is None
     assert len(server.live()) == 1 and len(server.watches) == 2  # the same quiet watch, still open
+    cleared = time.monotonic()
+    server.doom_streams("error500")
+    wait_for(lambda: inf.last_error is not None, what="the ERROR event recorded")
+    assert "etcd hiccup" in inf.last_error
+    assert inf.failing_for() <= time.monotonic() - cleared  # a new run, not the 429's
 
 
-def test_a_watch_that_errors_at_once_keeps_the_failure_and_its_start(running):
-    """The other side of the rule above: a watch that starts (HTTP 200) and at once ends with
-    an ERROR event (an etcd-served watch of an object the conversion webhook cannot convert)
-    is no sign the kind lists: the failure stays and ``failing_for`` counts from the first
-    one, so /readyz names the kind after its grace (R8)."""
-    class ErrorsAtOnce(FakeApiServer):
+@pytest.mark.parametrize("hang", [0.0, 0.4])
+def test_a_watch_that_errors_before_its_proof_keeps_the_failure_and_its_start(running, hang):
+    """The other side of the rule above: a watch that starts (HTTP 200) and, at once or
+    after hanging for less than ``watch_proof`` (a slow conversion webhook), ends with an
+    ERROR event (an etcd-served watch of an object the webhook cannot convert) is no sign
+    the kind lists: the failure stays and ``failing_for`` counts from the first one, so
+    /readyz names the kind after its grace (R8)."""
+    class ErrorsAfterHang(FakeApiServer):
         def watch(self, path, query, timeout, metadata_only=False):
             with self.cond:
                 self.watches.append((list(query), timeout))
-            return _ErrorStream()
+            return _ErrorStream(hang)
 
-    srv = ErrorsAtOnce()
-    inf = running(srv)
+    srv = ErrorsAfterHang()
+    inf = running(srv, config=attrs.evolve(FAST, watch_proof=1.0))
     assert inf.wait_for_sync(DEADLINE)
-    wait_for(lambda: inf.failing_for() >= 1.5, what="failing for longer than one watch's second")
+    wait_for(lambda: inf.failing_for() >= 2.5, what="failing for longer than two proofs")
     assert inf.last_error is not None and "conversion webhook failed" in inf.last_error
-    assert len(srv.watches) >= 2
+    assert len(srv.watches) >= 3
 
 
 def test_errors_back_off_and_keep_going(server, running):

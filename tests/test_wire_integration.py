@@ -375,6 +375,7 @@ def test_release_order_on_the_wire_the_vm_is_answered_until_its_address_is_relea
         wait_for(lambda: ha_chassis_groups(bed.nbctl, n.group) == [], timeout=WAIT, what="the group removed")
         wait_for(lambda: not ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{n.sub}"), timeout=WAIT,
                  what="the localnet port gone")
+        bed.wait_hv()  # the NB row is gone; the chassis' flows follow it
         assert vm.arping(n.gateway, count=2, timeout=2) == []
         assert vm.ping(n.gateway, count=2, timeout=1) == 0
 
@@ -393,6 +394,7 @@ def test_a_hand_retagged_vlan_cuts_the_vm_off_next_to_vlan_changed_externally(be
         a.co.patch_cluster_custom_object(*KUBEOVN, "vlans", n.sub, {"spec": {"id": vid + 5}})
         wait_for(lambda: (ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{n.sub}") or [{}])[0].get("tag")
                  == vid + 5, timeout=WAIT, what="Kube-OVN moving the localnet port to the new tag")
+        bed.wait_hv()  # the NB has the new tag; the chassis' flows follow it (failure 18)
         obj = n.wait("VLANAllocated", "VLANChangedExternally")
         assert obj["status"]["vlan"] == vid
         assert vm.arping(n.gateway, count=2, timeout=2) == []
@@ -437,5 +439,6 @@ def test_a_strangers_subnet_on_our_vlan_puts_its_pods_on_our_vms_segment(bed, dp
             a.co.delete_cluster_custom_object(*KUBEOVN, "subnets", stranger)
         wait_for(lambda: not ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{stranger}"),
                  timeout=WAIT, what="the stranger's localnet port gone")
+        bed.wait_hv()  # the NB row is gone; the chassis' flows follow it
         assert pod.arping(vm_ip, count=2, timeout=2) == []
         ours.wait("Ready", "Ready")

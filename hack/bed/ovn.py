@@ -199,6 +199,15 @@ class OvnDatabases:
             return False
         return all(names - {n} <= self.active_tunnels(n) for n in names)
 
+    def wait_hv(self, timeout: float = 30) -> None:
+        """Block until every chassis' ovn-controller has applied what the NB holds now
+        (``ovn-nbctl --wait=hv sync``): a test that changed the NB and then checks the wire
+        for the change's effect waits here, since NB → northd → SB → ovn-controller → OVS
+        flows lags the NB row by up to seconds.
+
+        :raises ClusterError: a chassis did not catch up within ``timeout`` seconds."""
+        self.nbctl("--wait=hv", "sync", timeout=timeout)
+
     def _wait_sb(self) -> None:
         self._wait_ovsdb("sb", self.sbctl, (self.sb_unix, self.sb_tcp))
 
