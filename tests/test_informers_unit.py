@@ -513,35 +513,23 @@ class FakeApiServer:
                 if self.expired_mode == "http":
                     raise ApiException(status=410, reason="Gone",
                                        body=json.dumps(status(410, "Expired", "too old resource version")))
-                return _ExpiredStream()
+                return _ErrorStream(status(410, "Expired", "too old resource version"))
             self.streams.append(stream)
             return stream
 
 
-class _ExpiredStream:
-    def chunks(self):
-        line = json.dumps({"type": "ERROR", "object": status(410, "Expired", "too old resource version")})
-        yield line.encode() + b"\n"
-
-    def abort(self):
-        pass
-
-    def close(self):
-        pass
-
-
 class _ErrorStream:
-    """A watch that starts, stays quiet ``hang`` seconds and ends with an ERROR event (HTTP
-    500 inside the stream)."""
+    """A watch that starts, stays quiet ``hang`` seconds and ends with an ERROR event
+    carrying ``status`` (410 Expired, or a 500 inside the stream)."""
 
-    def __init__(self, hang: float = 0.0) -> None:
+    def __init__(self, status: dict, hang: float = 0.0) -> None:
+        self.status = status
         self.hang = hang
 
     def chunks(self):
         if self.hang:
             time.sleep(self.hang)  # the server's silence: nothing to await on our side
-        line = json.dumps({"type": "ERROR", "object": status(500, "InternalError", "conversion webhook failed")})
-        yield line.encode() + b"\n"
+        yield json.dumps({"type": "ERROR", "object": self.status}).encode() + b"\n"
 
     def abort(self):
         pass
@@ -809,7 +797,7 @@ def test_a_watch_that_errors_before_its_proof_keeps_the_failure_and_its_start(ru
         def watch(self, path, query, timeout, metadata_only=False):
             with self.cond:
                 self.watches.append((list(query), timeout))
-            return _ErrorStream(hang)
+            return _ErrorStream(status(500, "InternalError", "conversion webhook failed"), hang)
 
     srv = ErrorsAfterHang()
     inf = running(srv, config=attrs.evolve(FAST, watch_proof=1.0))
