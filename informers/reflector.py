@@ -80,7 +80,10 @@ class ReflectorConfig:
     * ``watch_proof``: a watch open this long, even if quiet and not yet ended, shows
       the kind lists: it ends a run of failures (R8 readiness; a 429 at a watch's start
       while a new CRD's watch cache fills is not a kind that cannot be listed). Above a
-      conversion webhook's usual hang, so a watch that hangs and then fails keeps the run.
+      conversion webhook that answers within 10 s, so a watch that hangs less and then fails
+      keeps the run. A watch that hangs 10 s or more before each ERROR event restarts the
+      run each time and is not named (kube-apiserver waits up to 30 s for a webhook; with
+      its watch cache on, the default, a failing conversion is a 429 at watch start instead).
     """
 
     watch_timeout_range: tuple[int, int] = (300, 600)
@@ -317,8 +320,10 @@ class Reflector:
         return since is not None and self._clock() - since >= self.config.watch_proof
 
     def failure(self) -> tuple[str, float] | None:
-        """``(last error, monotonic time the run of failures began)`` from one reading, or
-        None: what :attr:`last_error` and :attr:`failing_since` say, never half of each."""
+        """``(last error, monotonic time the run of failures began)`` from one call, or
+        None. Never an error without its start ("cannot list X: None"); the two are read
+        without a lock, so a failure recorded between the reads can pair the previous error
+        with the new start."""
         if self._watch_proven():
             return None
         error, since = self._last_error, self._failing_since
