@@ -252,8 +252,8 @@ class SharedIndexInformer:
 
     def failing_for(self) -> float:
         """Seconds since the LISTs and WATCHes began to fail; 0 while they succeed."""
-        t = self._reflector.failing_since
-        return 0.0 if t is None else max(0.0, time.monotonic() - t)
+        f = self.failure()
+        return 0.0 if f is None else f[1]
 
     @property
     def last_resource_version(self) -> str | None:

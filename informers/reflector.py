@@ -308,12 +308,8 @@ class Reflector:
         """Why the last LIST or WATCH failed; None once a LIST succeeded or a watch proved
         itself (delivered an event, or has been open ``config.watch_proof`` seconds, even
         if it has not ended yet: a watch may stay open and quiet for minutes)."""
-        return None if self._watch_proven() else self._last_error
-
-    @property
-    def failing_since(self) -> float | None:
-        """Monotonic time of the first failure of the current run of failures, or None."""
-        return None if self._watch_proven() else self._failing_since
+        f = self.failure()
+        return None if f is None else f[0]
 
     def _watch_proven(self) -> bool:
         since = self._open_since

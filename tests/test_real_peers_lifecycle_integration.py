@@ -780,8 +780,7 @@ def test_a_subnet_in_the_default_vpc_never_gets_a_group_on_the_cluster_router(be
     assert ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name=ovn-cluster-{sc.sub}")[0]["ha_chassis_group"] == []
     assert port["name"] == f"ovn-cluster-{sc.sub}"
     # The Event is written after the status (controller.apply), so it is awaited, not read once.
-    wait_for(lambda: any(e.type == "Warning" and e.reason == "SubnetInvalid" and e.involved_object.name == sc.net
-                         for e in world.a.core.list_namespaced_event(sc.ns).items),
+    wait_for(lambda: any(e.type == "Warning" for e in sc.events(ctl, "SubnetInvalid")),
              timeout=WAIT, what="the SubnetInvalid Warning Event")
 
 
@@ -808,9 +807,8 @@ def test_a_subnet_in_another_tenants_vpc_is_reported_and_served(bed, ctl, world)
     assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
     assert ha_chassis_groups(bed.nbctl, f"px-{vpc}-{sc.sub}") != []
     # The Event is written after the status (controller.apply): awaited, then counted.
-    events = wait_for(lambda: [e for e in world.a.core.list_namespaced_event(sc.ns).items
-                               if e.reason == "SubnetInForeignVPC" and e.involved_object.name == sc.net],
-                      timeout=WAIT, what="the SubnetInForeignVPC Warning Event")
+    events = wait_for(lambda: sc.events(ctl, "SubnetInForeignVPC"), timeout=WAIT,
+                      what="the SubnetInForeignVPC Warning Event")
     assert len(events) == 1 and events[0].type == "Warning" and events[0].message == note
 
     world.a.co.patch_cluster_custom_object(*KUBEOVN, "vpcs", vpc, {"spec": {"namespaces": [other, sc.ns]}})
