@@ -8,7 +8,8 @@
 #     Debian's; iputils-ping, iputils-arping and ethtool for the data plane's VMs (issue 25).
 #     Under PNC_KUBE_OVN_VERSION=v1.13.0 (out of CI) Debian's ovn-central and
 #     openvswitch-common instead, without leaving their ovsdb-server / ovn-northd running;
-#   * the Python dependencies with the test extra (the tree itself is imported in place);
+#   * the Python environment: a venv of exactly the pinned versions of constraints.txt and
+#     constraints-test.txt, isolated from the machine's site-packages (hack/python_env.py);
 #   * kube-apiserver, kubectl and etcd (hack/build-control-plane.sh, cached);
 #   * the real peers (hack/build-peers.sh) and helm (hack/build-helm.sh), cached;
 #   * the bed's node (issue 17): Debian's containerd, runc, containernetworking-plugins,
@@ -120,31 +121,11 @@ install_node_tools() {
 }
 
 install_python() {
-  cd "$ROOT"
-  # The tests and the demo import this tree directly (tests/conftest.py, PYTHONPATH), so
-  # only the dependencies need installing. Installing the package itself (pip install -e)
-  # would silently re-point a machine-wide install at whichever clone ran last.
-  if python3 - <<'PY' 2>/dev/null
-import importlib, sys
-for m in ("kubernetes", "ovs", "attrs", "structlog", "prometheus_client", "yaml", "durationpy",
-          "pytest", "pytest_asyncio", "pytest_timeout", "xdist", "hypothesis", "cryptography", "grafanalib"):
-    importlib.import_module(m)
-import kubernetes
-sys.exit(0 if int(kubernetes.__version__.split(".")[0]) >= 37 else 1)
-PY
-  then
-    return 0
-  fi
-  log "installing the Python dependencies (pyproject.toml, with the test extra)"
-  local deps
-  deps="$(python3 - <<'PY'
-import tomllib
-p = tomllib.load(open("pyproject.toml", "rb"))["project"]
-print("\n".join(p["dependencies"] + p["optional-dependencies"]["test"]))
-PY
-)"
-  # shellcheck disable=SC2086
-  quiet python3 -m pip install -q --disable-pip-version-check $(printf '%s\n' "$deps" | sed "s/.*/'&'/" | xargs)
+  # The tests and the demo run in a venv made from the lock (constraints.txt and
+  # constraints-test.txt), never on the machine's own site-packages; every run checks it
+  # against the lock and repairs a drift (hack/python_env.py). The tree itself is imported in
+  # place, not installed.
+  python3 "$HERE/python_env.py" sync >/dev/null || die "hack/python_env.py sync failed"
 }
 
 install_ovn

@@ -6,6 +6,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 bash hack/install-deps.sh >/dev/null
+source hack/python-env.sh
+activate_python_env
 # Issue 28: the suite runs in PNC_TEST_WORKERS pytest-xdist workers (default 4, measured in
 # docs/testing.md "Workers"), each module whole on one worker with its own beds, the longest
 # modules first (tests/support/schedule.py). Give -n yourself (-n 0: one process) to choose.
