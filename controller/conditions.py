@@ -9,7 +9,7 @@ observedGeneration are overwritten.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from controller import names
@@ -71,12 +71,34 @@ def is_true(conditions: Sequence[dict[str, Any]] | None, ctype: str) -> bool:
     return c is not None and c.get("status") == TRUE
 
 
+# GatewayReady reasons of a peer outage: Unknown with one of these does not decide Ready.
+OUTAGE_REASONS = frozenset({"NBUnavailable", "SBUnavailable"})
+
+
+# True reasons that still carry a warning an operator should read (doctor prints them).
+WARNING_TRUE_REASONS = frozenset({"AllocatedOutsideRanges", "PoolExhausted"})
+# Phrases of a True condition's message that warn (ovn.planner.failover_note: a gateway of
+# fewer than three chassis cannot fail over).
+WARNING_PHRASES = ("there is no failover", "stays on a failed active chassis")
+
+
+def carries_warning(c: Mapping[str, Any]) -> bool:
+    """A condition an operator should read (product-decisions.md §10: doctor prints every
+    condition that carries a warning, True or not): not True, a True reason of
+    :data:`WARNING_TRUE_REASONS`, or a True message with a :data:`WARNING_PHRASES` note."""
+    if c.get("status") != TRUE:
+        return True
+    message = str(c.get("message") or "")
+    return c.get("reason") in WARNING_TRUE_REASONS or any(p in message for p in WARNING_PHRASES)
+
+
 def compute_ready(conditions: list[dict[str, Any]], generation: int, now: Clock = utc_now) -> None:
     """Set ``Ready`` from the required conditions (reference-behaviour.md §5.8).
 
     Required, in order: VLANAllocated, SubnetReady, IPPoolReady, and GatewayReady unless
-    its reason is ``Disabled``; a GatewayReady that is Unknown/``NBUnavailable`` is skipped
-    (the NB grace). The first missing (reason ``Pending``, message ``<type> has not been
+    its reason is ``Disabled``; a GatewayReady that is Unknown/``NBUnavailable`` (the NB
+    grace) or Unknown/``SBUnavailable`` (product-decisions.md §10: an SB outage alone never
+    turns a network not Ready) is skipped. The first missing (reason ``Pending``, message ``<type> has not been
     evaluated``) or not-True condition gives Ready False with its reason and message.
     """
     required = [names.VLAN_ALLOCATED, names.SUBNET_READY, names.IPPOOL_READY]
@@ -88,7 +110,7 @@ def compute_ready(conditions: list[dict[str, Any]], generation: int, now: Clock 
         if c is None:
             set_condition(conditions, names.READY, FALSE, "Pending", f"{ctype} has not been evaluated", generation, now)
             return
-        if ctype == names.GATEWAY_READY and c.get("status") == UNKNOWN and c.get("reason") == "NBUnavailable":
+        if ctype == names.GATEWAY_READY and c.get("status") == UNKNOWN and c.get("reason") in OUTAGE_REASONS:
             continue
         if c.get("status") != TRUE:
             set_condition(

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from controller import names, prune, rfc3339
-from controller.conditions import find
+from controller.conditions import carries_warning, find
 from controller.config import load_api_client, parse_duration
 from controller.consumers import count_consumers
-from controller.gateway import NB_GRACE_PERIOD
+from controller.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
 from controller.kube import ApiError, KubeWriter
 from controller.manager import OPTIONAL_KINDS, discover
 from informers import Resource
@@ -57,8 +57,26 @@ def _timers(vlan: dict[str, Any] | None) -> dict[str, str]:
     return value if isinstance(value, dict) else {}
 
 
-def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dict[str, Resource | None]) -> list[str]:
-    """Lines describing one network: its state, the step it waits on, and until when."""
+def _serving(st: dict[str, Any], gw: dict[str, Any] | None, now: _dt.datetime) -> list[str]:
+    """Which chassis serves the network's router port, as the controller read it from the
+    OVN SB (product-decisions.md §10); [] when the SB is not read."""
+    if st.get(SERVING_CHASSIS):
+        return [f"  gateway served by chassis {st[SERVING_CHASSIS]}"]
+    reason = (gw or {}).get("reason")
+    if reason == "NoServingChassis":
+        t0 = rfc3339.parse((gw or {}).get("lastTransitionTime"))
+        long = f" for {int((now - t0).total_seconds())} s" if t0 is not None else ""
+        return [f"  gateway served by no chassis{long}: the VMs get no answer from their VPC gateway"]
+    if reason == "SBUnavailable":
+        return ["  gateway: which chassis serves it is not known (the OVN SB cannot be read)"]
+    return []
+
+
+def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dict[str, Resource | None],
+            now: _dt.datetime | None = None) -> list[str]:
+    """Lines describing one network: its state, the step it waits on, and until when; the
+    serving chassis; every condition that carries a warning, True or not
+    (``controller.conditions.carries_warning``)."""
     meta, spec, st = net["metadata"], net.get("spec") or {}, net.get("status") or {}
     ns, name = meta["namespace"], meta["name"]
     conds = st.get("conditions") or []
@@ -103,8 +121,9 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
             lines.append(f"  OVN NB failing since {failing}; a network whose gateway was up stays Ready until {until}")
         else:
             lines.append(f"  OVN NB failing since an unreadable time {failing!r}")
+    lines += _serving(st, find(conds, names.GATEWAY_READY), now or _dt.datetime.now(_dt.timezone.utc))
     for c in conds:
-        if c.get("type") == names.READY or c.get("status") == "True":
+        if c.get("type") == names.READY or not carries_warning(c):
             continue
         lines.append(f"  {c.get('type')}={c.get('status')} {c.get('reason')}: {c.get('message')}")
     if ready.get("reason") and ready.get("status") != "True":

@@ -33,6 +33,11 @@ from ovn.nb import NBError
 log = structlog.get_logger(__name__)
 
 NB_GRACE_PERIOD = 600.0  # gatewayNBGracePeriod, seconds (§9.5)
+# Seconds a cr- binding may be missing before GatewayReady says nothing serves: OVN's own
+# failover among three chassis leaves it unbound 2.3-2.7 s (docs/reliability.md), which is
+# not an outage worth a Ready flap.
+SERVING_SETTLE = 5.0
+SERVING_CHASSIS = "servingChassis"  # status field: the SB chassis holding cr-<router port>
 COLLECT_PERIOD = 300.0  # DefaultGatewayCollectPeriod (§9.6)
 FAILING_SINCE = "gatewayFailingSince"  # status field holding the failure start
 
@@ -135,6 +140,78 @@ def gateway_failed(
 
 
 @attrs.frozen
+class Serving:
+    """GatewayReady as the OVN SB shows it (product-decisions.md §10), from :func:`serving`.
+
+    :ivar chassis: the serving chassis for ``status.servingChassis``; "" for none, None to
+        leave the stored value as it is (the SB is not known).
+    :ivar keep_previous: the stored GatewayReady stays as it is (a binding missing for less
+        than the settle time, with the gateway served before).
+    :ivar recheck: seconds until the pass must look again (the settle time left), or None.
+    """
+
+    status: str
+    reason: str
+    message: str
+    chassis: str | None
+    keep_previous: bool = False
+    recheck: float | None = None
+
+
+def serving(
+    binding: Any,
+    state: planner.GatewayState,
+    lrp: str,
+    prev_gateway: Mapping[str, Any] | None,
+    now: _dt.datetime,
+    settle: float = SERVING_SETTLE,
+) -> Serving:
+    """GatewayReady of a network whose group the NB pass assigned (``state.assigned``), from
+    the SB binding of ``cr-<lrp>`` (``ovn.sb.Binding``): product-decisions.md §10.
+
+    * SB not known: Unknown ``SBUnavailable`` (never False on an SB outage alone; Ready is
+      not decided by it, ``controller.conditions.compute_ready``).
+    * bound to a member of the group: True ``ChassisAssigned``, the NB message plus the
+      serving chassis and its node.
+    * otherwise (no ``cr-`` port, unbound, or bound to a chassis not in the group): False
+      ``NoServingChassis`` saying since when, once that has lasted ``settle`` seconds; until
+      then a True ChassisAssigned stays as it was (an OVN failover in progress).
+    """
+    if not binding.known:
+        since = format_utc(binding.since) if binding.since is not None else "the controller's start"
+        return Serving(UNKNOWN, reasons.SB_UNAVAILABLE,
+                       f'OVN SB has not answered since {since}, so which chassis serves router port "{lrp}" is not '
+                       f"known; the HA chassis group is left as it is: {binding.error}", None)
+    if binding.chassis and binding.chassis in state.members:
+        node = f" (node {binding.hostname})" if binding.hostname else ""
+        return Serving(TRUE, reasons.CHASSIS_ASSIGNED,
+                       f'{state.message}; chassis "{binding.chassis}"{node} serves it', binding.chassis)
+    since = binding.since or now
+    prev = prev_gateway or {}
+    if prev.get("reason") == reasons.NO_SERVING_CHASSIS:
+        t = parse(prev.get("lastTransitionTime"))
+        if t is not None and t < since:
+            since = t  # the outage began before this process saw it (a restart)
+    elapsed = (now - since).total_seconds()
+    if elapsed < settle and prev.get("status") == TRUE and prev.get("reason") == reasons.CHASSIS_ASSIGNED:
+        return Serving(TRUE, str(prev.get("reason")), str(prev.get("message", "")), None, True, settle - elapsed)
+    if not binding.present:
+        why = f"OVN SB has no chassis-redirect port cr-{lrp} (ovn-northd has not made it)"
+    elif binding.chassis:
+        why = (f'cr-{lrp} is bound to chassis "{binding.chassis}", which is not in HA chassis group '
+               f'"{planner.GROUP_PREFIX}{lrp}"')
+    else:
+        why = f"cr-{lrp} is bound to no chassis: no chassis of the group is active"
+    return Serving(
+        FALSE, reasons.NO_SERVING_CHASSIS,
+        f'nothing serves router port "{lrp}" since {format_utc(since)}: {why}; '
+        f"the group has {len(state.members)} chassis ({', '.join(state.members)})"
+        f"{planner.failover_note(len(state.members))}",
+        "",
+    )
+
+
+@attrs.frozen
 class GatewayOutcome:
     """What one NB ensure gave: the state, or the NB error text (never both)."""
 
@@ -152,12 +229,17 @@ def gateway_status(
     gen: int,
     now: _dt.datetime,
     grace: float = NB_GRACE_PERIOD,
-) -> list[Any]:
-    """GatewayReady and ``status.gatewayFailingSince`` from an NB outcome (§9.2, the grace of
-    §9.5), set in ``status``/``conds``; the requeue of §5.10 follows from them
+    binding: Any = None,
+    settle: float = SERVING_SETTLE,
+) -> tuple[list[Any], float | None]:
+    """GatewayReady, ``status.gatewayFailingSince`` and ``status.servingChassis`` from an NB
+    outcome (§9.2, the grace of §9.5) and, when the SB is read, the router port's ``cr-``
+    binding (``binding``, an ``ovn.sb.Binding``; product-decisions.md §10, :func:`serving`),
+    set in ``status``/``conds``; the requeue of §5.10 follows from them
     (``controller.plan_network.requeue_after``).
 
-    :returns: the Events, log lines and metrics of the outcome, as plan actions.
+    :returns: the Events, log lines and metrics of the outcome, as plan actions; and the
+        seconds after which the pass must look at the binding again (None: no need).
     """
     meta = net["metadata"]
     ns, name = meta["namespace"], meta["name"]
@@ -186,12 +268,41 @@ def gateway_status(
             set_condition(conds, names.GATEWAY_READY, f.status, f.reason, f.message, gen, clock)
         if since is None:
             out.append(Event(net, WARNING, reasons.NB_UNAVAILABLE, f"OVN NB unavailable for router port \"{lrp}\": {err}"))
-        return out
+        return out, None
     state = outcome.state
     recovered = FAILING_SINCE in old_status
     status.pop(FAILING_SINCE, None)
     out.append(Metric("set_gateway_chassis", (ns, name, state.chassis)))
-    set_condition(conds, names.GATEWAY_READY, TRUE if state.assigned else FALSE, state.reason, state.message, gen, clock)
+    recheck: float | None = None
+    if state.assigned and binding is not None:
+        sv = serving(binding, state, lrp, prev, now, settle)
+        recheck = sv.recheck
+        if sv.keep_previous and prev is not None:
+            cur = find(conds, names.GATEWAY_READY)
+            if cur is not None:
+                cur.clear()
+                cur.update(prev)
+            else:
+                conds.append(dict(prev))
+        else:
+            set_condition(conds, names.GATEWAY_READY, sv.status, sv.reason, sv.message, gen, clock)
+        was = old_status.get(SERVING_CHASSIS) or ""
+        if sv.chassis is not None:
+            if sv.chassis:
+                status[SERVING_CHASSIS] = sv.chassis
+            else:
+                status.pop(SERVING_CHASSIS, None)
+            if sv.chassis and was and sv.chassis != was:
+                out.append(Event(net, NORMAL, reasons.GATEWAY_MOVED,
+                                 f'chassis "{sv.chassis}" serves router port "{lrp}" now, not "{was}"'))
+        served = status.get(SERVING_CHASSIS) or ""
+        out.append(Metric("set_gateway_serving", (ns, name, None if sv.chassis is None and not binding.known
+                                                  else bool(served), served)))
+    else:
+        status.pop(SERVING_CHASSIS, None)
+        set_condition(conds, names.GATEWAY_READY, TRUE if state.assigned else FALSE, state.reason, state.message, gen,
+                      clock)
+        out.append(Metric("set_gateway_serving", (ns, name, None, "")))
     if recovered:
         out.append(Event(net, NORMAL, reasons.NB_RECOVERED, f'OVN NB answers again for router port "{lrp}"'))
     if state.created:
@@ -203,7 +314,7 @@ def gateway_status(
     if (state.created or state.adopted or state.updated) and state.assigned and 0 < state.chassis < planner.FAILOVER_CHASSIS:
         out.append(Event(net, WARNING, reasons.GATEWAY_WITHOUT_FAILOVER,
                          f'router port "{lrp}" has a gateway of {state.chassis} chassis' + planner.failover_note(state.chassis)))
-    return out
+    return out, recheck
 
 
 # Field report R12: the default of --trunk-node-hold-down (seconds).
@@ -268,6 +379,8 @@ class GatewayStep:
     :param applier: the NB writer.
     :param nodes: Node cache with the ``provider`` index (``node_index_provider``).
     :param subnets: Subnet cache with the ``vpc`` index (``subnet_index_vpc``).
+    :param sb: the OVN SB reader (``ovn.sb.SBReader``), or None: GatewayReady then says what
+        the NB holds only.
     """
 
     def __init__(
@@ -279,8 +392,12 @@ class GatewayStep:
         events: EventRecorder | None = None,
         grace: float = NB_GRACE_PERIOD,
         hold_down: float = 0.0,
+        sb: Any = None,
+        settle: float = SERVING_SETTLE,
     ) -> None:
         self.applier = applier
+        self.sb = sb
+        self.settle = settle
         self.nodes = nodes
         self.subnets = subnets
         self.metrics = metrics
@@ -295,6 +412,11 @@ class GatewayStep:
             return [], None
         ready = planner.trunk_nodes(self.nodes.by_index("provider", provider), provider)
         return self.hold.apply(provider, ready, self.nodes.get)
+
+    def binding(self, vpc: str, subnet: str) -> Any:
+        """The ``cr-`` binding of the network's router port from the OVN SB
+        (``ovn.sb.Binding``), or None when the SB is not read."""
+        return self.sb.binding(planner.router_port_name(vpc, subnet)) if self.sb is not None else None
 
     def siblings(self, vpc: str) -> frozenset[str]:
         """Names of the VPC's subnets (whose groups vote on the active chassis, §9.4)."""

@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
              "(Go duration; 0 turns it off): kube-ovn-cni removes the label at each of its restarts",
     )
     p.add_argument("--ovn-nb-address", default="ssl:ovn-nb.cozy-kubeovn.svc:6641")
+    p.add_argument("--ovn-sb-address", default="",
+                   help="OVN SB remotes (ssl:/tcp:/unix:, comma separated; Kube-OVN's is ssl:ovn-sb.cozy-kubeovn.svc:6642), "
+                        "read only, with the NB's TLS Secret: GatewayReady then says which chassis serves each router "
+                        "port; empty (the default here; the chart and manifests set Kube-OVN's): not read")
     p.add_argument("--ovn-tls-secret", type=parse_tls_secret, default=("cozy-kubeovn", "kube-ovn-tls"))
     p.add_argument("--ovn-tls-dir", default="",
                    help="private directory (created 0700) for the TLS files python-ovs reads; "
@@ -181,6 +185,12 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         except NBError as err:
             log.error("unable to set up the OVN NB client", error=str(err))
             return 1
+        if args.ovn_sb_address.strip():
+            try:
+                parse_addresses(args.ovn_sb_address)
+            except NBError as err:
+                log.error("unable to set up the OVN SB client", error=str(err))
+                return 1
     if args.metrics_secure:
         # The reference serves HTTPS with a TokenReview/SubjectAccessReview filter; this build
         # serves plain HTTP only. Refuse rather than expose metrics unprotected by surprise.
@@ -201,6 +211,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         subnet_prune_timeout=args.subnet_prune_timeout,
         vlan_reuse_delay=args.vlan_reuse_delay,
         ovn_nb_address=args.ovn_nb_address,
+        ovn_sb_address=args.ovn_sb_address.strip(),
         ovn_tls_secret="/".join(args.ovn_tls_secret),
         ovn_tls_dir=args.ovn_tls_dir,
         trunk_hold_down=args.trunk_node_hold_down,

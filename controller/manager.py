@@ -31,6 +31,7 @@ from controller.events import EventRecorder
 from controller.gateway import (
     COLLECT_PERIOD,
     NB_GRACE_PERIOD,
+    SERVING_SETTLE,
     GatewayCollector,
     GatewayStep,
     networks_for_node,
@@ -66,7 +67,8 @@ from controller.vlans import (
 from controller.zone import ZoneReconciler
 from informers.backoff import Backoff
 from informers import Resource, SharedInformerFactory, meta_namespace_key
-from ovn.gateway import GatewayApplier
+from ovn.gateway import LOST_DELAY, GatewayApplier
+from ovn.sb import SBReader
 from ovn.tls import TLSSource
 
 log = structlog.get_logger(__name__)
@@ -100,6 +102,10 @@ class Options:
     events: bool = True
     # OVN NB (used only with manage_gateway): remotes; "" runs without the NB step.
     ovn_nb_address: str = ""
+    # OVN SB (read-only, product-decisions.md §10): remotes; "" leaves it unread and
+    # GatewayReady says what the NB holds only.
+    ovn_sb_address: str = ""
+    serving_settle: float = SERVING_SETTLE  # seconds a missing cr- binding is let pass
     ovn_tls_secret: str = "cozy-kubeovn/kube-ovn-tls"
     ovn_tls_dir: str = ""  # private directory for the TLS files; "" = a fresh temporary one
     nb_grace_period: float = NB_GRACE_PERIOD
@@ -287,7 +293,7 @@ class Manager:
         self.nodes = self.factory.informer(names.NODES, indexers={"provider": node_index_provider},
                                            transform=projected(names.NODES))
         tls_source = None
-        if "ssl:" in options.ovn_nb_address:
+        if "ssl:" in options.ovn_nb_address or "ssl:" in options.ovn_sb_address:
             tls_dir = options.ovn_tls_dir or tempfile.mkdtemp(prefix="pnc-ovn-tls-")
             tls_source = TLSSource(
                 lambda ns, name: self.writer.get(names.SECRETS, name, ns), options.ovn_tls_secret, tls_dir
@@ -299,8 +305,22 @@ class Manager:
             enqueue_after=lambda key, delay: nets.queue.add_after(NetworkKey.parse(key), delay),
         )
         self.collector = GatewayCollector(applier, self._network_exists, self.metrics, options.gateway_collect_period)
+        sb = None
+        if options.ovn_sb_address:
+            def lost() -> None:
+                self.metrics.set_gateway_sb_synced(False)
+                # Each network says its gateway is not known (Unknown, never False).
+                for key in sorted(applier.managed_networks()):
+                    nets.queue.add_after(NetworkKey.parse(key), LOST_DELAY)
+
+            sb = SBReader(
+                options.ovn_sb_address, tls_source=tls_source,
+                on_port=lambda port: [nets.add(NetworkKey.parse(k)) for k in sorted(applier.networks_of_ports(port))],
+                on_sync=lambda: self.metrics.set_gateway_sb_synced(True), on_lost=lost,
+            )
         return GatewayStep(applier, self.nodes.store, self.subnets.store, self.metrics, self.events,
-                           grace=options.nb_grace_period, hold_down=options.trunk_hold_down)
+                           grace=options.nb_grace_period, hold_down=options.trunk_hold_down, sb=sb,
+                           settle=options.serving_settle)
 
     def _network_exists(self, ns: str, name: str) -> bool:
         """Fresh API Get for the collector (§9.6): NotFound -> False, other errors raise."""
@@ -572,6 +592,8 @@ class Manager:
             self.events.start()
         if self.gateway is not None:
             self.gateway.applier.start()  # standbys keep a warm NB cache too
+            if self.gateway.sb is not None:
+                self.gateway.sb.start()
         self.factory.start()
         deadline = time.monotonic() + self.options.cache_sync_timeout
         while not self.factory.wait_for_cache_sync(min(0.2, max(0.0, deadline - time.monotonic()))):
@@ -614,7 +636,12 @@ class Manager:
         there made a leader miss its renew deadline (issue 15)."""
         assert self.gateway is not None
         nb = self.gateway.applier.nb
-        if nb.wait_synced(self.options.nb_first_sync_timeout, cancel=self._stop) or self._stop.is_set():
+        deadline = time.monotonic() + self.options.nb_first_sync_timeout
+        ok = nb.wait_synced(self.options.nb_first_sync_timeout, cancel=self._stop)
+        if ok and self.gateway.sb is not None:
+            # A pass before the SB's first copy would write GatewayReady Unknown on a restart.
+            self.gateway.sb.wait_synced(max(0.0, deadline - time.monotonic()), cancel=self._stop)
+        if ok or self._stop.is_set():
             return
         with self._resync_lock:
             first, self._nb_wait_logged = not self._nb_wait_logged, True
@@ -667,6 +694,8 @@ class Manager:
         self.factory.stop(left())
         if self.gateway is not None:
             self.gateway.applier.stop(left())
+            if self.gateway.sb is not None:
+                self.gateway.sb.stop(left())
         if self.events is not None:
             self.events.stop(left())
         return stopped

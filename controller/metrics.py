@@ -57,6 +57,13 @@ Ours on top of them:
   the network's Vlan carries another ID than the one allocated to it (issue 15);
 * ``cozy_proxmox_network_stuck_holders{namespace,network}`` (gauge): holders of a deleting
   network's pool with something odd about them, set on each finalize wait (issue 15);
+* the gateway as it serves (product-decisions.md §10), while the OVN SB is read:
+  ``cozy_proxmox_network_gateway_bound{namespace,network}`` (gauge): 1 while a chassis of
+  the network's group holds its router port's ``cr-`` binding, 0 when nothing does (after
+  the settle time); absent while the SB is not known, or not read;
+  ``cozy_proxmox_network_gateway_serving_chassis{namespace,network,chassis}`` (gauge, 1):
+  the serving chassis, one series per network; and ``cozy_proxmox_gateway_sb_synced`` (gauge,
+  no labels): 1 while the SB copy is synced, else 0;
 * ``cozy_proxmox_network_pool_overlaps{namespace,network}`` (gauge): other InClusterIPPools
   and GlobalInClusterIPPools sharing addresses with the network's pool, and
   ``cozy_proxmox_network_address_conflicts{namespace,network}`` (gauge): addresses of the
@@ -343,6 +350,19 @@ class Metrics:
             "cozy_proxmox_network_gateway_ready",
             "1 while the network's GatewayReady condition is True, else 0; absent when gateways are not managed.",
             ["namespace", "network"], registry=reg)
+        self.network_gateway_bound = Gauge(
+            "cozy_proxmox_network_gateway_bound",
+            "1 while a chassis of the network's HA chassis group holds its router port's cr- binding in the OVN SB, "
+            "0 when none does; absent while the SB is unknown or not read.",
+            ["namespace", "network"], registry=reg)
+        self.network_gateway_serving_chassis = Gauge(
+            "cozy_proxmox_network_gateway_serving_chassis",
+            "1 for the chassis that serves the network's router port (OVN SB cr- binding); one series per network.",
+            ["namespace", "network", "chassis"], registry=reg)
+        self.gateway_sb_synced = Gauge(
+            "cozy_proxmox_gateway_sb_synced",
+            "1 while the controller's copy of the OVN SB (cr- bindings, chassis) is synced, else 0.",
+            registry=reg)
         self.gateway_groups_collected = Counter(
             "cozy_proxmox_gateway_groups_collected_total",
             "HA chassis groups deleted because their ProxmoxNetwork was gone.", registry=reg)
@@ -410,6 +430,7 @@ class Metrics:
         # Label tuples set per network, for partial-match removal.
         self._ready_series: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self._pool_series: set[tuple[str, str]] = set()
+        self._serving: dict[tuple[str, str], str] = {}  # network -> its serving-chassis series
         self._queues: dict[str, _QueueState] = {}
         self._workqueue_name = workqueue_name
         self._server: Any = None
@@ -513,6 +534,7 @@ class Metrics:
                       self.network_stuck_holders, self.network_pool_overlaps, self.network_address_conflicts,
                       self.network_gateway_chassis, self.network_gateway_ready, self.network_foreign_subnets):
             gauge.remove(namespace, name)
+        self.set_gateway_serving(namespace, name, None, "")
 
     # ---------------------------------------------------------------- gateway
 
@@ -530,6 +552,29 @@ class Metrics:
         """GatewayReady is absent or Disabled: drop both gateway series."""
         self.network_gateway_chassis.remove(namespace, name)
         self.network_gateway_ready.remove(namespace, name)
+        self.set_gateway_serving(namespace, name, None, "")
+
+    def set_gateway_serving(self, namespace: str, name: str, bound: bool | None, chassis: str) -> None:
+        """``network_gateway_bound`` (removed when ``bound`` is None: the SB is unknown or not
+        read) and the one ``network_gateway_serving_chassis`` series of the network (removed
+        when ``chassis`` is "" or ``bound`` is None)."""
+        key = (namespace, name)
+        if bound is None:
+            self.network_gateway_bound.remove(namespace, name)
+            chassis = ""
+        else:
+            self.network_gateway_bound.labels(namespace, name).set(1 if bound else 0)
+        with self._lock:
+            old = self._serving.pop(key, "")
+            if old and old != chassis:
+                self.network_gateway_serving_chassis.remove(namespace, name, old)
+            if chassis:
+                self._serving[key] = chassis
+                self.network_gateway_serving_chassis.labels(namespace, name, chassis).set(1)
+
+    def set_gateway_sb_synced(self, synced: bool) -> None:
+        """``gateway_sb_synced``: the SB reader's copy is synced (1) or lost (0)."""
+        self.gateway_sb_synced.set(1 if synced else 0)
 
     def gateway_group_collected(self, count: int = 1) -> None:
         """HA chassis groups deleted by collection."""

@@ -254,11 +254,13 @@ class NetworkReconciler:
         trunk: tuple[Any, ...] = ()
         trunk_recheck: float | None = None
         siblings: frozenset[str] = frozenset()
+        binding = None
         if self.gateway is not None and subnet is not None:
             vpc = str((subnet.get("spec") or {}).get("vpc") or "")
             nodes, trunk_recheck = self.gateway.trunk(provider)
             trunk = tuple(nodes)
             siblings = self.gateway.siblings(vpc) if vpc else frozenset()
+            binding = self.gateway.binding(vpc, sname) if vpc else None
         own = pool_spans(pool.get("spec")) if pool is not None else ()
         on_vlan = self.l.subnets.by_index("vlan", sname) if sname and self.l.subnets is not None else []
         return attrs.evolve(
@@ -283,4 +285,6 @@ class NetworkReconciler:
             trunk=trunk,
             trunk_recheck=trunk_recheck,
             siblings=siblings,
+            sb_binding=binding,
+            serving_settle=getattr(self.gateway, "settle", 5.0),
         )

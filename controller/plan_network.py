@@ -145,6 +145,9 @@ class NetworkSnapshot:
     :ivar subnet_vpc: the Kube-OVN Vpc the Subnet names (None: not found, or Vpcs not served).
     :ivar trunk_recheck: seconds until a trunk node held down leaves ``trunk`` (field report
         R12), None when none is held: the pass comes back then.
+    :ivar sb_binding: the router port's ``cr-`` binding in the OVN SB (``ovn.sb.Binding``),
+        None when the SB is not read (product-decisions.md §10); ``serving_settle`` the
+        seconds a missing binding is let pass (``controller.gateway.serving``).
     """
 
     key: str
@@ -173,6 +176,8 @@ class NetworkSnapshot:
     trunk: tuple[Any, ...] = ()
     trunk_recheck: float | None = None
     siblings: frozenset[str] = frozenset()
+    sb_binding: Any = None
+    serving_settle: float = 5.0
     # pass: allocation and adoption
     refusal: tuple[str, str] | None = None
     allocated_now: bool = False
@@ -193,13 +198,15 @@ class NetworkSnapshot:
 
 def requeue_after(manage_gateway: bool, status: Mapping[str, Any]) -> float:
     """§5.10: 10 min with management off; 30 s while an NB failure is recorded or
-    GatewayReady waits for the NB or the router port; 5 min otherwise."""
+    GatewayReady waits for the NB, the SB, the router port or a serving chassis; 5 min
+    otherwise."""
     if not manage_gateway:
         return RESYNC_PERIOD
     if status.get(FAILING_SINCE):
         return GATEWAY_RETRY
     gw = find(status.get("conditions"), names.GATEWAY_READY)
-    if gw is not None and gw.get("reason") in (reasons.NB_UNAVAILABLE, reasons.ROUTER_PORT_MISSING):
+    if gw is not None and gw.get("reason") in (reasons.NB_UNAVAILABLE, reasons.ROUTER_PORT_MISSING,
+                                              reasons.SB_UNAVAILABLE, reasons.NO_SERVING_CHASSIS):
         return GATEWAY_RETRY
     return GATEWAY_RESYNC
 
@@ -392,6 +399,7 @@ class _Live:
         self.overlaps = 0  # the pool gauges: 0 until the pool step has looked
         self.conflicts = 0
         self.in_default_vpc = False  # set by the Subnet step (field report R2)
+        self.serving_recheck: float | None = None  # set by the gateway step (§10)
 
     def not_ready(self, reason: str, message: str) -> None:
         set_not_ready(self.conds, names.VLAN_ALLOCATED, reason, message, self.gen, self.s.manage_gateway, self.clock)
@@ -742,8 +750,10 @@ class _Live:
         vpc = str((subnet.get("spec") or {}).get("vpc") or "")  # never empty here: no_default_vpc_gateway
         if s.gateway is None:
             return self.need(EnsureGateway(s.key, vpc, sname, s.trunk, s.siblings))
-        self.actions += gateway_status(s.gateway, self.net, nb_planner.router_port_name(vpc, sname), self.status,
-                                       self.conds, self.old, self.gen, s.now, s.grace)
+        actions, self.serving_recheck = gateway_status(
+            s.gateway, self.net, nb_planner.router_port_name(vpc, sname), self.status, self.conds, self.old, self.gen,
+            s.now, s.grace, s.sb_binding, s.serving_settle)
+        self.actions += actions
         return None
 
     def finish(self, waits: bool) -> Plan:
@@ -759,6 +769,8 @@ class _Live:
         requeue = requeue_after(s.manage_gateway, status)
         if s.gateway_enabled and s.trunk_recheck is not None:
             requeue = min(requeue, max(s.trunk_recheck, 1.0))  # R12: the held node leaves then
+        if self.serving_recheck is not None:
+            requeue = min(requeue, max(self.serving_recheck, 0.5))  # §10: the settle time ends then
         if waits or status_waits(s, status):
             return Plan(tuple(self.actions), requeue_after=requeue)
         if status != self.old:

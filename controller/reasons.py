@@ -55,6 +55,10 @@ ADDRESS_CONFLICT = "AddressConflict"  # a Kube-OVN IP holds an address of the po
 # -- GatewayReady (§9) -----------------------------------------------------------------------------
 DISABLED = "Disabled"
 NB_UNAVAILABLE = "NBUnavailable"
+# product-decisions.md §10: the group exists but no chassis of it holds the router port's
+# cr- binding in the OVN SB (False, and Ready with it); the SB is unreachable (Unknown).
+NO_SERVING_CHASSIS = "NoServingChassis"
+SB_UNAVAILABLE = "SBUnavailable"
 
 # -- Ready of a deleting network (§6) --------------------------------------------------------------
 IN_USE = "InUse"
@@ -83,6 +87,8 @@ GATEWAY_GROUP_ADOPTED = "GatewayGroupAdopted"
 GATEWAY_GROUP_UPDATED = "GatewayGroupUpdated"
 # Warning on a group write of fewer than three chassis (issue 25; ovn.planner.failover_note).
 GATEWAY_WITHOUT_FAILOVER = "GatewayWithoutFailover"
+# Normal, when the chassis that serves a network's router port changes (an OVN failover).
+GATEWAY_MOVED = "GatewayMoved"
 
 __all__ = [n for n in dir() if n.isupper()] + [
     "CHASSIS_ASSIGNED", "FOREIGN_GROUP", "NO_TRUNK_NODES", "ROUTER_PORT_MISSING",

@@ -150,12 +150,12 @@ class GatewayApplier:
         return self.nb.synced()
 
     # -- NB events -> networks (owner thread) -------------------------------------------
-    def _networks_of_ports(self, *ports: str) -> set[str]:
+    def networks_of_ports(self, *ports: str) -> set[str]:
         """Networks managing any of these router ports (as ``ensure`` recorded them)."""
         with self._lock:
             return set().union(*(self._port_networks.get(p, ()) for p in ports))
 
-    def _managed_networks(self) -> set[str]:
+    def managed_networks(self) -> set[str]:
         with self._lock:
             return set().union(*self._port_networks.values())
 
@@ -163,7 +163,7 @@ class GatewayApplier:
         """The owner named in the group, and the networks of the router port its name (or
         its old name) belongs to."""
         names = [n for n in (str(getattr(row, "name", "")), old_name) if n]
-        keys = set(_owned_network(row)) | self._networks_of_ports(*(n[len(planner.GROUP_PREFIX):] for n in names))
+        keys = set(_owned_network(row)) | self.networks_of_ports(*(n[len(planner.GROUP_PREFIX):] for n in names))
         return {k for k in keys if k}
 
     def _recount(self, idl: ovs.db.idl.Idl, group_name: str) -> None:
@@ -183,7 +183,7 @@ class GatewayApplier:
         keys: set[str] = set()
         if table == LRP:
             # A renamed port concerns the network of its old name too.
-            keys = self._networks_of_ports(str(getattr(row, "name", "")), _old_value(old, "name"))
+            keys = self.networks_of_ports(str(getattr(row, "name", "")), _old_value(old, "name"))
         elif table == GROUP:
             old_name = _old_value(old, "name")
             for name in {str(getattr(row, "name", "")), old_name} - {""}:
@@ -202,7 +202,7 @@ class GatewayApplier:
         self._group_vpcs.clear()
         # After a (re)connect every network we manage re-checks its rows: anything may
         # have changed while we were away.
-        for key in sorted(self._managed_networks()):
+        for key in sorted(self.managed_networks()):
             self.enqueue(key)
 
     def _on_lost(self) -> None:
@@ -211,7 +211,7 @@ class GatewayApplier:
         # delay lets a short blip (a leader change) pass without a status write.
         if self.enqueue_after is None:
             return
-        for key in sorted(self._managed_networks()):
+        for key in sorted(self.managed_networks()):
             self.enqueue_after(key, self.lost_delay)
 
     def owns(self, network_key: str) -> bool:

@@ -38,7 +38,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import ovs.db.data
 import ovs.db.idl
@@ -185,9 +185,10 @@ def fetch_schema(remote: str, timeout: float = DIAL_TIMEOUT, database: str = DAT
     return jsonrpc_call(remote, "get_schema", [database], timeout)
 
 
-def schema_helper(schema_json: dict) -> ovs.db.idl.SchemaHelper:
+def schema_helper(schema_json: dict, tables: Mapping[str, list[str]] | None = None) -> ovs.db.idl.SchemaHelper:
+    """The server's schema with only ``tables`` (default: the NB's ``TABLES``) registered."""
     helper = ovs.db.idl.SchemaHelper(schema_json=schema_json)
-    for table, columns in TABLES.items():
+    for table, columns in (TABLES if tables is None else tables).items():
         helper.register_columns(table, columns)
     return helper
 
@@ -311,7 +312,7 @@ class _Idl(ovs.db.idl.Idl):
 log = structlog.get_logger("ovn-nb")
 
 
-def server_refusal(idl: Any, leader_only: bool) -> str:
+def server_refusal(idl: Any, leader_only: bool, database: str = DATABASE) -> str:
     """Why python-ovs's IDL refuses the server it reached, or "" (issue 26 item 7: the
     condition read ``OVN NB IDL is not synced: `` with nothing after it). The IDL checks the
     server's ``_Server.Database`` row (``Idl.__check_server_db``) and, on a refusal, tries the
@@ -323,14 +324,14 @@ def server_refusal(idl: Any, leader_only: bool) -> str:
     if table is None:
         return ""
     for row in list(table.rows.values()):
-        if getattr(row, "name", None) != DATABASE:
+        if getattr(row, "name", None) != database:
             continue
         model = getattr(row, "model", "")
         if model == "relay" and leader_only:
             return ("is an OVSDB relay, and the controller writes to the NB cluster's leader only (a relay is never "
                     "the leader): give --ovn-nb-address the addresses of the NB cluster's members")
         if model == "clustered" and not getattr(row, "connected", True):
-            return "is an NB cluster member that is disconnected from its cluster"
+            return "is a cluster member that is disconnected from its cluster"
         if model == "clustered" and leader_only and not getattr(row, "leader", True):
             return ("is an NB cluster member that is not the leader (the controller writes to the leader only): give "
                     "--ovn-nb-address every member's address, it finds the leader among them")
@@ -338,7 +339,8 @@ def server_refusal(idl: Any, leader_only: bool) -> str:
 
 
 class NBClient:
-    """python-ovs IDL of OVN_Northbound, owned by one thread."""
+    """python-ovs IDL of OVN_Northbound (or, with ``database``/``tables``/``label``, of
+    another OVSDB database such as OVN_Southbound: ``ovn.sb``), owned by one thread."""
 
     def __init__(
         self,
@@ -352,8 +354,16 @@ class NBClient:
         on_sync: Callable[[], None] | None = None,
         indexes: Iterable[RowIndex] = (),
         tls_source: Any = None,
+        database: str = DATABASE,
+        tables: Mapping[str, list[str]] | None = None,
+        label: str = "OVN NB",
+        conditions: Mapping[str, list] | None = None,
     ) -> None:
         """
+        :param database: the OVSDB database monitored; ``tables`` its tables and columns
+            (default: the NB's ``TABLES``); ``label`` names it in errors and the thread.
+        :param conditions: ``{table: OVSDB condition}`` monitored with ``monitor_cond``
+            (python-ovs ``Idl.cond_change``): only the matching rows are replicated.
         :param addresses: ``tcp:``/``ssl:``/``unix:`` remotes (reference-behaviour.md §10),
             tried in order. :raises NBError: on a malformed list (§10 messages).
         :param on_row: ``(event, row, old)`` per row change, on the owner thread (the IDL
@@ -366,6 +376,10 @@ class NBClient:
             the material was set process-wide with ``ovn.tls.set_tls_material``.
         """
         self.addresses = parse_addresses(addresses)
+        self.database = database
+        self.tables = dict(TABLES if tables is None else tables)
+        self.label = label
+        self.conditions = dict(conditions or {})
         self.on_row = on_row
         self.on_lost = on_lost
         self.on_sync = on_sync
@@ -391,7 +405,7 @@ class NBClient:
 
     def start(self) -> "NBClient":
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="ovn-nb-idl", daemon=True)
+            self._thread = threading.Thread(target=self._run, name=self.label.lower().replace(" ", "-") + "-idl", daemon=True)
             self._thread.start()
         return self
 
@@ -400,7 +414,7 @@ class NBClient:
         self._wake()
         if self._thread is not None:
             self._thread.join(timeout)
-        self._fail_pending(NBClosed("OVN NB client stopped"))
+        self._fail_pending(NBClosed(f"{self.label} client stopped"))
         for fd in (self._rfd, self._wfd):
             try:
                 os.close(fd)
@@ -438,11 +452,11 @@ class NBClient:
     def call(self, fn: Callable[[ovs.db.idl.Idl], Any], timeout: float | None = TXN_TIMEOUT + 5) -> Any:
         """Run ``fn(idl)`` on the owner thread and return its result (or raise its error)."""
         if self._stop.is_set():
-            raise NBClosed("OVN NB client stopped")
+            raise NBClosed(f"{self.label} client stopped")
         if self._idl is None:
             # Still dialling (or backing off between rounds): nothing could answer; say why
             # now instead of queueing behind a connect loop.
-            raise NBNotSynced("OVN NB IDL is not synced" + (f": {self.last_error}" if self.last_error else ""))
+            raise NBNotSynced(f"{self.label} IDL is not synced" + (f": {self.last_error}" if self.last_error else ""))
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             self._queue.append((lambda: fn(self._require_synced()), fut))
@@ -451,15 +465,15 @@ class NBClient:
             return fut.result(timeout)
         except concurrent.futures.TimeoutError:
             fut.cancel()
-            raise NBError("OVN NB owner thread did not answer in time") from None
+            raise NBError(f"{self.label} owner thread did not answer in time") from None
 
     def snapshot(self, tables: Iterable[str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
         """Plain-dict copy of the replicated rows: ``{table: {uuid: {column: value}}}``."""
-        names = list(tables) if tables is not None else list(TABLES)
+        names = list(tables) if tables is not None else list(self.tables)
 
         def take(idl: ovs.db.idl.Idl) -> dict[str, dict[str, dict[str, Any]]]:
             return {
-                t: {str(u): row_dict(r, TABLES[t]) for u, r in idl.tables[t].rows.items()} for t in names
+                t: {str(u): row_dict(r, self.tables[t]) for u, r in idl.tables[t].rows.items()} for t in names
             }
 
         return self.call(take)
@@ -522,7 +536,7 @@ class NBClient:
     def _require_synced(self) -> ovs.db.idl.Idl:
         idl = self._idl
         if idl is None or not self._is_synced(idl):
-            raise NBNotSynced("OVN NB IDL is not synced" + (f": {self.last_error}" if self.last_error else ""))
+            raise NBNotSynced(f"{self.label} IDL is not synced" + (f": {self.last_error}" if self.last_error else ""))
         return idl
 
     @staticmethod
@@ -557,11 +571,11 @@ class NBClient:
                         self.on_lost()
                     except Exception:  # never kill the owner thread
                         pass
-            why = server_refusal(idl, self.leader_only)
+            why = server_refusal(idl, self.leader_only, self.database)
             if why:
-                message = f"OVN NB {idl._session.get_name() or self.remote} {why}"
+                message = f"{self.label} {idl._session.get_name() or self.remote} {why}"
                 if message != self.last_error:
-                    log.warning("OVN NB server refused", error=message)
+                    log.warning("OVSDB server refused", database=self.database, error=message)
                 self.last_error = message
             self._refresh_tls_while_down()
 
@@ -596,7 +610,7 @@ class NBClient:
             except Exception:
                 self.tls_source.invalidate()
                 raise
-        return fetch_schema(remote, self.dial_timeout)
+        return fetch_schema(remote, self.dial_timeout, self.database)
 
     def _wake(self) -> None:
         try:
@@ -642,12 +656,14 @@ class NBClient:
                     continue
                 idl = _Idl(
                     ",".join(self.addresses),
-                    schema_helper(schema),
+                    schema_helper(schema, self.tables),
                     probe_interval=self.probe_interval_ms,
                     leader_only=self.leader_only,
                 )
                 idl.on_row = self.on_row
                 idl.row_indexes = self.indexes
+                for table, cond in self.conditions.items():
+                    idl.cond_change(table, cond)
                 # python-ovs shuffles the remotes; we want the given order, starting at the
                 # one that answered.
                 sess = idl._session
@@ -657,7 +673,7 @@ class NBClient:
                 self.remote = remote
                 self.last_error = ""
                 return idl
-            self.last_error = "connect to OVN NB: " + "; ".join(errors)
+            self.last_error = f"connect to {self.label}: " + "; ".join(errors)
             self._fail_pending(NBNotSynced(self.last_error))
             if self._stop.wait(backoff.next_delay()):
                 break
@@ -681,6 +697,6 @@ class NBClient:
                 poller.block()
         finally:
             self._synced.clear()
-            self._fail_pending(NBClosed("OVN NB client stopped"))
+            self._fail_pending(NBClosed(f"{self.label} client stopped"))
             idl.close()
 

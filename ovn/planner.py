@@ -416,7 +416,8 @@ class GatewayState:
     """Outcome of one ensure: the GatewayReady reason/message and the chassis gauge.
 
     ``created``/``adopted``/``updated`` say what the write does (all False when nothing
-    is written); ``active`` is the top-priority chassis after the pass ("" if none).
+    is written); ``active`` is the top-priority chassis after the pass ("" if none);
+    ``members`` the group's chassis after the pass, highest priority first.
     """
 
     reason: str
@@ -426,6 +427,7 @@ class GatewayState:
     adopted: bool = False
     updated: bool = False
     active: str = ""
+    members: tuple[str, ...] = ()
 
     @property
     def assigned(self) -> bool:
@@ -623,7 +625,8 @@ def plan_ensure(
         # The decision read both port columns: a concurrent change voids the whole
         # transaction (group insert included).
         guards.insert(0, Verify(LRP_TABLE, port_uuid, ("ha_chassis_group", "gateway_chassis")))
-    state = GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, bool(actions) and not created, active)
+    state = GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, bool(actions) and not created, active,
+                         tuple(c for c, _ in wanted))
     return NBPlan(state, tuple(actions), tuple(guards), gp)
 
 

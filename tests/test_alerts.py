@@ -49,6 +49,8 @@ EXTRA_ALERTS = {
     "ProxmoxNetworkInformerStale": ("5m", "warning"),
     "ProxmoxNetworkControllerNoLeader": ("5m", "warning"),
     "ProxmoxNetworkGatewayWithoutFailover": ("30m", "warning"),
+    # product-decisions.md §10: nothing serves the router port's cr- binding in the OVN SB
+    "ProxmoxNetworkGatewayUnbound": ("1m", "warning"),
 }
 ALL_ALERTS = {**REFERENCE_ALERTS, **EXTRA_ALERTS}
 
@@ -400,6 +402,13 @@ def troubled_metrics() -> Metrics:
     m.set_network("tenant-a", "net-two", "zone-a", 107, True, None, False)
     m.set_gateway_chassis("tenant-a", "net-two", 2)
     m.set_gateway_ready("tenant-a", "net-two", True)
+    # the group is written, nothing serves it in the SB (a two-chassis outage)
+    m.set_network("tenant-a", "net-unbound", "zone-a", 108, False, None, False)
+    m.set_gateway_chassis("tenant-a", "net-unbound", 2)
+    m.set_gateway_ready("tenant-a", "net-unbound", False)
+    m.set_gateway_serving("tenant-a", "net-unbound", False, "")
+    # deleting with nothing bound: no Unbound alert
+    m.set_gateway_serving("tenant-b", "net-gone", False, "")
     # pool 95 % used
     m.set_network("tenant-a", "net-full", "zone-a", 105, True, {"total": 100, "used": 95, "free": 5}, False)
     m.set_network("tenant-a", "net-empty", "zone-a", 106, True, {"total": 0, "used": 0, "free": 0}, False)
@@ -420,9 +429,12 @@ def troubled_tests() -> list[dict[str, Any]]:
     s = SCRAPE
     cases: list[tuple[str, str, list[tuple[dict[str, str], float]]]] = [
         ("14m", "ProxmoxNetworkNotReady", []),  # still pending
-        ("16m", "ProxmoxNetworkNotReady", [({**net, "network": "net-bad", "zone": "zone-a"}, 0)]),
+        ("16m", "ProxmoxNetworkNotReady", [({**net, "network": "net-bad", "zone": "zone-a"}, 0),
+                                           ({**net, "network": "net-unbound", "zone": "zone-a"}, 0)]),
         ("9m", "ProxmoxNetworkGatewayNotReady", []),
-        ("11m", "ProxmoxNetworkGatewayNotReady", [({**net, "network": "net-gw"}, 0)]),
+        ("11m", "ProxmoxNetworkGatewayNotReady", [({**net, "network": "net-gw"}, 0), ({**net, "network": "net-unbound"}, 0)]),
+        ("0m", "ProxmoxNetworkGatewayUnbound", []),
+        ("2m", "ProxmoxNetworkGatewayUnbound", [({**net, "network": "net-unbound"}, 0)]),
         ("25m", "ProxmoxNetworkGatewayNBErrors", [({}, 10)]),
         ("11m", "ProxmoxNetworkPoolNearlyFull", [({**net, "network": "net-full"}, 0.95)]),
         ("6m", "ProxmoxNetworkZoneExhausted", [({"zone": "zone-full"}, 0)]),

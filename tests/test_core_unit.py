@@ -156,3 +156,18 @@ def test_both_capmox_shapes_and_an_object_shaped_pool_list_are_consumers():
     assert machine_uses_pool({"spec": {"network": {"networkDevices": [{"name": "net0", "ipPoolRef": [ref]}]}}}, "p")
     assert machine_uses_pool({"spec": {"network": {"networkDevices": [{"name": "net0", "ipPoolRef": ref}]}}}, "p")
     assert not machine_uses_pool({"spec": {"network": {"networkDevices": [{"ipPoolRef": [{**ref, "kind": "GlobalInClusterIPPool"}]}]}}}, "p")
+
+
+def test_doctor_shows_every_condition_that_carries_a_warning_true_or_not():
+    # product-decisions.md §10; the failover notes are ovn.planner.failover_note's.
+    from controller.conditions import carries_warning
+    from ovn.planner import failover_note
+
+    assert carries_warning({"status": "False", "reason": "NoServingChassis"})
+    assert carries_warning({"status": "Unknown", "reason": "SBUnavailable"})
+    assert carries_warning({"status": "True", "reason": "ChassisAssigned", "message": "group" + failover_note(2)})
+    assert carries_warning({"status": "True", "reason": "ChassisAssigned", "message": "group" + failover_note(1)})
+    assert carries_warning({"status": "True", "reason": "AllocatedOutsideRanges", "message": "m"})
+    assert carries_warning({"status": "True", "reason": "PoolExhausted", "message": "m"})
+    assert not carries_warning({"status": "True", "reason": "ChassisAssigned", "message": "group" + failover_note(3)})
+    assert not carries_warning({"status": "True", "reason": "Allocated", "message": "VLAN 100"})

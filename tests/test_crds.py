@@ -108,6 +108,8 @@ def test_network_printer_columns(network):
         ("Free", "integer", ".status.ipPool.free", 0),
         ("Ready", "string", READY_STATUS, 0),
         ("Reason", "string", READY_REASON, 1),
+        # product-decisions.md §10: the chassis that serves the gateway, from the OVN SB.
+        ("Serving", "string", ".status.servingChassis", 1),
     ]
 
 
@@ -320,6 +322,8 @@ def test_network_status(network):
         "conditions",
         # product-decisions.md §4.6: the NB grace start is kept in the object.
         "gatewayFailingSince",
+        # product-decisions.md §10: what serves, not what was written.
+        "servingChassis",
     }
     assert (props["gatewayFailingSince"]["type"], props["gatewayFailingSince"]["format"]) == ("string", "date-time")
     assert "required" not in st

@@ -125,7 +125,7 @@ def test_the_live_deployment_is_the_shipped_one_but_for_the_overlay(deployed: Co
             assert contains(got[key], ship[key]), (key, got[key], ship[key])
     # The overlay only appends the NB address; the shipped args come first, unchanged.
     assert got["args"][:len(ship["args"])] == ship["args"]
-    assert got["args"][len(ship["args"]):] == ["--ovn-nb-address=$(PNC_TESTBED_OVN_NB_ADDRESS)"]
+    assert got["args"][len(ship["args"]):] == ["--ovn-nb-address=$(PNC_TESTBED_OVN_NB_ADDRESS)", "--ovn-sb-address="]
     assert got["image"] == deployed.image and got["imagePullPolicy"] == "Never"
 
 

@@ -159,10 +159,91 @@ def test_a_group_of_fewer_than_three_chassis_written_is_a_warning_event(count, w
     chassis = [(f"c{i}", 100 - 10 * i) for i in range(count)]
     msg = planner.assigned_message(LRP, f"px-{LRP}", chassis)
     state = planner.GatewayState(planner.CHASSIS_ASSIGNED, msg, count, **writes)
-    out = gateway_status(GatewayOutcome(state), NET, LRP, {}, [], {}, 3, T0)
+    out, _ = gateway_status(GatewayOutcome(state), NET, LRP, {}, [], {}, 3, T0)
     warnings = [a for a in out if isinstance(a, Event) and a.reason == "GatewayWithoutFailover"]
     if warned:
         assert [(w.type, w.message) for w in warnings] == [
             ("Warning", f'router port "{LRP}" has a gateway of {count} chassis{FAILOVER_NOTE[count]}')]
     else:
         assert warnings == []
+
+
+# -- the gateway as it serves (product-decisions.md §10) ------------------------------------
+
+from controller.conditions import compute_ready  # noqa: E402
+from controller.gateway import SERVING_SETTLE, serving  # noqa: E402
+from ovn.sb import Binding  # noqa: E402
+
+MEMBERS = ("ch-a", "ch-b", "ch-c")
+ASSIGNED = planner.GatewayState(planner.CHASSIS_ASSIGNED, "group msg", 3, active="ch-a", members=MEMBERS)
+
+
+def test_bound_to_a_member_serves_and_names_the_chassis_and_node():
+    sv = serving(Binding(True, True, "ch-b", "pve-2", T0), ASSIGNED, LRP, None, T0)
+    assert (sv.status, sv.reason, sv.chassis) == ("True", "ChassisAssigned", "ch-b")
+    assert sv.message == 'group msg; chassis "ch-b" (node pve-2) serves it'
+
+
+@pytest.mark.parametrize("binding,why", [
+    (Binding(True, True, "", "", T0), "cr-vpc-x-sub is bound to no chassis"),
+    (Binding(True, False, "", "", T0), "OVN SB has no chassis-redirect port cr-vpc-x-sub"),
+    (Binding(True, True, "ch-z", "other", T0), 'bound to chassis "ch-z", which is not in HA chassis group'),
+])
+def test_nothing_serving_past_the_settle_is_false_with_its_own_reason(binding, why):
+    now = T0 + dt.timedelta(seconds=SERVING_SETTLE)
+    sv = serving(binding, ASSIGNED, LRP, cond("True", "ChassisAssigned"), now)
+    assert (sv.status, sv.reason, sv.chassis, sv.keep_previous) == ("False", "NoServingChassis", "", False)
+    assert sv.message.startswith(f'nothing serves router port "{LRP}" since 2026-10-07T08:00:00Z')
+    assert why in sv.message
+
+
+def test_a_failover_in_progress_keeps_a_serving_gateway_until_the_settle_ends():
+    now = T0 + dt.timedelta(seconds=2)
+    prev = cond("True", "ChassisAssigned", "was served")
+    sv = serving(Binding(True, True, "", "", T0), ASSIGNED, LRP, prev, now)
+    assert (sv.status, sv.reason, sv.message, sv.keep_previous) == ("True", "ChassisAssigned", "was served", True)
+    assert sv.chassis is None  # status.servingChassis left as it is
+    assert sv.recheck == pytest.approx(SERVING_SETTLE - 2)
+
+
+def test_without_a_serving_gateway_before_nothing_is_kept():
+    # A new group: no settle grace for a gateway that never served.
+    sv = serving(Binding(True, False, "", "", T0), ASSIGNED, LRP, None, T0 + dt.timedelta(seconds=1))
+    assert (sv.status, sv.reason) == ("False", "NoServingChassis")
+
+
+def test_the_outage_start_survives_a_restart():
+    prev = cond("False", "NoServingChassis", ltt="2026-10-07T07:30:00Z")
+    sv = serving(Binding(True, True, "", "", T0), ASSIGNED, LRP, prev, T0 + dt.timedelta(seconds=30))
+    assert "since 2026-10-07T07:30:00Z" in sv.message
+
+
+def test_an_unknown_sb_is_unknown_and_never_decides_ready():
+    lost = T0 - dt.timedelta(seconds=40)
+    sv = serving(Binding(False, since=lost, error="connection refused"), ASSIGNED, LRP, cond("True", "ChassisAssigned"), T0)
+    assert (sv.status, sv.reason, sv.chassis) == ("Unknown", "SBUnavailable", None)
+    assert "since 2026-10-07T07:59:20Z" in sv.message and sv.message.endswith("connection refused")
+    conds = [{"type": t, "status": "True", "reason": "x"} for t in ("VLANAllocated", "SubnetReady", "IPPoolReady")]
+    conds.append({"type": "GatewayReady", "status": "Unknown", "reason": "SBUnavailable"})
+    compute_ready(conds, 1, lambda: T0)
+    assert [c for c in conds if c["type"] == "Ready"][0]["status"] == "True"
+    next(c for c in conds if c["type"] == "GatewayReady").update(
+        status="False", reason="NoServingChassis", message="nothing serves")
+    compute_ready(conds, 1, lambda: T0)
+    ready = [c for c in conds if c["type"] == "Ready"][0]
+    assert (ready["status"], ready["reason"]) == ("False", "NoServingChassis")
+
+
+def test_gateway_status_writes_the_serving_chassis_and_a_moved_event():
+    net = {"metadata": {"namespace": "ns", "name": "net", "uid": "u"}}
+    status: dict = {}
+    conds: list = []
+    old = {"servingChassis": "ch-a", "conditions": [cond("True", "ChassisAssigned")]}
+    out, recheck = gateway_status(GatewayOutcome(ASSIGNED), net, LRP, status, conds, old, 3, T0,
+                                  binding=Binding(True, True, "ch-b", "pve-2", T0))
+    assert status["servingChassis"] == "ch-b" and recheck is None
+    assert [(e.type, e.reason) for e in out if isinstance(e, Event)] == [("Normal", "GatewayMoved")]
+    status = {"servingChassis": "ch-b"}
+    out, _ = gateway_status(GatewayOutcome(ASSIGNED), net, LRP, status, [], old, 3, T0 + dt.timedelta(seconds=9),
+                            binding=Binding(True, True, "", "", T0))
+    assert "servingChassis" not in status

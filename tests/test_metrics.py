@@ -38,6 +38,9 @@ SERIES: dict[str, tuple[str, frozenset[str]]] = {
     "cozy_proxmox_network_gateway_chassis": ("gauge", frozenset({"namespace", "network"})),
     "cozy_proxmox_network_foreign_subnets": ("gauge", frozenset({"namespace", "network"})),  # R1
     "cozy_proxmox_network_gateway_ready": ("gauge", frozenset({"namespace", "network"})),
+    "cozy_proxmox_network_gateway_bound": ("gauge", frozenset({"namespace", "network"})),
+    "cozy_proxmox_network_gateway_serving_chassis": ("gauge", frozenset({"namespace", "network", "chassis"})),
+    "cozy_proxmox_gateway_sb_synced": ("gauge", frozenset()),
     "cozy_proxmox_gateway_groups_collected_total": ("counter", frozenset()),
     "cozy_proxmox_gateway_nb_errors_total": ("counter", frozenset()),
     "cozy_proxmox_gateway_nb_transactions_total": ("counter", frozenset({"op"})),
@@ -109,6 +112,8 @@ def populate(m: Metrics) -> None:
     m.set_network("tenant-a", "net-1", "zone-a", 101, True, {"total": 20, "used": 5, "free": 15}, False)
     m.set_gateway_chassis("tenant-a", "net-1", 2)
     m.set_gateway_ready("tenant-a", "net-1", True)
+    m.set_gateway_serving("tenant-a", "net-1", True, "chassis-1")
+    m.set_gateway_sb_synced(True)
     m.set_vlan_changed("tenant-a", "net-1", False)
     m.set_stuck_holders("tenant-a", "net-1", 0)
     m.set_foreign_subnets("tenant-a", "net-1", 1)
@@ -246,6 +251,8 @@ PER_NETWORK = (
     "cozy_proxmox_network_address_conflicts",
     "cozy_proxmox_network_gateway_chassis",
     "cozy_proxmox_network_gateway_ready",
+    "cozy_proxmox_network_gateway_bound",
+    "cozy_proxmox_network_gateway_serving_chassis",
     "cozy_proxmox_network_foreign_subnets",
 )
 
@@ -254,6 +261,7 @@ def _full_network(m: Metrics, ns: str, name: str, vlan: int) -> None:
     m.set_network(ns, name, "z", vlan, True, {"total": 8, "used": 1, "free": 7}, False)
     m.set_gateway_chassis(ns, name, 3)
     m.set_gateway_ready(ns, name, True)
+    m.set_gateway_serving(ns, name, True, f"chassis-{vlan}")
     m.set_vlan_changed(ns, name, False)
     m.set_stuck_holders(ns, name, 1)
     m.set_pool_conflicts(ns, name, 2, 1)
@@ -279,8 +287,8 @@ def test_forget_network_removes_all_its_series_and_nothing_else():
         assert not any(dict(k).get("namespace") == "ns" and dict(k).get("network") == "net" for k in left)
         assert {(dict(k)["namespace"], dict(k)["network"]) for k in left} == {("ns", "other"), ("ns2", "net")}
     # 1 ready + 3 pool + consumers + deleting + vlan changed + stuck holders + pool overlaps
-    # + address conflicts + 2 gateway + foreign subnets
-    assert len(gone) == 13
+    # + address conflicts + 4 gateway (chassis, ready, bound, serving chassis) + foreign subnets
+    assert len(gone) == 15
     # forgetting twice, or a network never seen, is harmless
     m.forget_network("ns", "net")
     m.forget_network("nope", "nope")
@@ -313,6 +321,27 @@ def test_gateway_series():
     m.gateway_nb_error()
     assert series_of(m, "cozy_proxmox_gateway_groups_collected_total") == {frozenset(): 2}
     assert series_of(m, "cozy_proxmox_gateway_nb_errors_total") == {frozenset(): 2}
+
+
+def test_serving_chassis_keeps_one_series_per_network_and_goes_with_the_sb():
+    # product-decisions.md §10: the serving chassis as the SB shows it; absent while unknown.
+    m = Metrics()
+    m.set_gateway_serving("ns", "net", True, "ch-a")
+    m.set_gateway_serving("ns", "other", True, "ch-a")
+    assert series_of(m, "cozy_proxmox_network_gateway_bound") == {lbl(namespace="ns", network="net"): 1,
+                                                                 lbl(namespace="ns", network="other"): 1}
+    m.set_gateway_serving("ns", "net", True, "ch-b")  # an OVN failover
+    assert series_of(m, "cozy_proxmox_network_gateway_serving_chassis") == {
+        lbl(namespace="ns", network="net", chassis="ch-b"): 1, lbl(namespace="ns", network="other", chassis="ch-a"): 1}
+    m.set_gateway_serving("ns", "net", False, "")  # nothing serves it
+    assert series_of(m, "cozy_proxmox_network_gateway_bound")[lbl(namespace="ns", network="net")] == 0
+    assert lbl(namespace="ns", network="net", chassis="ch-b") not in series_of(
+        m, "cozy_proxmox_network_gateway_serving_chassis")
+    m.set_gateway_serving("ns", "other", None, "ch-a")  # the SB is not known
+    assert lbl(namespace="ns", network="other") not in series_of(m, "cozy_proxmox_network_gateway_bound")
+    assert series_of(m, "cozy_proxmox_network_gateway_serving_chassis") == {}
+    m.forget_gateway("ns", "net")
+    assert series_of(m, "cozy_proxmox_network_gateway_bound") == {}
 
 
 def test_zone_series_and_forget_zone():

@@ -517,6 +517,9 @@ class RecordingGateway:
     def siblings(self, vpc: str) -> frozenset:
         return frozenset()
 
+    def binding(self, vpc: str, subnet: str) -> None:
+        return None  # the OVN SB is not read
+
     def ensure(self, key, vpc, subnet, trunk, siblings) -> GatewayOutcome:
         self.evaluated.append(key)
         return GatewayOutcome(state=GatewayState(CHASSIS_ASSIGNED, "assigned", 1))

@@ -234,9 +234,10 @@ def test_with_a_pod_of_the_subnet_on_a_chassis_its_drop_flow_counts_each_request
 
 
 @contextlib.contextmanager
-def gateway_controller(bed: LocalCluster) -> Iterator[Ctl]:
-    """The controller as shipped: gateway management on, the bed's NB."""
-    ctl = Ctl(bed, manage_gateway=True, ovn_nb_address=bed.nb_tcp)
+def gateway_controller(bed: LocalCluster, **options) -> Iterator[Ctl]:
+    """The controller as shipped: gateway management on, the bed's NB (``options``: more
+    ``controller.manager.Options``, e.g. ``ovn_sb_address``)."""
+    ctl = Ctl(bed, manage_gateway=True, ovn_nb_address=bed.nb_tcp, **options)
     ctl.start()
     try:
         yield ctl

@@ -84,3 +84,110 @@ def test_with_two_trunk_nodes_the_survivor_does_not_take_over_and_the_network_sa
         # The failed chassis back: the gateway answers again.
         dp.start_vswitchd(chassis.ns, chassis.rundir)
         assert reaches(vm, n.gateway)
+
+
+# -- the gateway as it serves (product-decisions.md §10) ------------------------------------
+
+SETTLE = 5.0  # controller.gateway.SERVING_SETTLE
+
+
+def serving(n) -> str | None:
+    return (n.network().get("status") or {}).get("servingChassis")
+
+
+def bound_gauge(ctl, n) -> float | None:
+    return ctl.mgr.metrics.registry.get_sample_value(
+        "cozy_proxmox_network_gateway_bound", {"namespace": n.ns, "network": n.name})
+
+
+def test_two_chassis_outage_turns_the_network_not_ready_within_seconds_and_back(bed, admin):
+    """The survivor of two never takes over (above): the status must say nothing serves the
+    gateway (GatewayReady and Ready False/NoServingChassis, no servingChassis, the bound gauge
+    0) within seconds of the kill, and Ready again once the chassis is back; the group is
+    never rewritten for it."""
+    dp = bed.dataplane
+    n = Tenant(admin, 3310).subnet(81)
+    with gateway_controller(bed, ovn_sb_address=bed.sb_tcp) as ctl:
+        n.wait("Ready", "Ready")
+        active = n.settled(bed)
+        wait_for(lambda: serving(n) == active, timeout=WAIT, what="status.servingChassis on the active chassis")
+        assert f'chassis "{active}"' in reason(n.network(), "GatewayReady")[2]
+        assert bound_gauge(ctl, n) == 1
+        groups = ha_chassis_groups(bed.nbctl, n.group)
+        writes = ctl.mgr.gateway.applier.transactions
+        chassis = next(c for c in dp.chassis if c.system_id == active)
+        dp.kill_vswitchd(chassis)
+        killed = time.monotonic()
+        obj = n.wait("Ready", "NoServingChassis")
+        took = time.monotonic() - killed
+        gw = reason(obj, "GatewayReady")
+        assert gw[:2] == ("False", "NoServingChassis"), gw
+        assert f"cr-{n.lrp} is bound to no chassis" in gw[2] or f'bound to chassis "{active}"' not in gw[2]
+        assert "servingChassis" not in (obj.get("status") or {})
+        wait_for(lambda: bound_gauge(ctl, n) == 0, timeout=WAIT, what="the bound gauge at 0")
+        print(f"\ntwo-chassis outage: Ready=False/NoServingChassis {took:.1f}s after the kill")
+        assert took >= SETTLE * 0.5  # a failover in progress is let pass first
+        dp.start_vswitchd(chassis.ns, chassis.rundir)
+        started = time.monotonic()
+        n.wait("Ready", "Ready")
+        wait_for(lambda: serving(n) is not None, timeout=WAIT, what="a serving chassis again")
+        print(f"two-chassis outage: Ready again {time.monotonic() - started:.1f}s after ovs-vswitchd started")
+        assert ha_chassis_groups(bed.nbctl, n.group) == groups
+        assert ctl.mgr.gateway.applier.transactions == writes
+
+
+def restart_sb(bed: LocalCluster, down: float) -> None:
+    """Stop the SB ovsdb-server, keep it down ``down`` seconds, start it again on the same
+    socket, port and database file (as hack/chaoskit/faults.py restarts the NB)."""
+    import subprocess
+
+    proc = bed._procs["ovsdb-sb"]
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    time.sleep(down)  # the outage itself: a duration, not a condition to await
+    w = bed.workdir
+    bed._spawn(
+        "ovsdb-sb",
+        ["ovsdb-server", str(w / "sb.db"), f"--remote=punix:{w / 'sb.sock'}",
+         f"--remote=ptcp:{bed._ports['sb']}:127.0.0.1", f"--unixctl={w / 'sb.ctl'}",
+         f"--log-file={w / 'ovsdb-sb.log'}", "-vconsole:off", "-vfile:info"],
+        w / "ovsdb-sb.console.log", env=bed._ovn_env(),
+    )
+    bed._wait_sb()
+
+
+def test_an_sb_outage_and_restart_change_no_group_and_no_vlan_and_say_unknown(bed, admin):
+    """product-decisions.md §10: while the SB is unreachable GatewayReady is Unknown
+    (SBUnavailable), never False, Ready stays, and nothing is written to the NB or a Vlan."""
+    n = Tenant(admin, 3320).subnet(82)
+    with gateway_controller(bed, ovn_sb_address=bed.sb_tcp) as ctl:
+        n.wait("Ready", "Ready")
+        wait_for(lambda: serving(n) is not None, timeout=WAIT, what="a serving chassis")
+        groups = ha_chassis_groups(bed.nbctl, n.group)
+        writes = ctl.mgr.gateway.applier.transactions
+        vlan = n.network()["status"]["vlan"]
+        import threading
+
+        t = threading.Thread(target=restart_sb, args=(bed, 25.0))
+        t.start()
+        try:
+            def unknown() -> dict | None:
+                o = n.network()
+                return o if (reason(o, "GatewayReady") or ("", "", ""))[1] == "SBUnavailable" else None
+
+            obj = wait_for(unknown, timeout=25, what="GatewayReady Unknown/SBUnavailable during the SB outage")
+            gw = reason(obj, "GatewayReady")
+            assert gw[0] == "Unknown" and "OVN SB has not answered since" in gw[2], gw
+            assert reason(obj, "Ready")[:2] == ("True", "Ready")
+            assert bound_gauge(ctl, n) is None
+        finally:
+            t.join()
+        n.wait("GatewayReady", "ChassisAssigned")
+        wait_for(lambda: serving(n) is not None, timeout=WAIT, what="a serving chassis after the SB restart")
+        assert ha_chassis_groups(bed.nbctl, n.group) == groups
+        assert ctl.mgr.gateway.applier.transactions == writes
+        assert n.network()["status"]["vlan"] == vlan

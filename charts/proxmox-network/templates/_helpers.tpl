@@ -31,7 +31,7 @@ app.kubernetes.io/name: proxmox-network-controller
 
 {{/* Gateway management over TLS: the Secret Role, its flags and the tmpfs are rendered. */}}
 {{- define "pnc.tls" -}}
-{{- if and .Values.gateway.manage (contains "ssl:" .Values.ovn.nbAddress) }}true{{ end -}}
+{{- if and .Values.gateway.manage (or (contains "ssl:" .Values.ovn.nbAddress) (contains "ssl:" (.Values.ovn.sbAddress | default ""))) }}true{{ end -}}
 {{- end -}}
 
 {{/* Objects of a multi-document file under files/, as a list of dicts. */}}
