@@ -247,6 +247,7 @@ class EnsureGateway:
     subnet: str
     trunk: Sequence[Any]
     siblings: frozenset[str]
+    serving: str = ""  # the chassis holding cr- in the OVN SB, kept on top (product-decisions.md §10)
 
 
 @attrs.frozen

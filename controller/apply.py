@@ -302,7 +302,7 @@ class Executor:
 
     # -- NB -------------------------------------------------------------------------------
     def _EnsureGateway(self, a: EnsureGateway, s: Any) -> Any:
-        return attrs.evolve(s, gateway=self.gateway.ensure(a.key, a.vpc, a.subnet, a.trunk, a.siblings))
+        return attrs.evolve(s, gateway=self.gateway.ensure(a.key, a.vpc, a.subnet, a.trunk, a.siblings, a.serving))
 
     def _ReleaseGateway(self, a: ReleaseGateway, s: Any) -> Any:
         return attrs.evolve(s, gateway_release=self.gateway.release(a.key) if self.gateway is not None else "")

@@ -381,6 +381,8 @@ class GatewayStep:
     :param subnets: Subnet cache with the ``vpc`` index (``subnet_index_vpc``).
     :param sb: the OVN SB reader (``ovn.sb.SBReader``), or None: GatewayReady then says what
         the NB holds only.
+    :param failback: with the SB read, let the preferred chassis take a gateway back after
+        a failover (``--gateway-failback``); off, the serving chassis stays on top.
     """
 
     def __init__(
@@ -394,9 +396,11 @@ class GatewayStep:
         hold_down: float = 0.0,
         sb: Any = None,
         settle: float = SERVING_SETTLE,
+        failback: bool = False,
     ) -> None:
         self.applier = applier
         self.sb = sb
+        self.failback = failback
         self.settle = settle
         self.nodes = nodes
         self.subnets = subnets
@@ -423,10 +427,12 @@ class GatewayStep:
         return self.subnets.index_key_set("vpc", vpc) if self.subnets else frozenset()
 
     def ensure(self, key: str, vpc: str, subnet: str, trunk: Iterable[planner.TrunkNode],
-               siblings: Iterable[str]) -> GatewayOutcome:
-        """One NB ensure; NB trouble becomes an outcome with the error (never raises for it)."""
+               siblings: Iterable[str], serving: str = "") -> GatewayOutcome:
+        """One NB ensure; NB trouble becomes an outcome with the error (never raises for it).
+        ``serving`` (the chassis holding ``cr-``) is kept on top unless failback is on."""
         try:
-            return GatewayOutcome(state=self.applier.ensure(key, vpc, subnet, list(trunk), siblings))
+            return GatewayOutcome(state=self.applier.ensure(key, vpc, subnet, list(trunk), siblings,
+                                                            "" if self.failback else serving))
         except NBError as err:
             self.metrics.gateway_nb_error()
             return GatewayOutcome(error=str(err))

@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OVN SB remotes (ssl:/tcp:/unix:, comma separated; Kube-OVN's is ssl:ovn-sb.cozy-kubeovn.svc:6642), "
                         "read only, with the NB's TLS Secret: GatewayReady then says which chassis serves each router "
                         "port; empty (the default here; the chart and manifests set Kube-OVN's): not read")
+    p.add_argument("--gateway-failback", type=parse_bool, nargs="?", const=True, default=False,
+                   help="with --ovn-sb-address: after an OVN failover let the preferred chassis take the gateway "
+                        "back when it returns (a short outage each time); default: the serving chassis stays on top")
     p.add_argument("--ovn-tls-secret", type=parse_tls_secret, default=("cozy-kubeovn", "kube-ovn-tls"))
     p.add_argument("--ovn-tls-dir", default="",
                    help="private directory (created 0700) for the TLS files python-ovs reads; "
@@ -215,6 +218,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         ovn_tls_secret="/".join(args.ovn_tls_secret),
         ovn_tls_dir=args.ovn_tls_dir,
         trunk_hold_down=args.trunk_node_hold_down,
+        gateway_failback=args.gateway_failback,
     )
     metrics = Metrics()
     if isinstance(api, RotatingTokenApiClient):

@@ -106,6 +106,7 @@ class Options:
     # GatewayReady says what the NB holds only.
     ovn_sb_address: str = ""
     serving_settle: float = SERVING_SETTLE  # seconds a missing cr- binding is let pass
+    gateway_failback: bool = False  # the preferred chassis takes the gateway back (off: the server stays)
     ovn_tls_secret: str = "cozy-kubeovn/kube-ovn-tls"
     ovn_tls_dir: str = ""  # private directory for the TLS files; "" = a fresh temporary one
     nb_grace_period: float = NB_GRACE_PERIOD
@@ -320,7 +321,7 @@ class Manager:
             )
         return GatewayStep(applier, self.nodes.store, self.subnets.store, self.metrics, self.events,
                            grace=options.nb_grace_period, hold_down=options.trunk_hold_down, sb=sb,
-                           settle=options.serving_settle)
+                           settle=options.serving_settle, failback=options.gateway_failback)
 
     def _network_exists(self, ns: str, name: str) -> bool:
         """Fresh API Get for the collector (§9.6): NotFound -> False, other errors raise."""

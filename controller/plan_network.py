@@ -749,7 +749,9 @@ class _Live:
         sname = str((subnet.get("metadata") or {}).get("name") or "")
         vpc = str((subnet.get("spec") or {}).get("vpc") or "")  # never empty here: no_default_vpc_gateway
         if s.gateway is None:
-            return self.need(EnsureGateway(s.key, vpc, sname, s.trunk, s.siblings))
+            b = s.sb_binding
+            serving = b.chassis if b is not None and b.known else ""
+            return self.need(EnsureGateway(s.key, vpc, sname, s.trunk, s.siblings, serving))
         actions, self.serving_recheck = gateway_status(
             s.gateway, self.net, nb_planner.router_port_name(vpc, sname), self.status, self.conds, self.old, self.gen,
             s.now, s.grace, s.sb_binding, s.serving_settle)

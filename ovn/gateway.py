@@ -236,12 +236,15 @@ class GatewayApplier:
         subnet: str,
         trunk: Sequence[planner.TrunkNode],
         vpc_subnets: Iterable[str] = (),
+        serving: str = "",
     ) -> GatewayState:
         """Bring the group of router port ``<vpc>-<subnet>`` up to date.
 
         :param trunk: eligible trunk nodes (``planner.trunk_nodes``), any order.
         :param vpc_subnets: names of the VPC's other subnets: their groups decide the
             VPC's current active chassis (sticky, product-decisions.md §4.7).
+        :param serving: the chassis that holds the port's ``cr-`` binding in the OVN SB ("":
+            not known or not read); kept on top of the group (product-decisions.md §10).
         :returns: the GatewayReady outcome (ChassisAssigned, RouterPortMissing,
             NoTrunkNodes, ForeignGroup).
         :raises NBError: NB not synced, transaction failed or timed out, or the rows
@@ -255,7 +258,7 @@ class GatewayApplier:
         last: NBError | None = None
         for _ in range(2):  # once more after a guard abort: the IDL has the new rows then
             res = self.nb.transact(
-                lambda txn, idl: self._ensure_job(txn, idl, network_key, vpc, subnet, trunk, subnets),
+                lambda txn, idl: self._ensure_job(txn, idl, network_key, vpc, subnet, trunk, subnets, serving),
                 timeout=self.pass_timeout,
             )
             state = res.value.state
@@ -283,13 +286,15 @@ class GatewayApplier:
         subnet: str,
         trunk: list[planner.TrunkNode],
         subnets: frozenset[str],
+        serving: str = "",
     ) -> planner.NBPlan:
         """Observe the port's rows, plan (``self.plan``), apply the plan to ``txn``."""
         ports = self.lrp_by_name.get(idl, planner.router_port_name(vpc, subnet))
         groups = self.group_by_name.get(idl, planner.group_name(vpc, subnet))
         pointed = [g for p in ports for g in _refs(p, "ha_chassis_group")]
         snap = observe(ports, groups + pointed)
-        plan = self.plan(network_key, vpc, subnet, trunk, snap, votes=self._vpc_votes(idl, vpc, subnets))
+        plan = self.plan(network_key, vpc, subnet, trunk, snap, votes=self._vpc_votes(idl, vpc, subnets),
+                         serving=serving)
         apply_plan(txn, idl, plan)
         return plan
 

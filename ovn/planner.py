@@ -290,15 +290,21 @@ def wanted_chassis(
     trunk: Sequence[TrunkNode],
     vpc_groups: Iterable[GroupView | Mapping[str, Any]] = (),
     votes: Mapping[str, int] | None = None,
+    serving: str = "",
 ) -> list[tuple[str, int]]:
     """Wanted (chassis, priority) for any router port of ``vpc``.
 
-    Rendezvous order over ``vpc/<vpc>``; the VPC's current active chassis (``pick_active``
-    over the groups' votes; ``votes`` from ``tally_votes`` may be passed instead of the
-    groups) is moved to the top while it is still in ``trunk``.
+    Rendezvous order over ``vpc/<vpc>``; the chassis that serves the port (``serving``: it
+    holds ``cr-<port>`` in the OVN SB) is moved to the top while it is in ``trunk``, so no
+    membership change moves a serving gateway and a failover's survivor keeps it when the
+    failed chassis returns (product-decisions.md §10); else the VPC's current active chassis
+    (``pick_active`` over the groups' votes; ``votes`` from ``tally_votes`` may be passed
+    instead of the groups) while it is still in ``trunk``.
     """
     order = [t.chassis for t in rendezvous_order(rendezvous_key(vpc), trunk)]
-    active = pick_active(votes if votes is not None else tally_votes(vpc_groups), order)
+    active = serving if serving in order else None
+    if active is None:
+        active = pick_active(votes if votes is not None else tally_votes(vpc_groups), order)
     if active is not None:
         order.remove(active)
         order.insert(0, active)
@@ -332,6 +338,7 @@ def plan_group(
     wanted: Sequence[TrunkNode] | Sequence[tuple[str, int]] | Sequence[str],
     existing_rows: Iterable[GroupView | Mapping[str, Any]] = (),
     votes: Mapping[str, int] | None = None,
+    serving: str = "",
 ) -> GroupPlan:
     """Desired state of the group of one network's router port.
 
@@ -341,6 +348,7 @@ def plan_group(
     included if it exists); used for the claim rule and the sticky active chassis.
     ``votes``: the VPC's tally (``tally_votes``), when the caller keeps it; then only
     this network's own group needs to be among ``existing_rows``.
+    ``serving``: the chassis holding the port's ``cr-`` binding ("" unknown): kept on top.
 
     external_ids: ours on a fresh group; on an existing group the existing map
     overlaid with owner/network (adoption keeps other keys such as ``note``).
@@ -351,7 +359,7 @@ def plan_group(
     c = claim(mine, network_key)
     wanted = list(wanted)
     if wanted and isinstance(wanted[0], TrunkNode):
-        chassis = wanted_chassis(vpc, wanted, groups, votes)  # type: ignore[arg-type]
+        chassis = wanted_chassis(vpc, wanted, groups, votes, serving)  # type: ignore[arg-type]
     elif wanted and isinstance(wanted[0], tuple):
         chassis = [(str(ch), int(p)) for ch, p in wanted]  # type: ignore[misc]
     else:
@@ -532,6 +540,7 @@ def plan_ensure(
     snap: Snapshot,
     vpc_subnets: Iterable[str] = (),
     votes: Mapping[str, int] | None = None,
+    serving: str = "",
 ) -> NBPlan:
     """The §9.4 decision for the router port ``<vpc>-<subnet>``, and its write.
 
@@ -557,7 +566,7 @@ def plan_ensure(
         rows = [groups[n] for n in sorted(names) if n in groups]
     else:
         rows = [mine] if mine is not None else []
-    gp = plan_group(network_key, vpc, subnet, list(trunk), rows, votes)
+    gp = plan_group(network_key, vpc, subnet, list(trunk), rows, votes, serving)
 
     # 1. Someone else's group of our name.
     if not gp.allowed:

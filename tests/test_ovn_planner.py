@@ -482,3 +482,36 @@ def test_plan_delete_clears_every_pointer_then_deletes():
     assert p.actions == (planner.ClearPointer("p1"), planner.ClearPointer("p2"), planner.DeleteGroup("g1"))
     assert p.guards == (planner.Verify(LRP_T, "p1", ("ha_chassis_group",)), planner.Verify(LRP_T, "p2", ("ha_chassis_group",)),
                         planner.Verify(GROUP_T, "g1", ("external_ids",)))
+
+
+# -- the serving chassis stays on top (product-decisions.md §10) ---------------------------
+
+def _nodes(*chassis: str) -> list[planner.TrunkNode]:
+    return [planner.TrunkNode(f"node-{c}", c) for c in chassis]
+
+
+def test_the_serving_chassis_is_on_top_whatever_the_order_and_votes_say():
+    trunk = _nodes("ch-a", "ch-b", "ch-c")
+    plain = planner.wanted_chassis("vpc1", trunk, votes={})
+    for serving in ("ch-a", "ch-b", "ch-c"):
+        got = planner.wanted_chassis("vpc1", trunk, votes={plain[0][0]: 5}, serving=serving)
+        assert got[0] == (serving, 100)
+        assert sorted(c for c, _ in got) == ["ch-a", "ch-b", "ch-c"]
+        assert [p for _, p in got] == planner.priorities(3)
+
+
+def test_a_serving_chassis_that_left_the_trunk_does_not_stay():
+    trunk = _nodes("ch-a", "ch-b")
+    assert planner.wanted_chassis("vpc1", trunk, votes={}, serving="ch-gone") == \
+        planner.wanted_chassis("vpc1", trunk, votes={})
+
+
+def test_a_node_joining_or_returning_never_moves_the_serving_gateway():
+    # Field report R7: a re-provisioned node (new chassis ID) comes back; the failover's
+    # survivor keeps the gateway.
+    before = _nodes("ch-a", "ch-b", "ch-c")
+    plain = [c for c, _ in planner.wanted_chassis("vpc1", before, votes={})]
+    survivor = plain[1]
+    after = _nodes(*[c for c in plain if c != plain[0]], "ch-new")
+    got = planner.wanted_chassis("vpc1", after, votes={plain[0]: 1}, serving=survivor)
+    assert got[0] == (survivor, 100)

@@ -354,6 +354,51 @@ def test_failover_with_three_trunk_nodes_with_default_mac_learning_and_with_the_
         assert f["arp_failover"] < WAIT and f["ping_failover"] < WAIT
 
 
+def test_with_the_sb_read_the_failover_survivor_keeps_the_gateway_when_the_failed_chassis_returns(bed, dp, peers_admin):
+    """product-decisions.md §10: after OVN fails the gateway over, the controller raises the
+    survivor (the chassis holding ``cr-``) to the top of the group, so the returning chassis
+    does not pull it back (no failback outage); the status names the serving chassis and a
+    Normal ``GatewayMoved`` Event says it moved. The VM's longest ping gap from the restart
+    of the failed chassis is measured."""
+    a = peers_admin
+    n = Tenant(a, 3270).subnet(83)
+    with gateway_controller(bed, ovn_sb_address=bed.sb_tcp):
+        n.wait("Ready", "Ready")
+        vm = n.vm(dp, "vm-keep")
+        assert reaches(vm, n.gateway)
+        active = n.settled(bed)
+        wait_for(lambda: (n.network().get("status") or {}).get("servingChassis") == active, timeout=WAIT,
+                 what="status.servingChassis on the active chassis")
+        chassis = next(c for c in dp.chassis if c.system_id == active)
+        ping = Prober(vm, "ping", n.gateway)
+        try:
+            dp.kill_vswitchd(chassis)
+            survivor = wait_for(lambda: n.cr_chassis(bed) not in (None, active) and n.cr_chassis(bed),
+                                timeout=WAIT, what="cr- claimed by a survivor")
+            # The controller puts the survivor on top of the group.
+            wait_for(lambda: max(ha_chassis_groups(bed.nbctl, n.group)[0]["chassis"].items(),
+                                 key=lambda c: c[1][0])[0] == survivor, timeout=WAIT, what="the survivor on top")
+            wait_for(lambda: (n.network().get("status") or {}).get("servingChassis") == survivor, timeout=WAIT,
+                     what="status.servingChassis on the survivor")
+            assert reason(n.network(), "Ready")[:2] == ("True", "Ready")
+            wait_for(lambda: [e for e in a.core.list_namespaced_event(n.ns).items
+                              if e.involved_object.name == n.name and e.reason == "GatewayMoved"],
+                     what="the GatewayMoved Event")
+            started = time.monotonic()
+            dp.start_vswitchd(chassis.ns, chassis.rundir)
+            wait_for(lambda: bed.gateway_settled(n.lrp, [(c, p[0]) for c, p in
+                                                        ha_chassis_groups(bed.nbctl, n.group)[0]["chassis"].items()]),
+                     timeout=WAIT, what="BFD up again with the returned chassis")
+            wait_for(lambda: time.monotonic() - started > 15 and ping.replies and ping.replies[-1] > time.monotonic() - 0.5,
+                     timeout=60, interval=0.2, what="15 s of pings after the failed chassis returned")
+            assert n.cr_chassis(bed) == survivor  # no failback
+            gap = ping.longest_gap(started, time.monotonic())
+            print(f"\n[wire] failed chassis returned with the survivor on top: cr- stayed on {survivor}, "
+                  f"longest ping gap {gap:.2f}s")
+        finally:
+            ping.stop()
+
+
 def test_release_order_on_the_wire_the_vm_is_answered_until_its_address_is_released(bed, dp, peers_admin):
     """A network deleted while its VM holds an address (the claim of the real provider):
     ``InUse``, and the VM keeps its gateway; the claim gone and the Subnet deleted, the

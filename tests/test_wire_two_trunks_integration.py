@@ -88,9 +88,6 @@ def test_with_two_trunk_nodes_the_survivor_does_not_take_over_and_the_network_sa
 
 # -- the gateway as it serves (product-decisions.md §10) ------------------------------------
 
-SETTLE = 5.0  # controller.gateway.SERVING_SETTLE
-
-
 def serving(n) -> str | None:
     return (n.network().get("status") or {}).get("servingChassis")
 
@@ -126,7 +123,6 @@ def test_two_chassis_outage_turns_the_network_not_ready_within_seconds_and_back(
         assert "servingChassis" not in (obj.get("status") or {})
         wait_for(lambda: bound_gauge(ctl, n) == 0, timeout=WAIT, what="the bound gauge at 0")
         print(f"\ntwo-chassis outage: Ready=False/NoServingChassis {took:.1f}s after the kill")
-        assert took >= SETTLE * 0.5  # a failover in progress is let pass first
         dp.start_vswitchd(chassis.ns, chassis.rundir)
         started = time.monotonic()
         n.wait("Ready", "Ready")
