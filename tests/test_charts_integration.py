@@ -289,6 +289,8 @@ def test_default_rendering_applies_and_its_args_are_the_controllers_flags(helm, 
     a = parsed(objs)
     assert (a.leader_elect, a.manage_gateway_chassis, a.ovn_nb_address, a.ovn_tls_secret, a.ovn_tls_dir) == (
         True, True, "ssl:ovn-nb.cozy-kubeovn.svc:6641", ("cozy-kubeovn", "kube-ovn-tls"), "/run/ovn-tls")
+    # product-decisions.md §10: the SB is read by default (Kube-OVN's ovn-sb Service); no failback.
+    assert (a.ovn_sb_address, a.gateway_failback) == ("ssl:ovn-sb.cozy-kubeovn.svc:6642", False)
     assert (a.workers, a.resync_period, a.subnet_prune_timeout, a.log_level, a.log_format) == (4, 600.0, 600.0, "info", "json")
     assert (a.metrics_bind_address, a.health_probe_bind_address, a.metrics_secure) == (":8080", ":8081", False)
     dry_run_apply(kubectl, crds)
@@ -297,7 +299,8 @@ def test_default_rendering_applies_and_its_args_are_the_controllers_flags(helm, 
 
 TOGGLES = {
     "gateway-off": {"gateway": {"manage": False}},
-    "nb-over-tcp": {"ovn": {"nbAddress": "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641"}},
+    "nb-over-tcp": {"ovn": {"nbAddress": "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641", "sbAddress": "tcp:10.0.0.1:6642"}},
+    "sb-unread-failback-on": {"ovn": {"sbAddress": ""}, "gateway": {"failback": True}},
     "tls-elsewhere": {"ovn": {"nbAddress": "ssl:[fd00::1]:6641", "tlsSecret": "kube-system/ovn-certs", "tlsDir": "/tmp/tls"}},
     "admission-off": {"admission": {"enabled": False}},
     "admission-exemptions": {"admission": {"enabled": True, "exemptNamespaces": ["kube-system", "tenant-root"],
@@ -343,8 +346,11 @@ def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
         assert not [x for x in deployment_args(objs) if x.startswith("--ovn-")]
         assert tls_role == []
         assert "volumes" not in find(objs, "Deployment")[0]["spec"]["template"]["spec"]
+    elif toggle == "sb-unread-failback-on":
+        assert (a.ovn_sb_address, a.gateway_failback) == ("", True)
+        assert not [x for x in deployment_args(objs) if x.startswith("--ovn-sb-address")]
     elif toggle == "nb-over-tcp":
-        assert a.ovn_nb_address == "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641"
+        assert (a.ovn_nb_address, a.ovn_sb_address) == ("tcp:10.0.0.1:6641,tcp:10.0.0.2:6641", "tcp:10.0.0.1:6642")
         assert tls_role == []  # the Secret is read for ssl: addresses only
         assert not [x for x in deployment_args(objs) if x.startswith("--ovn-tls")]
     elif toggle == "tls-elsewhere":

@@ -20,6 +20,9 @@ def test_reference_flags_and_defaults():
     assert a.manage_gateway_chassis is True
     assert a.ovn_nb_address == "ssl:ovn-nb.cozy-kubeovn.svc:6641"
     assert a.ovn_tls_secret == ("cozy-kubeovn", "kube-ovn-tls")
+    # product-decisions.md §10: the SB is read when given (the chart and manifests give
+    # Kube-OVN's); the serving chassis stays on top unless failback is asked for.
+    assert a.ovn_sb_address == "" and a.gateway_failback is False
 
 
 @pytest.mark.parametrize("argv, attr, value", [
@@ -78,6 +81,15 @@ def test_bad_nb_address_stops_the_start(address, message, capsys):
     lines = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
     errors = [ln for ln in lines if ln["event"] == "unable to set up the OVN NB client"]
     assert len(errors) == 1 and errors[0]["error"].startswith(message)
+
+
+def test_bad_sb_address_stops_the_start(capsys):
+    import json
+
+    assert main(["--ovn-sb-address=tcp:sb", "--kubeconfig=/nonexistent", "--log-format=json"]) == 1
+    lines = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
+    errors = [ln for ln in lines if ln["event"] == "unable to set up the OVN SB client"]
+    assert len(errors) == 1 and errors[0]["error"].startswith('OVSDB address "tcp:sb": missing port in address')
 
 
 def test_bracketed_ipv6_nb_address_is_accepted():
