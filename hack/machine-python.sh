@@ -8,6 +8,10 @@
 set -euo pipefail
 dir="${1:-${TMPDIR:-/tmp}/pnc-machine-python}"
 if ! "$dir/bin/python3" -c 'import dateutil, six, pytest, yaml' 2>/dev/null; then
+  if [[ -e $dir && ! -f $dir/pyvenv.cfg ]]; then
+    echo "$dir exists and is not a venv: not touching it" >&2
+    exit 1
+  fi
   rm -rf "$dir"
   python3 -m venv "$dir"
   "$dir/bin/python3" -m pip install -q --disable-pip-version-check \

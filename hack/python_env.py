@@ -148,22 +148,35 @@ def _log(msg: str) -> None:
     print(f"[python-env] {msg}", file=sys.stderr, flush=True)
 
 
+# What the caller's shell may carry that would put other packages in front of the venv's or
+# send pip's installs elsewhere; dropped for every interpreter and pip run here.
+_FOREIGN = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER",
+            "PIP_REQUIRE_VIRTUALENV")
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _FOREIGN}
+    # A file: URL, because pip splits PIP_CONSTRAINT on white space (a tree path may hold one).
+    env.update(PIP_CONSTRAINT=LOCK_FILES[0].as_uri(), PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
+    return env
+
+
 def _venv_state(venv: Path) -> dict[str, str] | None:
-    """What the venv's own interpreter reports installed; None when it cannot run."""
+    """What the venv's own interpreter reports installed; None when it cannot run, sees the
+    system site-packages, or has no pip (a venv whose making was cut short)."""
     py = venv / "bin" / "python"
     if not py.exists() or not is_isolated(venv):
         return None
     proc = subprocess.run([str(py), str(Path(__file__).resolve()), "installed"],
-                          capture_output=True, text=True, cwd="/")
+                          capture_output=True, text=True, cwd="/", env=_env())
     if proc.returncode != 0:
         return None
-    return json.loads(proc.stdout)
+    have = json.loads(proc.stdout)
+    return have if "pip" in have else None
 
 
 def _run(cmd: list[str]) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True,
-                          env=dict(os.environ, PIP_CONSTRAINT=str(LOCK_FILES[0]),
-                                   PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1"))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env())
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
         raise SystemExit(f"[python-env] failed: {' '.join(cmd)}")
@@ -183,8 +196,12 @@ def sync(venv: Path) -> list[str]:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two clones syncing one venv at once
         have = _venv_state(venv)
         if have is None:
-            if venv.exists():
-                _log(f"{venv} cannot run or is not isolated: making it again")
+            if venv.exists() and any(venv.iterdir()):
+                if not (venv / "pyvenv.cfg").is_file():
+                    # Never delete a directory that is not a venv (PNC_VENV=. or $HOME).
+                    raise SystemExit(f"[python-env] {venv} exists and is not a virtual environment (no "
+                                     "pyvenv.cfg): not touching it; set PNC_VENV to a new directory")
+                _log(f"{venv} cannot run, has no pip or is not isolated: making it again")
                 shutil.rmtree(venv)
             _log(f"making the venv {venv} ({sys.executable}, Python {sys.version.split()[0]})")
             _run([sys.executable, "-m", "venv", str(venv)])
@@ -208,6 +225,8 @@ def sync(venv: Path) -> list[str]:
         left = drift(pins, _venv_state(venv) or {})
         if left:
             raise SystemExit("[python-env] still differs from the lock after the install:\n  " + "\n  ".join(left))
+        if not os.environ.get("PNC_VENV"):
+            _link(venv)  # under the lock: two syncs never race on the link
         return found
 
 
@@ -216,7 +235,7 @@ def _link(venv: Path) -> None:
     link = ROOT / ".venv"
     if link.is_symlink() or not link.exists():
         if not (link.is_symlink() and os.readlink(link) == str(venv)):
-            tmp = ROOT / ".venv.tmp"
+            tmp = ROOT / f".venv.tmp{os.getpid()}"
             tmp.unlink(missing_ok=True)
             tmp.symlink_to(venv)
             tmp.replace(link)
@@ -238,16 +257,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "path":
         print(venv_dir())
         return 0
-    if args.cmd == "check":
-        problems = [] if is_isolated(Path(sys.prefix)) else [f"{sys.prefix} is not an isolated venv"]
-        problems += drift(read_pins(), installed())
-        for line in problems:
-            print(line)
-        return 1 if problems else 0
-    venv = venv_dir()
-    sync(venv)
-    if not os.environ.get("PNC_VENV"):
-        _link(venv)
+    try:
+        if args.cmd == "check":
+            problems = [] if is_isolated(Path(sys.prefix)) else [f"{sys.prefix} is not an isolated venv"]
+            problems += drift(read_pins(), installed())
+            for line in problems:
+                print(line)
+            return 1 if problems else 0
+        if sys.version_info < (3, 11):
+            raise SystemExit(f"[python-env] Python {sys.version.split()[0]} is too old: the project needs 3.11 or "
+                             "newer (pyproject.toml requires-python)")
+        venv = venv_dir()
+        sync(venv)
+    except LockError as err:
+        raise SystemExit(f"[python-env] {err}") from None
     print(venv)
     return 0
 

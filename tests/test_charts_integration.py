@@ -626,7 +626,9 @@ def test_chart_install_brings_networks_to_ready_as_the_charts_service_account(he
         "replicas": 1,
         "logFormat": "console",
         "resyncPeriod": "1h",
-        "ovn": {"nbAddress": server.remote, "tlsSecret": f"{tls_ns}/kube-ovn-tls", "tlsDir": str(tmp_path / "tls")},
+        # This test's OVSDB is a TLS NB of its own, with no SB beside it: the SB is not read.
+        "ovn": {"nbAddress": server.remote, "sbAddress": "", "tlsSecret": f"{tls_ns}/kube-ovn-tls",
+                "tlsDir": str(tmp_path / "tls")},
         "admission": {"enabled": False},
         "zones": {zone: {"bridge": "vmbr1", "providerNetwork": provider, "vlanRanges": ["1300-1309"],
                          "namespaceSelector": {"matchLabels": {"chart-test": suffix}}}},

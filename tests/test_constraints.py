@@ -14,6 +14,7 @@ that venv or differs from the lock by one version, as on a machine whose own Pyt
 
 from __future__ import annotations
 
+import os
 import sys
 import tomllib
 from importlib import metadata
@@ -148,12 +149,16 @@ def test_the_tests_run_in_a_venv_that_does_not_see_the_machines_site_packages() 
     assert sys.prefix != sys.base_prefix, (
         f"the tests run on the machine's Python ({sys.prefix}), not the project's venv: run hack/test.sh")
     assert python_env.is_isolated(Path(sys.prefix)), f"{sys.prefix}/pyvenv.cfg includes the system site-packages"
+    # The project's venv, the one hack/test.sh activated, not just any isolated one.
+    active = os.environ.get("VIRTUAL_ENV")
+    assert active and Path(active).resolve() == Path(sys.prefix).resolve(), (active, sys.prefix)
 
 
 def test_the_environment_the_tests_run_in_is_exactly_the_lock() -> None:
     # Every pinned distribution at its pin, nothing unpinned (pip, the installer, aside).
     have = python_env.installed()
-    assert python_env.drift(python_env.read_pins(), have) == [], "run hack/install-deps.sh to repair"
+    drift = python_env.drift(python_env.read_pins(), have)
+    assert drift == [], "run hack/install-deps.sh to repair:\n" + "\n".join(drift)
     assert "six" not in have  # python-dateutil 4 dropped it; a machine's Python may carry it
 
 

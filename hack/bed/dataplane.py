@@ -340,6 +340,19 @@ class DataPlane:
               f"--unixctl={rd / 'ovn-controller.ctl'}", f"--pidfile={rd / 'ovn-controller.pid'}",
               f"--log-file={rd / 'ovn-controller.log'}", "-vconsole:off", "--detach"], env=self._ovs_env(rd))
 
+    def stop_ovn_controller(self, chassis: Chassis) -> None:
+        """Stop the chassis' ``ovn-controller`` as a node agent's shutdown does
+        (``ovn-appctl exit``: it releases its port bindings and removes its Chassis rows
+        from the SB); returns once the process is gone. :meth:`start_ovn_controller` starts
+        it again (it registers anew)."""
+        rd = chassis.rundir
+        pidfile = rd / "ovn-controller.pid"
+        pid = int(pidfile.read_text().strip()) if pidfile.exists() else None
+        _run(["ovn-appctl", "-t", str(rd / "ovn-controller.ctl"), "exit"], env=self._ovs_env(rd), check=False)
+        if pid is not None:
+            wait_dead(pid, 10.0)
+        _kill(pidfile)  # nothing when it is gone; SIGTERM when the exit did not end it
+
     def _veth(self, a: str, a_ns: str, b: str, b_ns: str) -> None:
         """A veth pair ``a`` in ``a_ns`` and ``b`` in ``b_ns``, both up (made inside ``a_ns``,
         so no name meets the host's interfaces)."""
