@@ -211,6 +211,16 @@ def serving(
     )
 
 
+def _keep(conds: list[dict[str, Any]], prev: Mapping[str, Any]) -> None:
+    """GatewayReady stays exactly as last written (status, reason, message, transition time)."""
+    cur = find(conds, names.GATEWAY_READY)
+    if cur is not None:
+        cur.clear()
+        cur.update(prev)
+    else:
+        conds.append(dict(prev))
+
+
 @attrs.frozen
 class GatewayOutcome:
     """What one NB ensure gave: the state, or the NB error text (never both)."""
@@ -258,12 +268,7 @@ def gateway_status(
         }))
         status[FAILING_SINCE] = format_utc(f.since)
         if f.keep_previous and prev is not None:
-            cur = find(conds, names.GATEWAY_READY)
-            if cur is not None:
-                cur.clear()
-                cur.update(prev)
-            else:
-                conds.append(dict(prev))
+            _keep(conds, prev)
         else:
             set_condition(conds, names.GATEWAY_READY, f.status, f.reason, f.message, gen, clock)
         if since is None:
@@ -278,12 +283,7 @@ def gateway_status(
         sv = serving(binding, state, lrp, prev, now, settle)
         recheck = sv.recheck
         if sv.keep_previous and prev is not None:
-            cur = find(conds, names.GATEWAY_READY)
-            if cur is not None:
-                cur.clear()
-                cur.update(prev)
-            else:
-                conds.append(dict(prev))
+            _keep(conds, prev)
         else:
             set_condition(conds, names.GATEWAY_READY, sv.status, sv.reason, sv.message, gen, clock)
         was = old_status.get(SERVING_CHASSIS) or ""
