@@ -60,15 +60,16 @@ def _timers(vlan: dict[str, Any] | None) -> dict[str, str]:
 def _serving(st: dict[str, Any], gw: dict[str, Any] | None, now: _dt.datetime) -> list[str]:
     """Which chassis serves the network's router port, as the controller read it from the
     OVN SB (product-decisions.md §10); [] when the SB is not read."""
+    reason = (gw or {}).get("reason")
+    if reason == "SBUnavailable":
+        last = f" (last known: chassis {st[SERVING_CHASSIS]})" if st.get(SERVING_CHASSIS) else ""
+        return [f"  gateway: which chassis serves it is not known, the OVN SB cannot be read{last}"]
     if st.get(SERVING_CHASSIS):
         return [f"  gateway served by chassis {st[SERVING_CHASSIS]}"]
-    reason = (gw or {}).get("reason")
     if reason == "NoServingChassis":
         t0 = rfc3339.parse((gw or {}).get("lastTransitionTime"))
         long = f" for {int((now - t0).total_seconds())} s" if t0 is not None else ""
         return [f"  gateway served by no chassis{long}: the VMs get no answer from their VPC gateway"]
-    if reason == "SBUnavailable":
-        return ["  gateway: which chassis serves it is not known (the OVN SB cannot be read)"]
     return []
 
 

@@ -117,7 +117,7 @@ def gateway_failed(
         t = parse((prev_gateway or {}).get("lastTransitionTime"))
         if t is not None and t < since:
             since = t
-    elif prev_gateway is None or reason == reasons.DISABLED:
+    elif prev_gateway is None or reason in (reasons.DISABLED, reasons.SB_UNAVAILABLE):
         was_up = (prev_ready or {}).get("status") == TRUE
     else:
         was_up = False
@@ -165,18 +165,27 @@ def serving(
     prev_gateway: Mapping[str, Any] | None,
     now: _dt.datetime,
     settle: float = SERVING_SETTLE,
+    written_at: _dt.datetime | None = None,
 ) -> Serving:
     """GatewayReady of a network whose group the NB pass assigned (``state.assigned``), from
     the SB binding of ``cr-<lrp>`` (``ovn.sb.Binding``): product-decisions.md §10.
 
     * SB not known: Unknown ``SBUnavailable`` (never False on an SB outage alone; Ready is
-      not decided by it, ``controller.conditions.compute_ready``).
+      not decided by it, ``controller.conditions.compute_ready``); an outage already known
+      (False ``NoServingChassis``) stays as it was.
     * bound to a member of the group: True ``ChassisAssigned``, the NB message plus the
       serving chassis and its node.
     * otherwise (no ``cr-`` port, unbound, or bound to a chassis not in the group): False
-      ``NoServingChassis`` saying since when, once that has lasted ``settle`` seconds; until
-      then a True ChassisAssigned stays as it was (an OVN failover in progress).
+      ``NoServingChassis`` saying since when, once that has lasted ``settle`` seconds from the
+      later of the binding's change and the group's last write (``written_at``: a member
+      that just left still holds the port until OVN moves it). Until then a True
+      ChassisAssigned stays as it was (an OVN failover in progress), and another condition
+      becomes True ``ChassisAssigned`` with the NB's message (a new group, not yet claimed).
     """
+    prev = prev_gateway or {}
+    known_outage = prev.get("status") == FALSE and prev.get("reason") == reasons.NO_SERVING_CHASSIS
+    if not binding.known and known_outage:
+        return Serving(FALSE, reasons.NO_SERVING_CHASSIS, str(prev.get("message", "")), None, True)
     if not binding.known:
         since = format_utc(binding.since) if binding.since is not None else "the controller's start"
         return Serving(UNKNOWN, reasons.SB_UNAVAILABLE,
@@ -187,14 +196,16 @@ def serving(
         return Serving(TRUE, reasons.CHASSIS_ASSIGNED,
                        f'{state.message}; chassis "{binding.chassis}"{node} serves it', binding.chassis)
     since = binding.since or now
-    prev = prev_gateway or {}
-    if prev.get("reason") == reasons.NO_SERVING_CHASSIS:
+    if known_outage:
         t = parse(prev.get("lastTransitionTime"))
         if t is not None and t < since:
             since = t  # the outage began before this process saw it (a restart)
-    elapsed = (now - since).total_seconds()
-    if elapsed < settle and prev.get("status") == TRUE and prev.get("reason") == reasons.CHASSIS_ASSIGNED:
-        return Serving(TRUE, str(prev.get("reason")), str(prev.get("message", "")), None, True, settle - elapsed)
+    settle_from = max(since, written_at) if written_at is not None else since
+    elapsed = (now - settle_from).total_seconds()
+    if elapsed < settle and not known_outage:
+        if prev.get("status") == TRUE and prev.get("reason") == reasons.CHASSIS_ASSIGNED:
+            return Serving(TRUE, str(prev.get("reason")), str(prev.get("message", "")), None, True, settle - elapsed)
+        return Serving(TRUE, reasons.CHASSIS_ASSIGNED, state.message, None, False, settle - elapsed)
     if not binding.present:
         why = f"OVN SB has no chassis-redirect port cr-{lrp} (ovn-northd has not made it)"
     elif binding.chassis:
@@ -227,6 +238,7 @@ class GatewayOutcome:
 
     state: planner.GatewayState | None = None
     error: str | None = None
+    written_at: _dt.datetime | None = None  # the port's group last written by this process (aware UTC)
 
 
 def gateway_status(
@@ -280,7 +292,7 @@ def gateway_status(
     out.append(Metric("set_gateway_chassis", (ns, name, state.chassis)))
     recheck: float | None = None
     if state.assigned and binding is not None:
-        sv = serving(binding, state, lrp, prev, now, settle)
+        sv = serving(binding, state, lrp, prev, now, settle, outcome.written_at)
         recheck = sv.recheck
         if sv.keep_previous and prev is not None:
             _keep(conds, prev)
@@ -295,14 +307,10 @@ def gateway_status(
             if sv.chassis and was and sv.chassis != was:
                 out.append(Event(net, NORMAL, reasons.GATEWAY_MOVED,
                                  f'chassis "{sv.chassis}" serves router port "{lrp}" now, not "{was}"'))
-        served = status.get(SERVING_CHASSIS) or ""
-        out.append(Metric("set_gateway_serving", (ns, name, None if sv.chassis is None and not binding.known
-                                                  else bool(served), served)))
     else:
         status.pop(SERVING_CHASSIS, None)
         set_condition(conds, names.GATEWAY_READY, TRUE if state.assigned else FALSE, state.reason, state.message, gen,
                       clock)
-        out.append(Metric("set_gateway_serving", (ns, name, None, "")))
     if recovered:
         out.append(Event(net, NORMAL, reasons.NB_RECOVERED, f'OVN NB answers again for router port "{lrp}"'))
     if state.created:
@@ -431,8 +439,8 @@ class GatewayStep:
         """One NB ensure; NB trouble becomes an outcome with the error (never raises for it).
         ``serving`` (the chassis holding ``cr-``) is kept on top unless failback is on."""
         try:
-            return GatewayOutcome(state=self.applier.ensure(key, vpc, subnet, list(trunk), siblings,
-                                                            "" if self.failback else serving))
+            state = self.applier.ensure(key, vpc, subnet, list(trunk), siblings, "" if self.failback else serving)
+            return GatewayOutcome(state=state, written_at=self.applier.written_at(planner.router_port_name(vpc, subnet)))
         except NBError as err:
             self.metrics.gateway_nb_error()
             return GatewayOutcome(error=str(err))

@@ -73,7 +73,7 @@ from controller.conditions import (
 )
 from controller.consumers import Consumers
 from controller.events import NORMAL, WARNING
-from controller.gateway import FAILING_SINCE, GatewayOutcome, gateway_status
+from controller.gateway import FAILING_SINCE, SERVING_CHASSIS, GatewayOutcome, gateway_status
 from controller.namespaces import namespace_triple, split_value
 from controller.prune import go_list
 from controller.rfc3339 import format_utc, parse
@@ -362,7 +362,20 @@ def network_series(net: Mapping[str, Any], status: Mapping[str, Any]) -> list[Me
         out.append(Metric("forget_gateway", (ns, name)))
     else:
         out.append(Metric("set_gateway_ready", (ns, name, gw.get("status") == TRUE)))
+        out.append(Metric("set_gateway_serving", (ns, name, *serving_series(status, gw))))
     return out
+
+
+def serving_series(status: Mapping[str, Any], gw: Mapping[str, Any]) -> tuple[bool | None, str]:
+    """(bound, chassis) of the serving-chassis series from the status (product-decisions.md
+    §10): bound while ``servingChassis`` accompanies a True ChassisAssigned, unbound with
+    NoServingChassis, absent (None) otherwise (the SB unknown or not read, another reason)."""
+    chassis = str(status.get(SERVING_CHASSIS) or "")
+    if gw.get("reason") == reasons.NO_SERVING_CHASSIS:
+        return False, ""
+    if gw.get("reason") == reasons.CHASSIS_ASSIGNED and gw.get("status") == TRUE and chassis:
+        return True, chassis
+    return None, ""
 
 
 def plan_network(s: NetworkSnapshot) -> Plan:
@@ -750,7 +763,13 @@ class _Live:
         vpc = str((subnet.get("spec") or {}).get("vpc") or "")  # never empty here: no_default_vpc_gateway
         if s.gateway is None:
             b = s.sb_binding
-            serving = b.chassis if b is not None and b.known else ""
+            # The SB not known: the chassis it last showed, so an SB outage moves no group (§10).
+            if b is None:
+                serving = ""
+            elif b.known:
+                serving = b.chassis
+            else:
+                serving = str(self.old.get(SERVING_CHASSIS) or "")
             return self.need(EnsureGateway(s.key, vpc, sname, s.trunk, s.siblings, serving))
         actions, self.serving_recheck = gateway_status(
             s.gateway, self.net, nb_planner.router_port_name(vpc, sname), self.status, self.conds, self.old, self.gen,
@@ -773,6 +792,9 @@ class _Live:
             requeue = min(requeue, max(s.trunk_recheck, 1.0))  # R12: the held node leaves then
         if self.serving_recheck is not None:
             requeue = min(requeue, max(self.serving_recheck, 0.5))  # §10: the settle time ends then
+        gw = find(status["conditions"], names.GATEWAY_READY)
+        if gw is None or gw.get("reason") not in (reasons.CHASSIS_ASSIGNED, reasons.SB_UNAVAILABLE):
+            status.pop(SERVING_CHASSIS, None)  # only next to what the SB said serves (§10)
         if waits or status_waits(s, status):
             return Plan(tuple(self.actions), requeue_after=requeue)
         if status != self.old:

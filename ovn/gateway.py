@@ -18,6 +18,7 @@ they concern (product-decisions.md §4.8).
 
 from __future__ import annotations
 
+import datetime as _dt
 import threading
 import uuid as _uuidlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -123,6 +124,7 @@ class GatewayApplier:
         self._votes: dict[str, _VpcVotes] = {}
         self._group_vpcs: dict[str, set[str]] = {}  # group name -> VPCs whose tally has it
         self.transactions = 0  # write transactions committed (benchmarks, tests)
+        self._written: dict[str, _dt.datetime] = {}  # router port -> its group's last write (aware UTC)
         self.nb = NBClient(
             addresses,
             leader_only=leader_only,
@@ -214,6 +216,11 @@ class GatewayApplier:
         for key in sorted(self.managed_networks()):
             self.enqueue_after(key, self.lost_delay)
 
+    def written_at(self, router_port: str) -> _dt.datetime | None:
+        """When this process last wrote the port's group (aware UTC), or None."""
+        with self._lock:
+            return self._written.get(router_port)
+
     def owns(self, network_key: str) -> bool:
         """The IDL's copy holds a group owned by ``network_key`` (any thread: one dict
         lookup; an entry a cache clear left behind answers True until the next sync)."""
@@ -265,6 +272,8 @@ class GatewayApplier:
             if res.status in (SUCCESS, UNCHANGED):
                 if res.status == SUCCESS:
                     self._committed("ensure")
+                    with self._lock:
+                        self._written[lrp] = _dt.datetime.now(_dt.timezone.utc)
                     log.info("updated OVN HA chassis group", group=planner.group_name(vpc, subnet),
                              routerPort=lrp, chassis=state.message, created=state.created, adopted=state.adopted)
                 return state

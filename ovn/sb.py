@@ -114,6 +114,9 @@ class SBReader:
         self._state: dict[str, tuple[bool, str, str]] = {}  # port -> (present, chassis, hostname)
         self._since: dict[str, _dt.datetime] = {}
         self._lost_since: _dt.datetime | None = None
+        # Set at the end of a (re)sync, once the bindings are read: the client's own synced
+        # flag is up before on_sync runs.
+        self._ready = threading.Event()
         self.by_chassis = RowIndex("Port_Binding", lambda r: [str(c.uuid) for c in _refs(r, "chassis")])
         self.client = NBClient(
             addresses, leader_only=False, database=DATABASE, tables=TABLES, label="OVN SB",
@@ -130,16 +133,20 @@ class SBReader:
         self.client.stop(timeout)
 
     def synced(self) -> bool:
-        return self.client.synced()
+        return self._ready.is_set() and self.client.synced()
 
     def wait_synced(self, timeout: float | None = None, cancel: threading.Event | None = None) -> bool:
-        return self.client.wait_synced(timeout, cancel)
+        """Up to ``timeout`` seconds for the first copy with its bindings read (False on
+        timeout, when ``cancel`` is set or the reader stopped)."""
+        if not self.client.wait_synced(timeout, cancel):
+            return False
+        return self._ready.wait(1.0) or self._ready.is_set()
 
     # -- reads (any thread) ----------------------------------------------------------
     def binding(self, port: str) -> Binding:
         """The binding of router port ``port`` (``<vpc>-<subnet>``) as last seen."""
         with self._lock:
-            if not self.client.synced():
+            if not (self._ready.is_set() and self.client.synced()):
                 return Binding(False, since=self._lost_since, error=self.client.last_error or "not synced yet")
             present, chassis, hostname = self._state.get(port, (False, "", ""))
             since = self._since.get(port)
@@ -190,7 +197,7 @@ class SBReader:
                      (_port_of(r) for r in self.by_chassis.get(idl, str(row.uuid))) if p}
         else:
             return
-        if not self.client.synced():
+        if not self._ready.is_set():
             return  # the sync that follows reads every port
         for port, value in ports.items():
             if self._set(port, value):
@@ -208,14 +215,16 @@ class SBReader:
         with self._lock:
             ports = set(self._state) | set(seen)
             self._lost_since = None
-        for port in sorted(ports):
-            if self._set(port, seen.get(port, (False, "", ""))):
-                self.on_port(port)
+        changed = [port for port in sorted(ports) if self._set(port, seen.get(port, (False, "", "")))]
+        self._ready.set()
+        for port in changed:
+            self.on_port(port)
         if self._on_sync_cb is not None:
             self._on_sync_cb()
 
     def _on_lost(self) -> None:
         with self._lock:
+            self._ready.clear()
             self._lost_since = self.clock()
         if self._on_lost_cb is not None:
             self._on_lost_cb()

@@ -206,10 +206,35 @@ def test_a_failover_in_progress_keeps_a_serving_gateway_until_the_settle_ends():
     assert sv.recheck == pytest.approx(SERVING_SETTLE - 2)
 
 
-def test_without_a_serving_gateway_before_nothing_is_kept():
-    # A new group: no settle grace for a gateway that never served.
+def test_a_new_group_says_what_the_nb_holds_until_the_settle_ends():
+    # A new group: northd has not made cr- yet; no Warning on every creation.
     sv = serving(Binding(True, False, "", "", T0), ASSIGNED, LRP, None, T0 + dt.timedelta(seconds=1))
-    assert (sv.status, sv.reason) == ("False", "NoServingChassis")
+    assert (sv.status, sv.reason, sv.message, sv.chassis) == ("True", "ChassisAssigned", "group msg", None)
+    assert sv.recheck == pytest.approx(SERVING_SETTLE - 1)
+    late = serving(Binding(True, False, "", "", T0), ASSIGNED, LRP, None, T0 + dt.timedelta(seconds=SERVING_SETTLE))
+    assert (late.status, late.reason) == ("False", "NoServingChassis")
+
+
+def test_a_member_that_just_left_still_holding_the_port_is_let_pass_from_the_group_write():
+    # The group written without ch-z a second ago; OVN has not moved cr- yet.
+    old_claim = T0 - dt.timedelta(days=2)
+    written = T0 - dt.timedelta(seconds=1)
+    prev = cond("True", "ChassisAssigned", "was served")
+    sv = serving(Binding(True, True, "ch-z", "gone", old_claim), ASSIGNED, LRP, prev, T0, written_at=written)
+    assert (sv.status, sv.keep_previous) == ("True", True)
+    assert sv.recheck == pytest.approx(SERVING_SETTLE - 1)
+
+
+def test_an_sb_outage_keeps_a_known_outage_false():
+    # Ready must not turn True because the SB went away while nothing served.
+    prev = cond("False", "NoServingChassis", "nothing serves")
+    sv = serving(Binding(False, since=T0, error="lost"), ASSIGNED, LRP, prev, T0)
+    assert (sv.status, sv.reason, sv.keep_previous) == ("False", "NoServingChassis", True)
+
+
+def test_an_nb_failure_after_an_sb_outage_keeps_the_nb_grace():
+    f = gateway_failed(T0, cond("Unknown", "SBUnavailable"), READY_TRUE, None, "boom", LRP)
+    assert (f.status, f.reason) == ("Unknown", "NBUnavailable")
 
 
 def test_the_outage_start_survives_a_restart():
@@ -247,3 +272,14 @@ def test_gateway_status_writes_the_serving_chassis_and_a_moved_event():
     out, _ = gateway_status(GatewayOutcome(ASSIGNED), net, LRP, status, [], old, 3, T0 + dt.timedelta(seconds=9),
                             binding=Binding(True, True, "", "", T0))
     assert "servingChassis" not in status
+
+
+def test_the_serving_series_follow_the_status_whatever_step_wrote_it():
+    from controller.plan_network import serving_series
+
+    assigned = {"type": "GatewayReady", "status": "True", "reason": "ChassisAssigned"}
+    assert serving_series({"servingChassis": "ch-a"}, assigned) == (True, "ch-a")
+    assert serving_series({}, assigned) == (None, "")  # the SB not read
+    assert serving_series({}, {"status": "False", "reason": "NoServingChassis"}) == (False, "")
+    for other in ("SBUnavailable", "WaitingForVLAN", "SubnetUnavailable", "NBUnavailable"):
+        assert serving_series({"servingChassis": "ch-a"}, {"status": "Unknown", "reason": other}) == (None, "")
