@@ -219,7 +219,7 @@ def test_network_status_subresource_and_ip_pool_shape(crd_api, unique_namespace)
 def test_printer_columns_served(kubectl, unique_namespace, crd_api):
     crd_api.create_namespaced_custom_object(GROUP, VERSION, unique_namespace, "proxmoxnetworks", network_body("net"))
     head = kubectl("get", "pxnet", "-n", unique_namespace, "-o", "wide").splitlines()[0].split()
-    assert head == ["NAME", "ZONE", "VLAN", "BRIDGE", "CIDR", "USED", "FREE", "READY", "REASON"]
+    assert head == ["NAME", "ZONE", "VLAN", "BRIDGE", "CIDR", "USED", "FREE", "READY", "REASON", "SERVING"]
     head = kubectl("get", "pxnet", "-n", unique_namespace).splitlines()[0].split()
     assert head == ["NAME", "ZONE", "VLAN", "BRIDGE", "CIDR", "USED", "FREE", "READY"]
 
