@@ -122,3 +122,16 @@ def test_taken_metrics_port_is_one_clear_error(cluster, capsys):
     assert "Traceback" not in err
     lines = [json.loads(ln) for ln in err.splitlines() if ln.startswith("{")]
     assert any(ln["event"] == "unable to serve metrics or probes" and "in use" in ln["error"] for ln in lines)
+
+
+def test_the_kubectl_plugin_runs_from_a_checkout_with_python_m():
+    # `python3 -m kubectl_plugin` from the tree, no `pip install .` (docs/operations.md).
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-m", "kubectl_plugin", "--help"], cwd=root, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("usage: kubectl proxmox-network doctor"), (r.stdout, r.stderr)
+    r = subprocess.run([sys.executable, "-m", "kubectl_plugin", "nope"], cwd=root, capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown command 'nope'" in r.stderr
