@@ -13,8 +13,11 @@ the status follows the chassis that holds ``cr-``: what the SB shows, and what i
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +144,14 @@ def test_the_status_follows_the_serving_chassis_and_says_when_nothing_serves(bed
             (group,) = ha_chassis_groups(bed.nbctl, n.group)
             assert sorted(group["chassis"]) == sorted(c.system_id for c in dp.chassis)  # never emptied
             print(f"\n[wire] nothing serves: Ready=False/NoServingChassis {took:.1f}s after the last ovn-controller stopped")
+            # doctor names it: the serving line and the GatewayReady warning.
+            doc = subprocess.run([sys.executable, "-m", "controller.main", "doctor", f"--kubeconfig={bed.admin_kubeconfig}",
+                                  "-n", n.ns, n.name], capture_output=True, text=True, timeout=60,
+                                 cwd=str(Path(__file__).resolve().parent.parent))
+            print(doc.stdout)
+            assert doc.returncode == 0, doc.stderr
+            assert "  gateway served by no chassis for " in doc.stdout
+            assert "  GatewayReady=False NoServingChassis: nothing serves router port" in doc.stdout
         finally:
             for ch in stopped:
                 dp.start_ovn_controller(ch)
