@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from hack.bed import ClusterError, LocalCluster
+from hack.chaoskit import start_ovsdb, stop_ovsdb
 from hack.objects import Admin, reason
 from hack.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups
@@ -166,33 +167,6 @@ def test_the_status_follows_the_serving_chassis_and_says_when_nothing_serves(bed
                              key=lambda c: c[1][0])[0] == serving(n), timeout=WAIT, what="the serving chassis on top")
 
 
-def stop_sb(bed: LocalCluster) -> None:
-    """Stop the SB ovsdb-server (as hack/chaoskit/faults.py stops the NB)."""
-    import subprocess
-
-    proc = bed._procs["ovsdb-sb"]
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
-def start_sb(bed: LocalCluster) -> None:
-    """Start the SB ovsdb-server again on the same socket, port and database file. On the
-    test's own thread: the bed's processes die with the thread that started them."""
-    w = bed.workdir
-    bed._spawn(
-        "ovsdb-sb",
-        ["ovsdb-server", str(w / "sb.db"), f"--remote=punix:{w / 'sb.sock'}",
-         f"--remote=ptcp:{bed._ports['sb']}:127.0.0.1", f"--unixctl={w / 'sb.ctl'}",
-         f"--log-file={w / 'ovsdb-sb.log'}", "-vconsole:off", "-vfile:info"],
-        w / "ovsdb-sb.console.log", env=bed._ovn_env(),
-    )
-    bed._wait_sb()
-
-
 def test_an_sb_outage_and_restart_change_no_group_and_no_vlan_and_say_unknown(bed, admin):
     """product-decisions.md §10: while the SB is unreachable GatewayReady is Unknown
     (SBUnavailable), never False, Ready stays, and nothing is written to the NB or a Vlan."""
@@ -203,7 +177,7 @@ def test_an_sb_outage_and_restart_change_no_group_and_no_vlan_and_say_unknown(be
         groups = ha_chassis_groups(bed.nbctl, n.group)
         writes = ctl.mgr.gateway.applier.transactions
         vlan = n.network()["status"]["vlan"]
-        stop_sb(bed)
+        stop_ovsdb(bed, "sb")
         try:
             def unknown() -> dict | None:
                 o = n.network()
@@ -217,7 +191,7 @@ def test_an_sb_outage_and_restart_change_no_group_and_no_vlan_and_say_unknown(be
             assert bound_gauge(ctl, n) is None
             assert ha_chassis_groups(bed.nbctl, n.group) == groups
         finally:
-            start_sb(bed)
+            start_ovsdb(bed, "sb")  # on this thread: the bed's processes die with their thread
         n.wait("GatewayReady", "ChassisAssigned")
         wait_for(lambda: serving(n) is not None, timeout=WAIT, what="a serving chassis after the SB restart")
         assert ha_chassis_groups(bed.nbctl, n.group) == groups

@@ -30,7 +30,7 @@ from hack.chaoskit.config import (
     BED_FAULT_KINDS, FAULT_KINDS, PEER_OF_FAULT, POD_FAULT_KINDS, ChaosConfig, ChaosResult, FaultRecord,
 )
 from hack.chaoskit.convergence import Checker
-from hack.chaoskit.faults import PeerSupervisor, exit_reason, restart_apiserver, restart_nb
+from hack.chaoskit.faults import PeerSupervisor, exit_reason, restart_apiserver, restart_nb, start_ovsdb, stop_ovsdb
 from hack.chaoskit.garbage import GarbageCollector
 from hack.chaoskit.load import SHARED_PROVIDER, Loader, Slot
 from hack.chaoskit.monitor import InvariantMonitor, pool_refs
@@ -44,7 +44,7 @@ __all__ = [
     "log", "retry",
     "BED_FAULT_KINDS", "FAULT_KINDS", "PEER_OF_FAULT", "POD_FAULT_KINDS", "ChaosConfig", "ChaosResult", "FaultRecord",
     "Checker",
-    "PeerSupervisor", "exit_reason", "restart_apiserver", "restart_nb",
+    "PeerSupervisor", "exit_reason", "restart_apiserver", "restart_nb", "start_ovsdb", "stop_ovsdb",
     "GarbageCollector",
     "SHARED_PROVIDER", "Loader", "Slot",
     "InvariantMonitor", "pool_refs",

@@ -32,26 +32,39 @@ def restart_apiserver(cluster: LocalCluster, down: float) -> None:
     cluster._wait_apiserver()
 
 
-def restart_nb(cluster: LocalCluster, down: float) -> None:
-    """Stop the NB ovsdb-server, keep it down for ``down`` seconds, start it again on the
-    same socket and port with the same database file."""
-    proc = cluster._procs["ovsdb-nb"]
+def stop_ovsdb(cluster: LocalCluster, db: str) -> None:
+    """Stop the bed's ``db`` ("nb" or "sb") ovsdb-server: SIGTERM, SIGKILL after 10 s."""
+    proc = cluster._procs[f"ovsdb-{db}"]
     proc.terminate()
     try:
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
-    time.sleep(down)
+
+
+def start_ovsdb(cluster: LocalCluster, db: str) -> None:
+    """Start the bed's ``db`` ovsdb-server again on the same socket, port and database file;
+    returns once it answers. Call it from the thread that runs the bed: the bed's processes
+    die with the thread that started them."""
     w = cluster.workdir
-    port = cluster._ports["nb"]
+    port = cluster._ports[db]
     cluster._spawn(
-        "ovsdb-nb",
-        ["ovsdb-server", str(w / "nb.db"), f"--remote=punix:{w / 'nb.sock'}", f"--remote=ptcp:{port}:127.0.0.1",
-         f"--unixctl={w / 'nb.ctl'}", f"--log-file={w / 'ovsdb-nb.log'}", "-vconsole:off", "-vfile:info"],
-        w / "ovsdb-nb.console.log",
+        f"ovsdb-{db}",
+        ["ovsdb-server", str(w / f"{db}.db"), f"--remote=punix:{w / f'{db}.sock'}", f"--remote=ptcp:{port}:127.0.0.1",
+         f"--unixctl={w / f'{db}.ctl'}", f"--log-file={w / f'ovsdb-{db}.log'}", "-vconsole:off", "-vfile:info"],
+        w / f"ovsdb-{db}.console.log",
+        env=cluster._ovn_env() if db == "sb" else None,
     )
-    cluster._wait_nb()
+    (cluster._wait_sb if db == "sb" else cluster._wait_nb)()
+
+
+def restart_nb(cluster: LocalCluster, down: float) -> None:
+    """Stop the NB ovsdb-server, keep it down for ``down`` seconds, start it again on the
+    same socket and port with the same database file."""
+    stop_ovsdb(cluster, "nb")
+    time.sleep(down)
+    start_ovsdb(cluster, "nb")
 
 
 class PeerSupervisor:
