@@ -358,12 +358,15 @@ class NBClient:
         tables: Mapping[str, list[str]] | None = None,
         label: str = "OVN NB",
         conditions: Mapping[str, list] | None = None,
+        tls_recheck: float = BACKOFF_MAX,
     ) -> None:
         """
         :param database: the OVSDB database monitored; ``tables`` its tables and columns
             (default: the NB's ``TABLES``); ``label`` names it in errors and the thread.
         :param conditions: ``{table: OVSDB condition}`` monitored with ``monitor_cond``
             (python-ovs ``Idl.cond_change``): only the matching rows are replicated.
+        :param tls_recheck: seconds between re-reads of the Secret and probes while python-ovs
+            reconnects on its own (``_refresh_tls_while_down``).
         :param addresses: ``tcp:``/``ssl:``/``unix:`` remotes (reference-behaviour.md §10),
             tried in order. :raises NBError: on a malformed list (§10 messages).
         :param on_row: ``(event, row, old)`` per row change, on the owner thread (the IDL
@@ -386,6 +389,8 @@ class NBClient:
         self.indexes = list(indexes)
         self.tls_source = tls_source
         self._tls_checked_at = 0.0
+        self.tls_recheck = tls_recheck
+        self._server_absent = False  # the last probe could not even connect
         self.leader_only = leader_only
         self.probe_interval_ms = probe_interval_ms
         self.dial_timeout = dial_timeout
@@ -555,6 +560,7 @@ class NBClient:
                 self.sync_count += 1
                 self.remote = idl._session.get_name() or self.remote
                 self.last_error = ""
+                self._server_absent = False
                 self._synced.set()
                 if self.on_sync is not None:
                     try:
@@ -585,17 +591,26 @@ class NBClient:
         and probe the remote with it as a fresh dial does (:func:`ovn.tls.probe`): python-ovs
         says nothing of a failed handshake, so without the probe a certificate from another
         CA read as "lost the connection" for as long as it lasted (issue 26 item 7). At once
-        after the connection is lost, then every ``BACKOFF_MAX`` seconds."""
+        after the connection is lost, then every ``tls_recheck`` seconds (``BACKOFF_MAX``), and
+        every ``BACKOFF_MIN`` while the last probe could not connect at all: a server that
+        comes back refusing the handshake (a certificate rotated to another CA, then the NB
+        restarted) is named within a second, not at the next long recheck."""
         ssl = [a for a in self.addresses if a.startswith("ssl:")]
         if self.tls_source is None or not ssl:
             return
         now = time.monotonic()
-        if now - self._tls_checked_at < BACKOFF_MAX:
+        if now - self._tls_checked_at < (BACKOFF_MIN if self._server_absent else self.tls_recheck):
             return
         self._tls_checked_at = now
         remote = self.remote if self.remote.startswith("ssl:") else ssl[0]
+        if self._server_absent and not tls.reachable(remote, self.dial_timeout):
+            return  # still not listening: a TCP connect a second, no Secret read
+        self._server_absent = False
         try:
             tls.probe(remote, self.tls_source.material(), self.dial_timeout)
+        except tls.ConnectFailed as e:
+            self._server_absent = True
+            self.last_error = str(e)
         except Exception as e:  # noqa: BLE001 - reported through last_error
             self.last_error = str(e)
 

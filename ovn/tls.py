@@ -85,6 +85,11 @@ _SSL_SUFFIX = re.compile(r"\s*\(_ssl\.c:\d+\)$")
 _SSL_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
 
 
+class ConnectFailed(TLSError):
+    """The TCP connect of :func:`probe` failed (refused, timed out, unreachable): the server
+    is not there, so nothing is known of its certificate yet."""
+
+
 def _reason(exc: BaseException) -> str:
     """A short, data-free text for an OpenSSL or OS error.
 
@@ -312,6 +317,17 @@ def check_peer(tls_sock: ssl.SSLSocket) -> None:
         raise TLSError("TLS handshake: OVN NB presented no certificate")
 
 
+def reachable(remote: str, timeout: float = DIAL_TIMEOUT) -> bool:
+    """A TCP connect to ``remote`` (``ssl:<host>:<port>``) succeeds within ``timeout`` seconds
+    (closed at once; no TLS, no Secret read)."""
+    host, port = split_ssl_remote(remote)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
 def probe(remote: str, paths: TLSPaths, timeout: float = DIAL_TIMEOUT) -> None:
     """TCP connect to ``remote`` (``ssl:<host>:<port>``), TLS handshake with :func:`client_context`,
     close -- all within ``timeout`` seconds (§10 dial timeout 3 s).
@@ -325,7 +341,8 @@ def probe(remote: str, paths: TLSPaths, timeout: float = DIAL_TIMEOUT) -> None:
 
         * ``OVSDB address "<remote>": want ssl:<host>:<port>`` (no prefix) -- not an ssl remote;
         * ``<remote>: load TLS material: <err>`` -- see :func:`client_context`;
-        * ``<remote>: <os error>`` -- connect failed or timed out ("Connection refused", "timed out");
+        * ``<remote>: <os error>`` -- connect failed or timed out ("Connection refused", "timed out"):
+          :class:`ConnectFailed`;
         * ``<remote>: TLS handshake: OVN NB certificate: <verify message>`` -- the server certificate
           does not verify (unknown CA, wrong EKU "unsupported certificate purpose", expired, ...);
         * ``<remote>: TLS handshake: OVN NB presented no certificate``;
@@ -340,7 +357,7 @@ def probe(remote: str, paths: TLSPaths, timeout: float = DIAL_TIMEOUT) -> None:
     try:
         sock = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
-        raise TLSError(f"{remote}: {_reason(exc)}") from None
+        raise ConnectFailed(f"{remote}: {_reason(exc)}") from None
     try:
         remaining = deadline - time.monotonic()
         if remaining <= 0:

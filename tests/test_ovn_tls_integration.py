@@ -70,9 +70,16 @@ class Servers:
     def restart(self, label: str) -> None:
         """Stop the server (its clients lose their connections) and start it again on the
         same port with the same files."""
+        self.halt(label)
+        self.resume(label)
+
+    def halt(self, label: str) -> None:
+        """Stop the server; :meth:`resume` starts it again."""
         proc = self.procs[label]
         proc.send_signal(signal.SIGTERM)
         proc.wait(5)
+
+    def resume(self, label: str) -> None:
         self.procs[label] = subprocess.Popen(self.args[label], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.DEVNULL, start_new_session=True)
 
@@ -281,6 +288,35 @@ def test_server_refusing_our_client_certificate(pki, servers, tmp_path):
         assert "OVN NB certificate" not in str(exc)  # not a verdict on the server's certificate
     with pytest.raises(ConnectionError):
         ovs_call(remote, "list_dbs", [])
+
+
+def test_a_server_back_refusing_the_handshake_is_named_without_waiting_for_the_recheck(pki, servers, tmp_path):
+    """Field reports, fourth round (the acceptance run's O6): the Secret rotated to another
+    CA and the NB down for a while: the probe at the loss finds nothing listening
+    ("Connection refused"). Once the NB listens again its refusal is named by the next
+    second's check, not by the long recheck: here the recheck is an hour, so only that path
+    can name it. While nothing listens, the Secret is not read again (a TCP connect a second)."""
+    remote = servers.remote("back-refusing", pki["server_auth"])
+    secret = kube_ovn_secret(pki["ca"].cert_pem, pki["client"], resource_version="1")
+    src, calls = source_for(secret, tmp_path / "tls")
+    c = NBClient(remote, tls_source=src, tls_recheck=3600.0).start()
+    try:
+        assert c.wait_synced(15), c.last_error
+        secret.update(kube_ovn_secret(pki["other_ca"].cert_pem, pki["client"], resource_version="2"))
+        servers.halt("back-refusing")
+        wait_for(lambda: "Connection refused" in c.last_error, timeout=30,
+                 what=f"the loss probed while nothing listens (now {c.last_error!r})")
+        reads = len(calls)
+        wait_for(lambda: "Connection refused" in c.last_error and c._tls_checked_at > 0, timeout=5,
+                 what="a check while nothing listens")
+        assert len(calls) == reads  # no Secret read while the server is absent
+        servers.resume("back-refusing")
+        prefix = f"{remote}: TLS handshake: OVN NB certificate: "
+        wait_for(lambda: c.last_error.startswith(prefix), timeout=30, what=f"last_error naming the handshake "
+                 f"(now {c.last_error!r})")
+        assert not c.synced()
+    finally:
+        c.stop()
 
 
 def test_a_handshake_failure_after_a_good_connection_is_named(pki, servers, tmp_path):
