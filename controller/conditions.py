@@ -14,6 +14,7 @@ from typing import Any
 
 from controller import names
 from controller.rfc3339 import format_utc
+from ovn.planner import failover_note
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 
@@ -77,19 +78,19 @@ OUTAGE_REASONS = frozenset({"NBUnavailable", "SBUnavailable"})
 
 # True reasons that still carry a warning an operator should read (doctor prints them).
 WARNING_TRUE_REASONS = frozenset({"AllocatedOutsideRanges", "PoolExhausted"})
-# Phrases of a True condition's message that warn (ovn.planner.failover_note: a gateway of
-# fewer than three chassis cannot fail over).
-WARNING_PHRASES = ("there is no failover", "stays on a failed active chassis")
+# Notes of a True condition's message that warn: a gateway of fewer than three chassis
+# cannot fail over (ovn.planner.failover_note, appended to ChassisAssigned's message).
+WARNING_NOTES = (failover_note(1), failover_note(2))
 
 
 def carries_warning(c: Mapping[str, Any]) -> bool:
     """A condition an operator should read (product-decisions.md §10: doctor prints every
     condition that carries a warning, True or not): not True, a True reason of
-    :data:`WARNING_TRUE_REASONS`, or a True message with a :data:`WARNING_PHRASES` note."""
+    :data:`WARNING_TRUE_REASONS`, or a True message with one of :data:`WARNING_NOTES`."""
     if c.get("status") != TRUE:
         return True
     message = str(c.get("message") or "")
-    return c.get("reason") in WARNING_TRUE_REASONS or any(p in message for p in WARNING_PHRASES)
+    return c.get("reason") in WARNING_TRUE_REASONS or any(n in message for n in WARNING_NOTES)
 
 
 def compute_ready(conditions: list[dict[str, Any]], generation: int, now: Clock = utc_now) -> None:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from controller import names, prune, rfc3339
+from controller import names, prune, reasons, rfc3339
 from controller.conditions import carries_warning, find
 from controller.config import load_api_client, parse_duration
 from controller.consumers import count_consumers
@@ -61,12 +61,12 @@ def _serving(st: dict[str, Any], gw: dict[str, Any] | None, now: _dt.datetime) -
     """Which chassis serves the network's router port, as the controller read it from the
     OVN SB (product-decisions.md §10); [] when the SB is not read."""
     reason = (gw or {}).get("reason")
-    if reason == "SBUnavailable":
+    if reason == reasons.SB_UNAVAILABLE:
         last = f" (last known: chassis {st[SERVING_CHASSIS]})" if st.get(SERVING_CHASSIS) else ""
         return [f"  gateway: which chassis serves it is not known, the OVN SB cannot be read{last}"]
     if st.get(SERVING_CHASSIS):
         return [f"  gateway served by chassis {st[SERVING_CHASSIS]}"]
-    if reason == "NoServingChassis":
+    if reason == reasons.NO_SERVING_CHASSIS:
         t0 = rfc3339.parse((gw or {}).get("lastTransitionTime"))
         long = f" for {int((now - t0).total_seconds())} s" if t0 is not None else ""
         return [f"  gateway served by no chassis{long}: the VMs get no answer from their VPC gateway"]

@@ -143,8 +143,9 @@ def gateway_failed(
 class Serving:
     """GatewayReady as the OVN SB shows it (product-decisions.md §10), from :func:`serving`.
 
-    :ivar chassis: the serving chassis for ``status.servingChassis``; "" for none, None to
-        leave the stored value as it is (the SB is not known).
+    :ivar chassis: the serving chassis to record in ``status.servingChassis``; "" records
+        nothing (the stored value stays unless GatewayReady's reason drops it:
+        ``controller.plan_network``'s ``finish``).
     :ivar keep_previous: the stored GatewayReady stays as it is (a binding missing for less
         than the settle time, with the gateway served before).
     :ivar recheck: seconds until the pass must look again (the settle time left), or None.
@@ -153,7 +154,7 @@ class Serving:
     status: str
     reason: str
     message: str
-    chassis: str | None
+    chassis: str
     keep_previous: bool = False
     recheck: float | None = None
 
@@ -185,12 +186,12 @@ def serving(
     prev = prev_gateway or {}
     known_outage = prev.get("status") == FALSE and prev.get("reason") == reasons.NO_SERVING_CHASSIS
     if not binding.known and known_outage:
-        return Serving(FALSE, reasons.NO_SERVING_CHASSIS, str(prev.get("message", "")), None, True)
+        return Serving(FALSE, reasons.NO_SERVING_CHASSIS, str(prev.get("message", "")), "", True)
     if not binding.known:
         since = format_utc(binding.since) if binding.since is not None else "the controller's start"
         return Serving(UNKNOWN, reasons.SB_UNAVAILABLE,
                        f'OVN SB has not answered since {since}, so which chassis serves router port "{lrp}" is not '
-                       f"known; the HA chassis group is left as it is: {binding.error}", None)
+                       f"known; the HA chassis group is left as it is: {binding.error}", "")
     if binding.chassis and binding.chassis in state.members:
         node = f" (node {binding.hostname})" if binding.hostname else ""
         return Serving(TRUE, reasons.CHASSIS_ASSIGNED,
@@ -204,8 +205,8 @@ def serving(
     elapsed = (now - settle_from).total_seconds()
     if elapsed < settle and not known_outage:
         if prev.get("status") == TRUE and prev.get("reason") == reasons.CHASSIS_ASSIGNED:
-            return Serving(TRUE, str(prev.get("reason")), str(prev.get("message", "")), None, True, settle - elapsed)
-        return Serving(TRUE, reasons.CHASSIS_ASSIGNED, state.message, None, False, settle - elapsed)
+            return Serving(TRUE, str(prev.get("reason")), str(prev.get("message", "")), "", True, settle - elapsed)
+        return Serving(TRUE, reasons.CHASSIS_ASSIGNED, state.message, "", False, settle - elapsed)
     if not binding.present:
         why = f"OVN SB has no chassis-redirect port cr-{lrp} (ovn-northd has not made it)"
     elif binding.chassis:
@@ -299,16 +300,12 @@ def gateway_status(
         else:
             set_condition(conds, names.GATEWAY_READY, sv.status, sv.reason, sv.message, gen, clock)
         was = old_status.get(SERVING_CHASSIS) or ""
-        if sv.chassis is not None:
-            if sv.chassis:
-                status[SERVING_CHASSIS] = sv.chassis
-            else:
-                status.pop(SERVING_CHASSIS, None)
-            if sv.chassis and was and sv.chassis != was:
+        if sv.chassis:
+            status[SERVING_CHASSIS] = sv.chassis
+            if was and sv.chassis != was:
                 out.append(Event(net, NORMAL, reasons.GATEWAY_MOVED,
                                  f'chassis "{sv.chassis}" serves router port "{lrp}" now, not "{was}"'))
     else:
-        status.pop(SERVING_CHASSIS, None)
         set_condition(conds, names.GATEWAY_READY, TRUE if state.assigned else FALSE, state.reason, state.message, gen,
                       clock)
     if recovered:

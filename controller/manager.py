@@ -67,7 +67,7 @@ from controller.vlans import (
 from controller.zone import ZoneReconciler
 from informers.backoff import Backoff
 from informers import Resource, SharedInformerFactory, meta_namespace_key
-from ovn.gateway import LOST_DELAY, GatewayApplier
+from ovn.gateway import GatewayApplier
 from ovn.sb import SBReader
 from ovn.tls import TLSSource
 
@@ -310,13 +310,10 @@ class Manager:
         if options.ovn_sb_address:
             def lost() -> None:
                 self.metrics.set_gateway_sb_synced(False)
-                # Each network says its gateway is not known (Unknown, never False).
-                for key in sorted(applier.managed_networks()):
-                    nets.queue.add_after(NetworkKey.parse(key), LOST_DELAY)
+                applier.recheck_later()  # each network then says its gateway is not known
 
             sb = SBReader(
-                options.ovn_sb_address, tls_source=tls_source,
-                on_port=lambda port: [nets.add(NetworkKey.parse(k)) for k in sorted(applier.networks_of_ports(port))],
+                options.ovn_sb_address, tls_source=tls_source, on_port=applier.enqueue_ports,
                 on_sync=lambda: self.metrics.set_gateway_sb_synced(True), on_lost=lost,
             )
         return GatewayStep(applier, self.nodes.store, self.subnets.store, self.metrics, self.events,

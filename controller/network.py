@@ -29,6 +29,7 @@ from controller.apply import Executor, run
 from controller.conditions import Clock, utc_now
 from controller.consumers import count_consumers
 from controller.events import EventRecorder
+from controller.gateway import SERVING_SETTLE
 from controller.kube import KubeWriter
 from controller.metrics import Metrics
 from controller.namespaces import NamespaceReconciler
@@ -286,5 +287,5 @@ class NetworkReconciler:
             trunk_recheck=trunk_recheck,
             siblings=siblings,
             sb_binding=binding,
-            serving_settle=getattr(self.gateway, "settle", 5.0),
+            serving_settle=getattr(self.gateway, "settle", SERVING_SETTLE),
         )

@@ -73,7 +73,7 @@ from controller.conditions import (
 )
 from controller.consumers import Consumers
 from controller.events import NORMAL, WARNING
-from controller.gateway import FAILING_SINCE, SERVING_CHASSIS, GatewayOutcome, gateway_status
+from controller.gateway import FAILING_SINCE, SERVING_CHASSIS, SERVING_SETTLE, GatewayOutcome, gateway_status
 from controller.namespaces import namespace_triple, split_value
 from controller.prune import go_list
 from controller.rfc3339 import format_utc, parse
@@ -177,7 +177,7 @@ class NetworkSnapshot:
     trunk_recheck: float | None = None
     siblings: frozenset[str] = frozenset()
     sb_binding: Any = None
-    serving_settle: float = 5.0
+    serving_settle: float = SERVING_SETTLE
     # pass: allocation and adoption
     refusal: tuple[str, str] | None = None
     allocated_now: bool = False
@@ -793,7 +793,8 @@ class _Live:
         if self.serving_recheck is not None:
             requeue = min(requeue, max(self.serving_recheck, 0.5))  # §10: the settle time ends then
         gw = find(status["conditions"], names.GATEWAY_READY)
-        if gw is None or gw.get("reason") not in (reasons.CHASSIS_ASSIGNED, reasons.SB_UNAVAILABLE):
+        if s.sb_binding is None or gw is None or gw.get("reason") not in (reasons.CHASSIS_ASSIGNED,
+                                                                           reasons.SB_UNAVAILABLE):
             status.pop(SERVING_CHASSIS, None)  # only next to what the SB said serves (§10)
         if waits or status_waits(s, status):
             return Plan(tuple(self.actions), requeue_after=requeue)

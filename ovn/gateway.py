@@ -211,10 +211,20 @@ class GatewayApplier:
         # The NB went away: a pass of every network we manage records the failure start
         # soon after (the grace is timed from the outage, not from the next resync); the
         # delay lets a short blip (a leader change) pass without a status write.
+        self.recheck_later()
+
+    def recheck_later(self) -> None:
+        """Queue every managed network ``lost_delay`` seconds from now (after a peer was lost:
+        the NB here, the SB for ``ovn.sb.SBReader``'s owner)."""
         if self.enqueue_after is None:
             return
         for key in sorted(self.managed_networks()):
             self.enqueue_after(key, self.lost_delay)
+
+    def enqueue_ports(self, *ports: str) -> None:
+        """Queue the networks that manage any of these router ports."""
+        for key in sorted(self.networks_of_ports(*ports)):
+            self.enqueue(key)
 
     def written_at(self, router_port: str) -> _dt.datetime | None:
         """When this process last wrote the port's group (aware UTC), or None."""

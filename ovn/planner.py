@@ -424,8 +424,8 @@ class GatewayState:
     """Outcome of one ensure: the GatewayReady reason/message and the chassis gauge.
 
     ``created``/``adopted``/``updated`` say what the write does (all False when nothing
-    is written); ``active`` is the top-priority chassis after the pass ("" if none);
-    ``members`` the group's chassis after the pass, highest priority first.
+    is written); ``members`` the group's chassis after the pass, highest priority first
+    (empty unless assigned), and ``active`` the first of them ("" if none).
     """
 
     reason: str
@@ -434,8 +434,11 @@ class GatewayState:
     created: bool = False
     adopted: bool = False
     updated: bool = False
-    active: str = ""
     members: tuple[str, ...] = ()
+
+    @property
+    def active(self) -> str:
+        return self.members[0] if self.members else ""
 
     @property
     def assigned(self) -> bool:
@@ -595,7 +598,6 @@ def plan_ensure(
 
     wanted = gp.chassis
     message = assigned_message(lrp, gname, wanted)
-    active = wanted[0][0] if wanted else ""
     have = dict(zip((c for c, _ in mine.chassis), zip(mine.chassis_uuids, (p for _, p in mine.chassis))))\
         if mine is not None else {}
     actions: list[Action] = []
@@ -634,7 +636,7 @@ def plan_ensure(
         # The decision read both port columns: a concurrent change voids the whole
         # transaction (group insert included).
         guards.insert(0, Verify(LRP_TABLE, port_uuid, ("ha_chassis_group", "gateway_chassis")))
-    state = GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, bool(actions) and not created, active,
+    state = GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, bool(actions) and not created,
                          tuple(c for c, _ in wanted))
     return NBPlan(state, tuple(actions), tuple(guards), gp)
 

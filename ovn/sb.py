@@ -176,16 +176,8 @@ class SBReader:
             self._since[port] = self.clock()
         return True
 
-    def _current(self, idl: ovs.db.idl.Idl, port: str) -> tuple[bool, str, str]:
-        want = CR_PREFIX + port
-        for row in idl.tables["Port_Binding"].rows.values():
-            if getattr(row, "logical_port", None) == want:
-                return self._read(row)
-        return (False, "", "")
-
     def _on_row(self, event: str, row: ovs.db.idl.Row, old: ovs.db.idl.Row | None = None) -> None:
         table = row._table.name
-        idl = row._idl
         if table == "Port_Binding":
             port = _port_of(row)
             if not port:
@@ -193,8 +185,8 @@ class SBReader:
             value = (False, "", "") if event == ovs.db.idl.ROW_DELETE else self._read(row)
             ports = {port: value}
         elif table == "Chassis":
-            ports = {p: self._current(idl, p) for p in
-                     (_port_of(r) for r in self.by_chassis.get(idl, str(row.uuid))) if p}
+            # The bindings that name this chassis, read again (its name or hostname changed).
+            ports = {_port_of(r): self._read(r) for r in self.by_chassis.get(row._idl, str(row.uuid)) if _port_of(r)}
         else:
             return
         if not self._ready.is_set():

@@ -175,7 +175,7 @@ from controller.gateway import SERVING_SETTLE, serving  # noqa: E402
 from ovn.sb import Binding  # noqa: E402
 
 MEMBERS = ("ch-a", "ch-b", "ch-c")
-ASSIGNED = planner.GatewayState(planner.CHASSIS_ASSIGNED, "group msg", 3, active="ch-a", members=MEMBERS)
+ASSIGNED = planner.GatewayState(planner.CHASSIS_ASSIGNED, "group msg", 3, members=MEMBERS)
 
 
 def test_bound_to_a_member_serves_and_names_the_chassis_and_node():
@@ -202,14 +202,14 @@ def test_a_failover_in_progress_keeps_a_serving_gateway_until_the_settle_ends():
     prev = cond("True", "ChassisAssigned", "was served")
     sv = serving(Binding(True, True, "", "", T0), ASSIGNED, LRP, prev, now)
     assert (sv.status, sv.reason, sv.message, sv.keep_previous) == ("True", "ChassisAssigned", "was served", True)
-    assert sv.chassis is None  # status.servingChassis left as it is
+    assert sv.chassis == ""  # nothing recorded: status.servingChassis left as it is
     assert sv.recheck == pytest.approx(SERVING_SETTLE - 2)
 
 
 def test_a_new_group_says_what_the_nb_holds_until_the_settle_ends():
     # A new group: northd has not made cr- yet; no Warning on every creation.
     sv = serving(Binding(True, False, "", "", T0), ASSIGNED, LRP, None, T0 + dt.timedelta(seconds=1))
-    assert (sv.status, sv.reason, sv.message, sv.chassis) == ("True", "ChassisAssigned", "group msg", None)
+    assert (sv.status, sv.reason, sv.message, sv.chassis) == ("True", "ChassisAssigned", "group msg", "")
     assert sv.recheck == pytest.approx(SERVING_SETTLE - 1)
     late = serving(Binding(True, False, "", "", T0), ASSIGNED, LRP, None, T0 + dt.timedelta(seconds=SERVING_SETTLE))
     assert (late.status, late.reason) == ("False", "NoServingChassis")
@@ -246,7 +246,7 @@ def test_the_outage_start_survives_a_restart():
 def test_an_unknown_sb_is_unknown_and_never_decides_ready():
     lost = T0 - dt.timedelta(seconds=40)
     sv = serving(Binding(False, since=lost, error="connection refused"), ASSIGNED, LRP, cond("True", "ChassisAssigned"), T0)
-    assert (sv.status, sv.reason, sv.chassis) == ("Unknown", "SBUnavailable", None)
+    assert (sv.status, sv.reason, sv.chassis) == ("Unknown", "SBUnavailable", "")
     assert "since 2026-10-07T07:59:20Z" in sv.message and sv.message.endswith("connection refused")
     conds = [{"type": t, "status": "True", "reason": "x"} for t in ("VLANAllocated", "SubnetReady", "IPPoolReady")]
     conds.append({"type": "GatewayReady", "status": "Unknown", "reason": "SBUnavailable"})
@@ -268,10 +268,11 @@ def test_gateway_status_writes_the_serving_chassis_and_a_moved_event():
                                   binding=Binding(True, True, "ch-b", "pve-2", T0))
     assert status["servingChassis"] == "ch-b" and recheck is None
     assert [(e.type, e.reason) for e in out if isinstance(e, Event)] == [("Normal", "GatewayMoved")]
-    status = {"servingChassis": "ch-b"}
-    out, _ = gateway_status(GatewayOutcome(ASSIGNED), net, LRP, status, [], old, 3, T0 + dt.timedelta(seconds=9),
+    conds = []
+    out, _ = gateway_status(GatewayOutcome(ASSIGNED), net, LRP, {}, conds, old, 3, T0 + dt.timedelta(seconds=9),
                             binding=Binding(True, True, "", "", T0))
-    assert "servingChassis" not in status
+    assert [(c["status"], c["reason"]) for c in conds] == [("False", "NoServingChassis")]
+    # The pass drops servingChassis then: tests/test_plan_network.py, the serving chassis tests.
 
 
 def test_the_serving_series_follow_the_status_whatever_step_wrote_it():

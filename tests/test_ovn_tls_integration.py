@@ -9,6 +9,7 @@ the Secret's files -- so what the probe accepts and refuses, python-ovs does too
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -290,50 +291,51 @@ def test_server_refusing_our_client_certificate(pki, servers, tmp_path):
         ovs_call(remote, "list_dbs", [])
 
 
+@contextlib.contextmanager
+def rotated(pki, servers, tmp_path, label: str, **options) -> Iterator[tuple[str, NBClient, list]]:
+    """A client synced with server ``label``, whose Secret is then rotated to another CA:
+    (remote, client, the Secret reads). Stopped on exit."""
+    remote = servers.remote(label, pki["server_auth"])
+    secret = kube_ovn_secret(pki["ca"].cert_pem, pki["client"], resource_version="1")
+    src, calls = source_for(secret, tmp_path / "tls")
+    c = NBClient(remote, tls_source=src, **options).start()
+    try:
+        assert c.wait_synced(15), c.last_error
+        secret.update(kube_ovn_secret(pki["other_ca"].cert_pem, pki["client"], resource_version="2"))
+        yield remote, c, calls
+    finally:
+        c.stop()
+
+
+def handshake_named(c: NBClient, remote: str) -> None:
+    """Until the client's error names the server's certificate (not only "lost the connection")."""
+    prefix = f"{remote}: TLS handshake: OVN NB certificate: "
+    wait_for(lambda: c.last_error.startswith(prefix), timeout=30, what=f"last_error naming the handshake "
+             f"(now {c.last_error!r})")
+    assert not c.synced()
+
+
 def test_a_server_back_refusing_the_handshake_is_named_without_waiting_for_the_recheck(pki, servers, tmp_path):
     """Field reports, fourth round (the acceptance run's O6): the Secret rotated to another
     CA and the NB down for a while: the probe at the loss finds nothing listening
     ("Connection refused"). Once the NB listens again its refusal is named by the next
     second's check, not by the long recheck: here the recheck is an hour, so only that path
     can name it. While nothing listens, the Secret is not read again (a TCP connect a second)."""
-    remote = servers.remote("back-refusing", pki["server_auth"])
-    secret = kube_ovn_secret(pki["ca"].cert_pem, pki["client"], resource_version="1")
-    src, calls = source_for(secret, tmp_path / "tls")
-    c = NBClient(remote, tls_source=src, tls_recheck=3600.0).start()
-    try:
-        assert c.wait_synced(15), c.last_error
-        secret.update(kube_ovn_secret(pki["other_ca"].cert_pem, pki["client"], resource_version="2"))
+    with rotated(pki, servers, tmp_path, "back-refusing", tls_recheck=3600.0) as (remote, c, calls):
         servers.halt("back-refusing")
         wait_for(lambda: "Connection refused" in c.last_error, timeout=30,
                  what=f"the loss probed while nothing listens (now {c.last_error!r})")
-        reads = len(calls)
-        wait_for(lambda: "Connection refused" in c.last_error and c._tls_checked_at > 0, timeout=5,
-                 what="a check while nothing listens")
+        reads, checked = len(calls), c._tls_checked_at
+        wait_for(lambda: c._tls_checked_at > checked, timeout=5, what="a later check while nothing listens")
         assert len(calls) == reads  # no Secret read while the server is absent
         servers.resume("back-refusing")
-        prefix = f"{remote}: TLS handshake: OVN NB certificate: "
-        wait_for(lambda: c.last_error.startswith(prefix), timeout=30, what=f"last_error naming the handshake "
-                 f"(now {c.last_error!r})")
-        assert not c.synced()
-    finally:
-        c.stop()
+        handshake_named(c, remote)
 
 
 def test_a_handshake_failure_after_a_good_connection_is_named(pki, servers, tmp_path):
     """Issue 26 item 7: the Secret rotated to another CA and the NB restarted. python-ovs
     reconnects on its own and says nothing of the handshake; the client probes as a fresh
     dial does, so the error names the certificate instead of only "lost the connection"."""
-    remote = servers.remote("rotation", pki["server_auth"])
-    secret = kube_ovn_secret(pki["ca"].cert_pem, pki["client"], resource_version="1")
-    src, _ = source_for(secret, tmp_path / "tls")
-    c = NBClient(remote, tls_source=src).start()
-    try:
-        assert c.wait_synced(15), c.last_error
-        secret.update(kube_ovn_secret(pki["other_ca"].cert_pem, pki["client"], resource_version="2"))
+    with rotated(pki, servers, tmp_path, "rotation") as (remote, c, _):
         servers.restart("rotation")
-        prefix = f"{remote}: TLS handshake: OVN NB certificate: "
-        wait_for(lambda: c.last_error.startswith(prefix), timeout=30, what=f"last_error naming the handshake "
-                 f"(now {c.last_error!r})")
-        assert not c.synced()
-    finally:
-        c.stop()
+        handshake_named(c, remote)

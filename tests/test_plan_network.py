@@ -1761,3 +1761,28 @@ def test_property_plan_is_deterministic_and_leaves_the_snapshot_alone(sc):
     assert s == before
     drive(s, canned)  # a whole pass, every later plan included, leaves the first snapshot as it was
     assert s == before
+
+
+# =============================================================================================
+# The serving chassis (product-decisions.md §10)
+# =============================================================================================
+
+
+def test_the_serving_chassis_is_recorded_and_dropped_when_nothing_serves_or_the_sb_is_not_read():
+    from ovn.sb import Binding
+
+    outcome = {"gateway": GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2, members=("ch-a", "ch-b")))}
+    served = drive(gw_live(trunk=("t1",), sb_binding=Binding(True, True, "ch-a", "pve-1", T0)), outcome)
+    assert served.status["servingChassis"] == "ch-a"
+    assert Metric("set_gateway_serving", (NS, NAME, True, "ch-a")) in served.applied
+    up = attrs.evolve(gw_live(trunk=("t1",)), network=network(copy.deepcopy(served.status)))
+    gone = drive(attrs.evolve(up, sb_binding=Binding(True, True, "", "", T0 - dt.timedelta(minutes=1))), outcome)
+    assert gone.crm("GatewayReady")[:2] == ("False", "NoServingChassis")
+    assert "servingChassis" not in gone.status
+    assert Metric("set_gateway_serving", (NS, NAME, False, "")) in gone.applied
+    unread = drive(up, outcome)  # the SB not read (any more)
+    assert unread.crm("GatewayReady")[:2] == ("True", "ChassisAssigned")
+    assert "servingChassis" not in unread.status
+    lost = drive(attrs.evolve(up, sb_binding=Binding(False, since=T0, error="lost")), outcome)
+    assert lost.crm("GatewayReady")[:2] == ("Unknown", "SBUnavailable")
+    assert lost.status["servingChassis"] == "ch-a"  # the last one known, kept
