@@ -248,6 +248,7 @@ class EnsureGateway:
     trunk: Sequence[Any]
     siblings: frozenset[str]
     serving: str = ""  # the chassis holding cr- in the OVN SB, kept on top (product-decisions.md §10)
+    zone_mtu: int | None = None  # the zone's mtu (None: unset), a bound of the port's gateway_mtu
 
 
 @attrs.frozen

@@ -302,7 +302,8 @@ class Executor:
 
     # -- NB -------------------------------------------------------------------------------
     def _EnsureGateway(self, a: EnsureGateway, s: Any) -> Any:
-        return attrs.evolve(s, gateway=self.gateway.ensure(a.key, a.vpc, a.subnet, a.trunk, a.siblings, a.serving))
+        outcome = self.gateway.ensure(a.key, a.vpc, a.subnet, a.trunk, a.siblings, a.serving, a.zone_mtu)
+        return attrs.evolve(s, gateway=outcome)
 
     def _ReleaseGateway(self, a: ReleaseGateway, s: Any) -> Any:
         return attrs.evolve(s, gateway_release=self.gateway.release(a.key) if self.gateway is not None else "")

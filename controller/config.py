@@ -26,6 +26,18 @@ def parse_bool(value: str) -> bool:
     raise argparse.ArgumentTypeError(f"invalid boolean value {value!r}")
 
 
+def parse_overlay_mtu(value: str) -> int:
+    """``--overlay-mtu``: 0 (leave ``options:gateway_mtu`` alone) or 576-65520, the range of a
+    zone's ``spec.mtu`` (admission-and-packaging.md). Raises ArgumentTypeError."""
+    try:
+        mtu = int(value.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid MTU {value!r}: not an integer") from None
+    if mtu != 0 and not 576 <= mtu <= 65520:
+        raise argparse.ArgumentTypeError(f"invalid MTU {mtu}: 0 or 576-65520")
+    return mtu
+
+
 def parse_duration(value: str) -> float:
     """Go duration (``10m``, ``1h30m``, ``250ms``) to seconds. Raises ArgumentTypeError."""
     try:

@@ -38,6 +38,9 @@ NB_GRACE_PERIOD = 600.0  # gatewayNBGracePeriod, seconds (§9.5)
 # not an outage worth a Ready flap.
 SERVING_SETTLE = 5.0
 SERVING_CHASSIS = "servingChassis"  # status field: the SB chassis holding cr-<router port>
+GATEWAY_MTU = "gatewayMtu"  # status field: the router port's options:gateway_mtu (product-decisions.md §10)
+# GatewayReady reasons next to which the router port's group, and so its gateway_mtu, stands.
+GROUP_STANDS = (reasons.CHASSIS_ASSIGNED, reasons.SB_UNAVAILABLE, reasons.NO_SERVING_CHASSIS, reasons.NB_UNAVAILABLE)
 COLLECT_PERIOD = 300.0  # DefaultGatewayCollectPeriod (§9.6)
 FAILING_SINCE = "gatewayFailingSince"  # status field holding the failure start
 
@@ -255,7 +258,7 @@ def gateway_status(
     binding: Any = None,
     settle: float = SERVING_SETTLE,
 ) -> tuple[list[Any], float | None]:
-    """GatewayReady, ``status.gatewayFailingSince`` and ``status.servingChassis`` from an NB
+    """GatewayReady, ``status.gatewayFailingSince``, ``status.gatewayMtu`` and ``status.servingChassis`` from an NB
     outcome (§9.2, the grace of §9.5) and, when the SB is read, the router port's ``cr-``
     binding (``binding``, an ``ovn.sb.Binding``; product-decisions.md §10, :func:`serving`),
     set in ``status``/``conds``; the requeue of §5.10 follows from them
@@ -290,6 +293,10 @@ def gateway_status(
     state = outcome.state
     recovered = FAILING_SINCE in old_status
     status.pop(FAILING_SINCE, None)
+    if state.assigned and state.mtu > 0:
+        status[GATEWAY_MTU] = state.mtu
+    else:
+        status.pop(GATEWAY_MTU, None)
     out.append(Metric("set_gateway_chassis", (ns, name, state.chassis)))
     recheck: float | None = None
     if state.assigned and binding is not None:
@@ -388,6 +395,9 @@ class GatewayStep:
         the NB holds only.
     :param failback: with the SB read, let the preferred chassis take a gateway back after
         a failover (``--gateway-failback``); off, the serving chassis stays on top.
+    :param overlay_mtu: the MTU Kube-OVN gives the VPC's pods (``--overlay-mtu``), the bound of
+        each router port's ``options:gateway_mtu`` (``ovn.planner.gateway_mtu``; 0: the
+        option is left alone).
     """
 
     def __init__(
@@ -402,8 +412,10 @@ class GatewayStep:
         sb: Any = None,
         settle: float = SERVING_SETTLE,
         failback: bool = False,
+        overlay_mtu: int = planner.KUBE_OVN_OVERLAY_MTU,
     ) -> None:
         self.applier = applier
+        self.overlay_mtu = overlay_mtu
         self.sb = sb
         self.failback = failback
         self.settle = settle
@@ -432,11 +444,13 @@ class GatewayStep:
         return self.subnets.index_key_set("vpc", vpc) if self.subnets else frozenset()
 
     def ensure(self, key: str, vpc: str, subnet: str, trunk: Iterable[planner.TrunkNode],
-               siblings: Iterable[str], serving: str = "") -> GatewayOutcome:
+               siblings: Iterable[str], serving: str = "", zone_mtu: int | None = None) -> GatewayOutcome:
         """One NB ensure; NB trouble becomes an outcome with the error (never raises for it).
-        ``serving`` (the chassis holding ``cr-``) is kept on top unless failback is on."""
+        ``serving`` (the chassis holding ``cr-``) is kept on top unless failback is on;
+        ``zone_mtu`` (the zone's ``mtu``, None unset) bounds the port's ``gateway_mtu``."""
         try:
-            state = self.applier.ensure(key, vpc, subnet, list(trunk), siblings, "" if self.failback else serving)
+            state = self.applier.ensure(key, vpc, subnet, list(trunk), siblings, "" if self.failback else serving,
+                                        planner.gateway_mtu(zone_mtu, self.overlay_mtu))
             return GatewayOutcome(state=state, written_at=self.applier.written_at(planner.router_port_name(vpc, subnet)))
         except NBError as err:
             self.metrics.gateway_nb_error()

@@ -19,7 +19,13 @@ import structlog
 
 from controller.entry import SignalStop, wait
 from controller.credentials import RotatingTokenApiClient
-from controller.config import load_api_client_and_source, parse_bool, parse_duration, parse_tls_secret
+from controller.config import (
+    load_api_client_and_source,
+    parse_bool,
+    parse_duration,
+    parse_overlay_mtu,
+    parse_tls_secret,
+)
 from controller.gateway import DEFAULT_TRUNK_HOLD_DOWN
 from controller.kube import KubeWriter
 from controller.leader import (
@@ -34,6 +40,7 @@ from controller.manager import Manager, Options
 from controller.metrics import Metrics
 from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from controller.reuse import DEFAULT_VLAN_REUSE_DELAY
+from ovn.planner import KUBE_OVN_OVERLAY_MTU
 
 EXIT_BUDGET = 1.5  # seconds from SIGTERM to leaving main; the interpreter exits in the rest of 2 s (issue 15)
 
@@ -90,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gateway-failback", type=parse_bool, nargs="?", const=True, default=False,
                    help="with --ovn-sb-address: after an OVN failover let the preferred chassis take the gateway "
                         "back when it returns (a short outage each time); default: the serving chassis stays on top")
+    p.add_argument("--overlay-mtu", type=parse_overlay_mtu, default=KUBE_OVN_OVERLAY_MTU,
+                   help="the MTU Kube-OVN gives the VPCs' pods (kube-ovn-cni --mtu; by default its tunnel NIC's MTU "
+                        "less 100 for Geneve): each managed router port gets options:gateway_mtu = the smaller of "
+                        "this and the zone's mtu, so OVN answers a larger packet with 'fragmentation needed'; "
+                        "0 leaves the option alone")
     p.add_argument("--ovn-tls-secret", type=parse_tls_secret, default=("cozy-kubeovn", "kube-ovn-tls"))
     p.add_argument("--ovn-tls-dir", default="",
                    help="private directory (created 0700) for the TLS files python-ovs reads; "
@@ -219,6 +231,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         ovn_tls_dir=args.ovn_tls_dir,
         trunk_hold_down=args.trunk_node_hold_down,
         gateway_failback=args.gateway_failback,
+        overlay_mtu=args.overlay_mtu,
     )
     metrics = Metrics()
     if isinstance(api, RotatingTokenApiClient):

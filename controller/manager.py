@@ -68,6 +68,7 @@ from controller.zone import ZoneReconciler
 from informers.backoff import Backoff
 from informers import Resource, SharedInformerFactory, meta_namespace_key
 from ovn.gateway import GatewayApplier
+from ovn.planner import KUBE_OVN_OVERLAY_MTU
 from ovn.sb import SBReader
 from ovn.tls import TLSSource
 
@@ -107,6 +108,8 @@ class Options:
     ovn_sb_address: str = ""
     serving_settle: float = SERVING_SETTLE  # seconds a missing cr- binding is let pass
     gateway_failback: bool = False  # the preferred chassis takes the gateway back (off: the server stays)
+    # The pods' MTU, bound of each router port's options:gateway_mtu (0: left alone).
+    overlay_mtu: int = KUBE_OVN_OVERLAY_MTU
     ovn_tls_secret: str = "cozy-kubeovn/kube-ovn-tls"
     ovn_tls_dir: str = ""  # private directory for the TLS files; "" = a fresh temporary one
     nb_grace_period: float = NB_GRACE_PERIOD
@@ -318,7 +321,8 @@ class Manager:
             )
         return GatewayStep(applier, self.nodes.store, self.subnets.store, self.metrics, self.events,
                            grace=options.nb_grace_period, hold_down=options.trunk_hold_down, sb=sb,
-                           settle=options.serving_settle, failback=options.gateway_failback)
+                           settle=options.serving_settle, failback=options.gateway_failback,
+                           overlay_mtu=options.overlay_mtu)
 
     def _network_exists(self, ns: str, name: str) -> bool:
         """Fresh API Get for the collector (§9.6): NotFound -> False, other errors raise."""

@@ -73,7 +73,15 @@ from controller.conditions import (
 )
 from controller.consumers import Consumers
 from controller.events import NORMAL, WARNING
-from controller.gateway import FAILING_SINCE, SERVING_CHASSIS, SERVING_SETTLE, GatewayOutcome, gateway_status
+from controller.gateway import (
+    FAILING_SINCE,
+    GATEWAY_MTU,
+    GROUP_STANDS,
+    SERVING_CHASSIS,
+    SERVING_SETTLE,
+    GatewayOutcome,
+    gateway_status,
+)
 from controller.namespaces import namespace_triple, split_value
 from controller.prune import go_list
 from controller.rfc3339 import format_utc, parse
@@ -770,7 +778,9 @@ class _Live:
                 serving = b.chassis
             else:
                 serving = str(self.old.get(SERVING_CHASSIS) or "")
-            return self.need(EnsureGateway(s.key, vpc, sname, s.trunk, s.siblings, serving))
+            mtu = self.status.get("mtu")
+            return self.need(EnsureGateway(s.key, vpc, sname, s.trunk, s.siblings, serving,
+                                           mtu if isinstance(mtu, int) else None))
         actions, self.serving_recheck = gateway_status(
             s.gateway, self.net, nb_planner.router_port_name(vpc, sname), self.status, self.conds, self.old, self.gen,
             s.now, s.grace, s.sb_binding, s.serving_settle)
@@ -796,6 +806,8 @@ class _Live:
         if s.sb_binding is None or gw is None or gw.get("reason") not in (reasons.CHASSIS_ASSIGNED,
                                                                            reasons.SB_UNAVAILABLE):
             status.pop(SERVING_CHASSIS, None)  # only next to what the SB said serves (§10)
+        if gw is None or gw.get("reason") not in GROUP_STANDS:
+            status.pop(GATEWAY_MTU, None)  # only while the group the option goes with stands
         if waits or status_waits(s, status):
             return Plan(tuple(self.actions), requeue_after=requeue)
         if status != self.old:

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubernetes.client import CustomObjectsApi
 from kubernetes.client.rest import ApiException
 
 from hack.bed import Chassis, DataPlane, Vm
+from hack.bed.dataplane import POD_MTU, UNDERLAY_MTU
 from hack.wait import wait_for
 
 IPAM = "ipam.cluster.x-k8s.io"
@@ -54,13 +56,16 @@ def claim_address(co: Any, ns: str, pool: str, claim: str, timeout: float = 60.0
 def vm_for_network(dp: DataPlane, co: Any, ns: str, network: str, name: str, timeout: float = 60.0) -> Vm:
     """A VM with one NIC on ProxmoxNetwork ``ns/network`` (which must show its VLAN in its
     status): the claim ``<name>-net0`` on the network's pool, the VM ``name`` on the trunk
-    with the network's VLAN and the claimed address."""
+    with the network's VLAN, its MTU (``status.mtu``, which capmox gives the NIC; none: the
+    default) and the claimed address."""
     net = co.get_namespaced_custom_object(*PX, ns, "proxmoxnetworks", network)
     vlan = (net.get("status") or {}).get("vlan")
     if not isinstance(vlan, int) or not vlan:
         raise ValueError(f"network {ns}/{network} shows no VLAN in its status yet")
     spec = claim_address(co, ns, net["spec"]["ipPool"], f"{name}-net0", timeout)
-    return dp.add_vm(name, vlan, f"{spec['address']}/{spec['prefix']}", spec["gateway"])
+    mtu = (net.get("status") or {}).get("mtu")
+    return dp.add_vm(name, vlan, f"{spec['address']}/{spec['prefix']}", spec["gateway"],
+                     mtu if isinstance(mtu, int) else None)
 
 
 # Kube-OVN's pod annotations (its default provider "ovn").
@@ -68,12 +73,24 @@ LOGICAL_SWITCH = "ovn.kubernetes.io/logical_switch"
 ALLOCATED = "ovn.kubernetes.io/allocated"
 
 
+def kube_ovn_pod_mtu(subnet: dict[str, Any]) -> int:
+    """The MTU kube-ovn-cni v1.15 gives a pod of ``subnet`` (pkg/daemon/handler.go): the
+    Subnet's ``spec.mtu``; else, on a VLAN Subnet without ``logicalGateway``, its provider
+    network's (the NIC's: the bed's :data:`UNDERLAY_MTU`); else the overlay's (:data:`POD_MTU`)."""
+    spec = subnet.get("spec") or {}
+    if isinstance(spec.get("mtu"), int) and spec["mtu"] > 0:
+        return spec["mtu"]
+    if spec.get("vlan") and not spec.get("logicalGateway") and not spec.get("u2oInterconnection"):
+        return UNDERLAY_MTU
+    return POD_MTU
+
+
 def pod_on_subnet(dp: DataPlane, core: Any, ns: str, subnet: str, name: str, chassis: Chassis,
                   timeout: float = 60.0) -> Vm:
     """Pod ``ns/name`` on ``subnet`` (annotation ``ovn.kubernetes.io/logical_switch``), bound
     to ``chassis``' Node; once kube-ovn-controller has allocated its address (annotations
     ``allocated``, ``ip_address``, ``mac_address``, ``cidr``, ``gateway``), its network on
-    the chassis. The Pod's container never runs (no kubelet on a trunk Node)."""
+    the chassis at the MTU Kube-OVN gives it (:func:`kube_ovn_pod_mtu`). The Pod's container never runs (no kubelet on a trunk Node)."""
     core.create_namespaced_pod(ns, {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "annotations": {LOGICAL_SWITCH: subnet}},
@@ -85,5 +102,7 @@ def pod_on_subnet(dp: DataPlane, core: Any, ns: str, subnet: str, name: str, cha
 
     ann = wait_for(allocated, timeout=timeout, what=f"Kube-OVN allocating pod {ns}/{name}")
     prefix = ann["ovn.kubernetes.io/cidr"].split("/")[1]
+    sub = CustomObjectsApi(core.api_client).get_cluster_custom_object("kubeovn.io", "v1", "subnets", subnet)
     return dp.add_pod(name, chassis, f"{name}.{ns}", ann["ovn.kubernetes.io/mac_address"],
-                      f"{ann['ovn.kubernetes.io/ip_address']}/{prefix}", ann["ovn.kubernetes.io/gateway"])
+                      f"{ann['ovn.kubernetes.io/ip_address']}/{prefix}", ann["ovn.kubernetes.io/gateway"],
+                      kube_ovn_pod_mtu(sub))

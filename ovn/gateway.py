@@ -254,6 +254,7 @@ class GatewayApplier:
         trunk: Sequence[planner.TrunkNode],
         vpc_subnets: Iterable[str] = (),
         serving: str = "",
+        mtu: int = 0,
     ) -> GatewayState:
         """Bring the group of router port ``<vpc>-<subnet>`` up to date.
 
@@ -262,6 +263,7 @@ class GatewayApplier:
             VPC's current active chassis (sticky, product-decisions.md §4.7).
         :param serving: the chassis that holds the port's ``cr-`` binding in the OVN SB ("":
             not known or not read); kept on top of the group (product-decisions.md §10).
+        :param mtu: the port's ``options:gateway_mtu`` (``planner.gateway_mtu``; 0: left alone).
         :returns: the GatewayReady outcome (ChassisAssigned, RouterPortMissing,
             NoTrunkNodes, ForeignGroup).
         :raises NBError: NB not synced, transaction failed or timed out, or the rows
@@ -275,7 +277,7 @@ class GatewayApplier:
         last: NBError | None = None
         for _ in range(2):  # once more after a guard abort: the IDL has the new rows then
             res = self.nb.transact(
-                lambda txn, idl: self._ensure_job(txn, idl, network_key, vpc, subnet, trunk, subnets, serving),
+                lambda txn, idl: self._ensure_job(txn, idl, network_key, vpc, subnet, trunk, subnets, serving, mtu),
                 timeout=self.pass_timeout,
             )
             state = res.value.state
@@ -306,6 +308,7 @@ class GatewayApplier:
         trunk: list[planner.TrunkNode],
         subnets: frozenset[str],
         serving: str = "",
+        mtu: int = 0,
     ) -> planner.NBPlan:
         """Observe the port's rows, plan (``self.plan``), apply the plan to ``txn``."""
         ports = self.lrp_by_name.get(idl, planner.router_port_name(vpc, subnet))
@@ -313,7 +316,7 @@ class GatewayApplier:
         pointed = [g for p in ports for g in _refs(p, "ha_chassis_group")]
         snap = observe(ports, groups + pointed)
         plan = self.plan(network_key, vpc, subnet, trunk, snap, votes=self._vpc_votes(idl, vpc, subnets),
-                         serving=serving)
+                         serving=serving, mtu=mtu)
         apply_plan(txn, idl, plan)
         return plan
 
@@ -518,6 +521,10 @@ def apply_plan(txn: ovs.db.idl.Transaction, idl: ovs.db.idl.Idl, plan: planner.N
             row(LRP, a.uuid).ha_chassis_group = []
         elif isinstance(a, planner.DeleteGroup):
             row(GROUP, a.uuid).delete()
+        elif isinstance(a, planner.SetPortOption):
+            row(LRP, a.uuid).setkey("options", a.key, a.value)
+        elif isinstance(a, planner.DeletePortOption):
+            row(LRP, a.uuid).delkey("options", a.key)
         else:  # pragma: no cover - a new action without an executor branch
             raise NBError(f"OVN NB plan: unknown action {a!r}")
 

@@ -57,7 +57,7 @@ DATABASE = "OVN_Northbound"
 
 #: The only tables and columns we replicate (§9.1).
 TABLES: dict[str, list[str]] = {
-    "Logical_Router_Port": ["name", "ha_chassis_group", "gateway_chassis"],
+    "Logical_Router_Port": ["name", "ha_chassis_group", "gateway_chassis", "options"],
     "HA_Chassis_Group": ["name", "external_ids", "ha_chassis"],
     "HA_Chassis": ["chassis_name", "priority"],
 }

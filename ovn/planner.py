@@ -399,6 +399,30 @@ def assigned_message(lrp: str, group: str, chassis: Sequence[tuple[str, int]]) -
     )
 
 
+# --------------------------------------------------------------------------- path MTU
+
+GATEWAY_MTU_OPTION = "gateway_mtu"
+# Kube-OVN's default pod MTU on Geneve: a 1500-byte tunnel NIC less its 100-byte budget for
+# the encapsulation (kube-ovn pkg/util/const.go GeneveHeaderLength, pkg/daemon/config.go).
+KUBE_OVN_OVERLAY_MTU = 1400
+
+
+def gateway_mtu(zone_mtu: int | None, overlay_mtu: int) -> int:
+    """The router port's ``options:gateway_mtu`` (product-decisions.md §10): the largest IP
+    packet that crosses the gateway in both directions, the smaller of the VLAN's MTU (the
+    zone's ``mtu``; unset: the VMs' own, at least the overlay's) and the overlay's
+    (``overlay_mtu``, what Kube-OVN gives pods: the Geneve tunnel carries no more). ovn-northd
+    then answers a larger packet entering the router from the VLAN, or leaving it onto the
+    VLAN, with ICMP "fragmentation needed" (``icmp4.frag_mtu`` = this value) instead of
+    letting the tunnel or the VM's NIC drop it. 0 when ``overlay_mtu`` is 0 (the option is
+    left alone)."""
+    if overlay_mtu <= 0:
+        return 0
+    if isinstance(zone_mtu, int) and not isinstance(zone_mtu, bool) and zone_mtu > 0:
+        return min(zone_mtu, overlay_mtu)
+    return overlay_mtu
+
+
 # --------------------------------------------------------------------------- §9.4 decision
 
 LRP_TABLE = "Logical_Router_Port"
@@ -435,6 +459,7 @@ class GatewayState:
     adopted: bool = False
     updated: bool = False
     members: tuple[str, ...] = ()
+    mtu: int = 0  # the port's options:gateway_mtu after the pass (0: not set by the controller)
 
     @property
     def active(self) -> str:
@@ -508,7 +533,24 @@ class DeleteGroup:
     uuid: str
 
 
-Action = InsertChassis | SetPriority | InsertGroup | SetGroupChassis | SetExternalIds | PointPort | ClearPointer | DeleteGroup
+@dataclass(frozen=True)
+class SetPortOption:
+    """One key of the router port's ``options`` (an OVSDB map mutation: Kube-OVN's own keys
+    are not rewritten)."""
+
+    uuid: str
+    key: str
+    value: str
+
+
+@dataclass(frozen=True)
+class DeletePortOption:
+    uuid: str
+    key: str
+
+
+Action = (InsertChassis | SetPriority | InsertGroup | SetGroupChassis | SetExternalIds | PointPort | ClearPointer
+          | DeleteGroup | SetPortOption | DeletePortOption)
 
 
 @dataclass(frozen=True)
@@ -544,6 +586,7 @@ def plan_ensure(
     vpc_subnets: Iterable[str] = (),
     votes: Mapping[str, int] | None = None,
     serving: str = "",
+    mtu: int = 0,
 ) -> NBPlan:
     """The §9.4 decision for the router port ``<vpc>-<subnet>``, and its write.
 
@@ -553,6 +596,9 @@ def plan_ensure(
     :param vpc_subnets: the VPC's other subnets: their groups (from ``snap``) vote for
         the VPC's active chassis (sticky, product-decisions.md §4.7) ...
     :param votes: ... unless the caller keeps the VPC's tally and passes it.
+    :param serving: the chassis holding ``cr-<port>`` in the SB ("" unknown), kept on top.
+    :param mtu: the port's ``options:gateway_mtu`` (:func:`gateway_mtu`; 0: left alone),
+        written with the group.
 
     First match returns with nothing written: ForeignGroup by claim, RouterPortMissing,
     ForeignGroup by ``gateway_chassis``, ForeignGroup by another pointed group,
@@ -632,22 +678,38 @@ def plan_ensure(
             adopted = True
     if not pointed:
         actions.append(PointPort(port_uuid, group_ref))
+    have_mtu = str((port.get("options") or {}).get(GATEWAY_MTU_OPTION, ""))
+    if mtu > 0 and have_mtu != str(mtu):
+        actions.append(SetPortOption(port_uuid, GATEWAY_MTU_OPTION, str(mtu)))
     if actions:
         # The decision read both port columns: a concurrent change voids the whole
         # transaction (group insert included).
         guards.insert(0, Verify(LRP_TABLE, port_uuid, ("ha_chassis_group", "gateway_chassis")))
     state = GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, bool(actions) and not created,
-                         tuple(c for c, _ in wanted))
+                         tuple(c for c, _ in wanted), mtu if mtu > 0 else _int(have_mtu))
     return NBPlan(state, tuple(actions), tuple(guards), gp)
 
 
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
 def plan_delete(snap: Snapshot, group_uuid: str) -> NBPlan:
-    """Release of one group (§9.6): clear every router port pointing at it, then delete
-    it, while it is still ours (``external_ids`` guarded) and no port pointer moved."""
+    """Release of one group (§9.6): clear every router port pointing at it (and the
+    ``options:gateway_mtu`` the ensure wrote with it: the port is Kube-OVN's plain router port
+    again), then delete it, while it is still ours (``external_ids`` guarded) and no port
+    pointer moved."""
     ports = sorted(u for u, r in snap.get(LRP_TABLE, {}).items()
                    if group_uuid in [str(g) for g in (r.get("ha_chassis_group") or ())])
     guards = [Verify(LRP_TABLE, p, ("ha_chassis_group",)) for p in ports]
     guards.append(Verify(GROUP_TABLE, group_uuid, ("external_ids",)))
-    actions: list[Action] = [ClearPointer(p) for p in ports]
+    actions: list[Action] = []
+    for p in ports:
+        actions.append(ClearPointer(p))
+        if GATEWAY_MTU_OPTION in (snap[LRP_TABLE][p].get("options") or {}):
+            actions.append(DeletePortOption(p, GATEWAY_MTU_OPTION))
     actions.append(DeleteGroup(group_uuid))
     return NBPlan(GatewayState("", ""), tuple(actions), tuple(guards))

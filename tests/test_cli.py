@@ -23,6 +23,8 @@ def test_reference_flags_and_defaults():
     # product-decisions.md §10: the SB is read when given (the chart and manifests give
     # Kube-OVN's); the serving chassis stays on top unless failback is asked for.
     assert a.ovn_sb_address == "" and a.gateway_failback is False
+    # §10: the path MTU bound, Kube-OVN's default pod MTU on Geneve (1500 less 100).
+    assert a.overlay_mtu == 1400
 
 
 @pytest.mark.parametrize("argv, attr, value", [
@@ -31,6 +33,8 @@ def test_reference_flags_and_defaults():
     (["--manage-gateway-chassis=false"], "manage_gateway_chassis", False),
     (["--subnet-prune-timeout=90s"], "subnet_prune_timeout", 90.0),
     (["--subnet-prune-timeout=1h30m"], "subnet_prune_timeout", 5400.0),
+    (["--overlay-mtu=8900"], "overlay_mtu", 8900),
+    (["--overlay-mtu=0"], "overlay_mtu", 0),
 ])
 def test_go_style_values(argv, attr, value):
     assert getattr(build_parser().parse_args(argv), attr) == value
@@ -41,6 +45,12 @@ def test_tls_secret_needs_namespace_and_name(value):
     with pytest.raises(argparse.ArgumentTypeError) as exc:
         parse_tls_secret(value)
     assert str(exc.value) == f'--ovn-tls-secret "{value}": want <namespace>/<name>'
+
+
+@pytest.mark.parametrize("value", ["575", "65521", "-1", "1400b", ""])
+def test_an_overlay_mtu_outside_a_zones_range_is_refused(value):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([f"--overlay-mtu={value}"])
 
 
 def test_bad_duration_is_refused():

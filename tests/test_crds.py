@@ -324,7 +324,10 @@ def test_network_status(network):
         "gatewayFailingSince",
         # product-decisions.md §10: what serves, not what was written.
         "servingChassis",
+        # product-decisions.md §10: the path MTU the gateway enforces.
+        "gatewayMtu",
     }
+    assert (props["gatewayMtu"]["type"], props["gatewayMtu"]["format"]) == ("integer", "int32")
     assert (props["gatewayFailingSince"]["type"], props["gatewayFailingSince"]["format"]) == ("string", "date-time")
     assert "required" not in st
     assert (props["observedGeneration"]["type"], props["observedGeneration"]["format"]) == ("integer", "int64")

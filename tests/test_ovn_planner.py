@@ -515,3 +515,64 @@ def test_a_node_joining_or_returning_never_moves_the_serving_gateway():
     after = _nodes(*[c for c in plain if c != plain[0]], "ch-new")
     got = planner.wanted_chassis("vpc1", after, votes={plain[0]: 1}, serving=survivor)
     assert got[0] == (survivor, 100)
+
+
+# -- the path MTU (product-decisions.md §10) -------------------------------------------------
+
+@pytest.mark.parametrize("zone, overlay, want", [
+    (None, 1400, 1400),  # no zone MTU: the VMs' own is at least the overlay's
+    (1450, 1400, 1400),  # the sample zone: the Geneve tunnel carries less than the VLAN
+    (1300, 1400, 1300),  # a small VLAN: packets to the VMs are bounded by it
+    (9000, 8900, 8900),  # jumbo underlay
+    (1450, 0, 0),  # --overlay-mtu=0: the option is left alone
+    (True, 1400, 1400),  # a boolean is no MTU
+])
+def test_gateway_mtu_is_the_smaller_of_the_vlan_and_the_overlay(zone, overlay, want):
+    assert planner.gateway_mtu(zone, overlay) == want
+
+
+def _with_options(snap, uuid, options):
+    snap[LRP_T][uuid]["options"] = dict(options)
+    return snap
+
+
+def test_plan_ensure_writes_gateway_mtu_with_the_group_as_a_map_key():
+    p = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")],
+                            _with_options(snap_of(ports=[("p1", "v-s", None, 0)]), "p1", {"ipv6_prefix": "x"}), mtu=1400)
+    assert p.actions[-1] == planner.SetPortOption("p1", "gateway_mtu", "1400")
+    assert p.state.mtu == 1400
+
+
+def test_plan_ensure_steady_state_with_the_mtu_in_place_plans_nothing_and_a_changed_one_is_repaired():
+    first = ensure_plan(snap_of(ports=[("p1", "v-s", None, 0)]), "w1").group.chassis
+
+    def steady(options):
+        return _with_options(snap_of(ports=[("p1", "v-s", "g1", 0)], groups=[("g1", "px-v-s", OURS, ["c1"])],
+                                     chassis=[("c1", first[0][0], first[0][1])]), "p1", options)
+
+    same = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], steady({"gateway_mtu": "1400"}), mtu=1400)
+    assert (same.actions, same.guards, same.state.mtu) == ((), (), 1400)
+    for options in ({}, {"gateway_mtu": "1500"}, {"gateway_mtu": "junk"}):
+        p = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], steady(options), mtu=1400)
+        assert p.actions == (planner.SetPortOption("p1", "gateway_mtu", "1400"),)
+        assert p.state.updated and p.state.mtu == 1400
+    # mtu 0: whatever the port carries is left alone, and reported as it is.
+    left = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], steady({"gateway_mtu": "1442"}), mtu=0)
+    assert (left.actions, left.state.mtu) == ((), 1442)
+
+
+def test_no_gateway_mtu_is_written_where_no_group_is():
+    for s in (snap_of(), _with_options(snap_of(ports=[("p1", "v-s", None, 2)]), "p1", {})):
+        p = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], s, mtu=1400)
+        assert p.actions == () and p.state.mtu == 0
+    none = planner.plan_ensure(NET, "v", "s", [], _with_options(snap_of(ports=[("p1", "v-s", None, 0)]), "p1", {}),
+                               mtu=1400)
+    assert none.actions == () and none.state.reason == "NoTrunkNodes"
+
+
+def test_plan_delete_takes_the_gateway_mtu_off_with_the_pointer():
+    s = _with_options(snap_of(ports=[("p1", "y", "g1", 0), ("p2", "x", "g1", 0)], groups=[("g1", "px-v-s", OURS, [])]),
+                      "p1", {"gateway_mtu": "1400", "other": "kept"})
+    p = planner.plan_delete(s, "g1")
+    assert p.actions == (planner.ClearPointer("p1"), planner.DeletePortOption("p1", "gateway_mtu"),
+                         planner.ClearPointer("p2"), planner.DeleteGroup("g1"))

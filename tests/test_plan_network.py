@@ -1786,3 +1786,29 @@ def test_the_serving_chassis_is_recorded_and_dropped_when_nothing_serves_or_the_
     lost = drive(attrs.evolve(up, sb_binding=Binding(False, since=T0, error="lost")), outcome)
     assert lost.crm("GatewayReady")[:2] == ("Unknown", "SBUnavailable")
     assert lost.status["servingChassis"] == "ch-a"  # the last one known, kept
+
+
+# =============================================================================================
+# The path MTU (product-decisions.md §10)
+# =============================================================================================
+
+
+@pytest.mark.parametrize("zone_mtu", [1450, None])
+def test_the_gateway_ensure_carries_the_zones_mtu_and_the_status_shows_the_ports_gateway_mtu(zone_mtu):
+    z = zone(mtu=zone_mtu) if zone_mtu is not None else zone()
+    outcome = {"gateway": GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2, members=("ch-a", "ch-b"),
+                                                      mtu=1400))}
+    p = drive(gw_live(trunk=("t1",), zone=z), outcome)
+    (ensure,) = p.of(EnsureGateway)
+    assert ensure.zone_mtu == zone_mtu
+    assert p.status["gatewayMtu"] == 1400
+    # The group gone from the port (another tool's group now): the MTU goes with it.
+    up = attrs.evolve(gw_live(trunk=("t1",), zone=z), network=network(copy.deepcopy(p.status)))
+    foreign = drive(up, {"gateway": GatewayOutcome(GatewayState("ForeignGroup", "someone else's", 0))})
+    assert "gatewayMtu" not in foreign.status
+    # An NB outage keeps what the port last carried.
+    lost = drive(up, {"gateway": GatewayOutcome(error="connection refused")})
+    assert lost.status["gatewayMtu"] == 1400
+    # Management off: nothing of ours on the port.
+    off = drive(attrs.evolve(up, manage_gateway=False, gateway_enabled=False), outcome)
+    assert "gatewayMtu" not in off.status

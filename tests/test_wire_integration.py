@@ -43,7 +43,7 @@ from hack.objects import Admin, reason, unique, wait_condition
 from hack.vms import pod_on_subnet, vm_for_network
 from hack.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups
-from tests.support.peers import IPAM, KUBEOVN, Ctl, make_vpc
+from tests.support.peers import IPAM, KUBE_OVN, KUBEOVN, Ctl, make_vpc
 
 pytestmark = pytest.mark.integration
 
@@ -67,12 +67,22 @@ class Tenant:
     """A tenant: its namespace, VPC and zone on the data plane's trunk (its own VLAN range),
     with Proxmox-backed subnets made by :meth:`subnet`."""
 
-    def __init__(self, admin: Admin, first_vlan: int) -> None:
+    def __init__(self, admin: Admin, first_vlan: int, **zone_spec) -> None:
         self.a = admin
         self.ns, self.vpc, self.zone = unique("tenant"), unique("vpc"), unique("zone")
         admin.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=self.ns)))
         make_vpc(admin, self.vpc)
-        admin.create_zone(self.zone, DATAPLANE_PROVIDER, [f"{first_vlan}-{first_vlan + 9}"])
+        admin.create_zone(self.zone, DATAPLANE_PROVIDER, [f"{first_vlan}-{first_vlan + 9}"], **zone_spec)
+
+    def overlay_subnet(self, octet: int) -> str:
+        """An overlay Subnet ``10.<octet>.0.0/24`` of the tenant's VPC (no Vlan), as the tenant's
+        chart renders one; its name."""
+        name = unique("overlay")
+        self.a.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
+            "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": name},
+            "spec": {"vpc": self.vpc, "cidrBlock": f"10.{octet}.0.0/24", "gateway": f"10.{octet}.0.1",
+                     "protocol": "IPv4"}})
+        return name
 
     def subnet(self, octet: int) -> "Net":
         return Net(self, octet)
@@ -213,24 +223,33 @@ def test_with_a_pod_of_the_subnet_on_a_chassis_its_drop_flow_counts_each_request
         vm_ip, pod_ip = vm.address.split("/")[0], pod.address.split("/")[0]
         wait_for(lambda: vm.ping(pod_ip, count=1, timeout=1) == 1, timeout=WAIT, interval=0, what="VM -> pod")
         assert pod.ping(vm_ip, count=3, timeout=1) == 3
-        payload = tmp_path / "payload"
-        payload.write_bytes(os.urandom(1 << 20))
-        want = hashlib.sha256(payload.read_bytes()).hexdigest()
-        server = subprocess.Popen(["ip", "netns", "exec", pod.ns, sys.executable, "-m", "http.server", "8080",
-                                   "--bind", pod_ip, "--directory", str(tmp_path)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            fetch = ("import hashlib, sys, urllib.request; "
-                     f"print(hashlib.sha256(urllib.request.urlopen('http://{pod_ip}:8080/payload', timeout=10).read())"
-                     ".hexdigest())")
-            got = wait_for(lambda: vm.run(sys.executable, "-c", fetch, timeout=30).stdout.strip(), timeout=WAIT,
-                           what="the TCP transfer pod -> VM")
-            assert got == want
-        finally:
-            server.terminate()
-            server.wait(10)
+        assert transfer(pod, vm, tmp_path, 1 << 20)
     finally:
         control.stop()
+
+
+def transfer(server: Vm, client: Vm, tmp_path, size: int) -> bool:
+    """An HTTP transfer of ``size`` random bytes from ``server`` to ``client`` (a TCP
+    connection each way of the path); True when the client's SHA-256 of what it read is the
+    payload's (retried for a minute while the path comes up)."""
+    src = tmp_path / server.name
+    src.mkdir(exist_ok=True)
+    (src / "payload").write_bytes(os.urandom(size))
+    want = hashlib.sha256((src / "payload").read_bytes()).hexdigest()
+    address = server.address.split("/")[0]
+    httpd = subprocess.Popen(["ip", "netns", "exec", server.ns, sys.executable, "-m", "http.server", "8080",
+                              "--bind", address, "--directory", str(src)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        fetch = ("import hashlib, urllib.request; "
+                 f"print(hashlib.sha256(urllib.request.urlopen('http://{address}:8080/payload', timeout=20).read())"
+                 ".hexdigest())")
+        got = wait_for(lambda: client.run(sys.executable, "-c", fetch, timeout=60).stdout.strip(), timeout=WAIT,
+                       what=f"the TCP transfer {server.name} -> {client.name}")
+        return got == want
+    finally:
+        httpd.terminate()
+        httpd.wait(10)
 
 
 @contextlib.contextmanager
@@ -492,3 +511,59 @@ def test_a_strangers_subnet_on_our_vlan_puts_its_pods_on_our_vms_segment(bed, dp
         bed.wait_hv()  # the NB row is gone; the chassis' flows follow it
         assert pod.arping(vm_ip, count=2, timeout=2) == []
         ours.wait("Ready", "Ready")
+
+
+def df_ping(vm: Vm, target: str, size: int) -> str:
+    """One ping of an IP packet of ``size`` bytes with DF set; ping's output."""
+    return vm.run("ping", "-M", "do", "-s", str(size - 28), "-c", "1", "-W", "2", target, timeout=10).stdout
+
+
+def test_the_path_mtu_a_vms_oversized_df_packet_is_answered_and_10_mb_cross_to_an_overlay_pod(bed, dp, peers_admin,
+                                                                                               tmp_path):
+    """product-decisions.md §10, the path MTU: a zone of ``mtu: 1450`` (the VM's NIC, from the
+    network's status) and a pod of an overlay Subnet of the same VPC on another chassis than the
+    gateway (so the path crosses Geneve), at Kube-OVN's MTU (1400). The router port carries
+    ``options:gateway_mtu=1400`` (the smaller of the two): a full-size DF packet from the VM is
+    answered with ICMP "fragmentation needed" (mtu 1400) and the VM learns the path MTU; a
+    1400-byte DF packet crosses; 10 MiB cross both ways over TCP. A restart of
+    kube-ovn-controller leaves the option, and an option removed by hand is put back."""
+    a = peers_admin
+    t = Tenant(a, 3290, mtu=1450)
+    n = t.subnet(87)
+    overlay = t.overlay_subnet(88)
+    with gateway_controller(bed):
+        n.wait("Ready", "Ready")
+        net = n.network()
+        assert net["status"]["mtu"] == 1450 and net["status"]["gatewayMtu"] == 1400
+        (port,) = ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name={n.lrp}")
+        assert port["options"].get("gateway_mtu") == "1400", port["options"]
+        vm = n.vm(dp, "vm-mtu")
+        assert vm.run("ip", "-o", "link", "show", "eth0").stdout.split("mtu ")[1].split()[0] == "1450"
+        active = n.settled(bed)
+        host = next(c for c in dp.chassis if c.system_id != active)
+        pod = pod_on_subnet(dp, a.core, t.ns, overlay, "pod-mtu", host)
+        pod_ip = pod.address.split("/")[0]
+        assert reaches(vm, pod_ip)
+        assert "1 received" in df_ping(vm, pod_ip, 1400)  # the path carries the MTU it announces
+        out = df_ping(vm, pod_ip, 1450)
+        assert "Frag needed and DF set (mtu = 1400)" in out or "mtu=1400" in out, out
+        assert "mtu 1400" in vm.run("ip", "route", "get", pod_ip).stdout  # the VM learned it
+        assert transfer(pod, vm, tmp_path, 10 << 20) and transfer(vm, pod, tmp_path, 10 << 20)
+
+        # Kube-OVN does not undo it: its restart re-handles the Subnet (its Event), the option stays.
+        restarted = time.time()
+        bed.stop_peer(KUBE_OVN)
+        bed.start_peer(KUBE_OVN)
+        wait_for(lambda: any(e.involved_object.kind == "Subnet" and e.involved_object.name == n.sub
+                             and e.last_timestamp and e.last_timestamp.timestamp() >= int(restarted)
+                             for e in a.core.list_event_for_all_namespaces().items),
+                 timeout=WAIT, what="kube-ovn-controller handling the Subnet again after its restart")
+        (port,) = ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name={n.lrp}")
+        assert port["options"].get("gateway_mtu") == "1400", port["options"]
+        # Drift: an option removed by hand is written again (the NB row change queues the network).
+        bed.nbctl("remove", "Logical_Router_Port", n.lrp, "options", "gateway_mtu")
+        wait_for(lambda: ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name={n.lrp}")[0]["options"].get("gateway_mtu")
+                 == "1400",
+                 timeout=WAIT, what="gateway_mtu written again")
+        print(f"\n[wire] path MTU: gateway_mtu 1400 on {n.lrp}; DF 1450 from the VM answered ({out.splitlines()[1:2]}); "
+              "10 MiB both ways VM <-> overlay pod across Geneve")

@@ -56,6 +56,11 @@ DEFAULT_CHASSIS = 3
 TRUNK_BRIDGE = "trunk"
 PROVIDER_BRIDGE = "br-phys"
 UNDERLAY_BRIDGE = "br-underlay"
+# The underlay's MTU (a veth's default) and the pods' MTU Kube-OVN derives from it: the
+# tunnel NIC's MTU less its 100-byte budget for Geneve (kube-ovn pkg/daemon/config.go,
+# pkg/util/const.go GeneveHeaderLength), 1400 as on a real cluster.
+UNDERLAY_MTU = 1500
+POD_MTU = UNDERLAY_MTU - 100
 # The tools a VM uses, from Debian (hack/install-deps.sh): iputils-arping, iputils-ping, ethtool.
 VM_TOOLS = ("arping", "ping", "ethtool", "ip")
 
@@ -463,43 +468,48 @@ class DataPlane:
         return ns, port
 
     @staticmethod
-    def _address(ns: str, address: str, gateway: str, mac: str | None = None) -> str:
-        """``eth0`` of ``ns`` up with ``mac`` (if given), ``address`` (CIDR), a default route via
-        ``gateway`` and TX checksum offload off; returns its MAC."""
+    def _address(ns: str, address: str, gateway: str, mac: str | None = None, mtu: int | None = None) -> str:
+        """``eth0`` of ``ns`` up with ``mac`` and ``mtu`` (if given), ``address`` (CIDR), a default
+        route via ``gateway`` and TX checksum offload off; returns its MAC."""
         if mac is not None:
             _run(["ip", "-n", ns, "link", "set", "eth0", "address", mac])
+        if mtu is not None:
+            _run(["ip", "-n", ns, "link", "set", "eth0", "mtu", str(mtu)])
         _run(["ip", "-n", ns, "link", "set", "eth0", "up"])
         _run(["ip", "-n", ns, "addr", "add", address, "dev", "eth0"])
         _run(["ip", "-n", ns, "route", "add", "default", "via", gateway])
         _run(["ip", "netns", "exec", ns, "ethtool", "-K", "eth0", "tx", "off"])
         return _run(["ip", "-n", ns, "-br", "link", "show", "eth0"]).stdout.split()[2].lower()
 
-    def add_vm(self, name: str, vlan: int, address: str, gateway: str) -> Vm:
+    def add_vm(self, name: str, vlan: int, address: str, gateway: str, mtu: int | None = None) -> Vm:
         """A VM on the trunk: an access port with ``tag=vlan``, ``address`` (CIDR) on its
-        ``eth0`` and its default route via ``gateway``.
+        ``eth0`` with ``mtu`` (None: the default, 1500) and its default route via ``gateway``.
 
         :raises DataPlaneError: the name is taken, or a step failed.
         """
         ns, port = self._nic("vm", name, self.trunk_ns)
         self.vsctl(self.trunk_ns, self.dir / "trunk", "add-port", TRUNK_BRIDGE, port, f"tag={vlan}")
-        mac = self._address(ns, address, gateway)
+        mac = self._address(ns, address, gateway, mtu=mtu)
         vm = self.vms[name] = Vm(name=name, ns=ns, port=port, vlan=vlan, address=address, gateway=gateway, mac=mac)
         return vm
 
-    def add_pod(self, name: str, chassis: Chassis, iface_id: str, mac: str, address: str, gateway: str) -> Vm:
+    def add_pod(self, name: str, chassis: Chassis, iface_id: str, mac: str, address: str, gateway: str,
+                mtu: int = POD_MTU) -> Vm:
         """A pod's network on ``chassis``, as kube-ovn-cni makes one (the bed plays it): a
         namespace with ``eth0`` (``mac``, ``address`` CIDR, default route via ``gateway``)
         whose other end is a port of the chassis' ``br-int`` with
         ``external_ids:iface-id=<iface_id>`` (the logical switch port Kube-OVN made), which
-        the chassis' ovn-controller then binds.
+        the chassis' ovn-controller then binds. Both ends have ``mtu`` (Kube-OVN's overlay pod
+        MTU, :data:`POD_MTU`, unless told).
 
         :raises DataPlaneError: the name is taken, or a step failed.
         """
         ns, port = self._nic("pod", name, chassis.ns)
+        _run(["ip", "-n", chassis.ns, "link", "set", port, "mtu", str(mtu)])
         _run(["ip", "netns", "exec", chassis.ns, "ethtool", "-K", port, "tx", "off"])
         self.vsctl(chassis.ns, chassis.rundir, "add-port", "br-int", port, "--", "set", "interface", port,
                    f'external_ids:iface-id="{iface_id}"')
-        self._address(ns, address, gateway, mac)
+        self._address(ns, address, gateway, mac, mtu)
         pod = self.vms[name] = Vm(name=name, ns=ns, port=port, vlan=0, address=address, gateway=gateway,
                                   mac=mac.lower())
         return pod
