@@ -91,7 +91,7 @@ def test_router_port_appears_in_snapshot(cluster, nb, names):
         row = wait_for(seen)
         assert row["ha_chassis_group"] == []
         assert row["gateway_chassis"] == []
-        assert set(row) == {"_uuid", "name", "ha_chassis_group", "gateway_chassis"}
+        assert set(row) == {"_uuid", "name", "ha_chassis_group", "gateway_chassis", "options"}
     finally:
         cluster.nbctl("--if-exists", "lr-del", names["router"])
 

@@ -32,13 +32,14 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 from kubernetes import client as k8s
 
-from hack.bed import DATAPLANE_PROVIDER, DataPlane, LocalCluster, Prober, Vm, ovsdb_rows
+from hack.bed import CHASSIS_ANNOTATION, DATAPLANE_PROVIDER, DataPlane, LocalCluster, Prober, Vm, ovsdb_rows
 from hack.objects import Admin, reason, unique, wait_condition
 from hack.vms import pod_on_subnet, vm_for_network
 from hack.wait import wait_for
@@ -567,3 +568,81 @@ def test_the_path_mtu_a_vms_oversized_df_packet_is_answered_and_10_mb_cross_to_a
                  timeout=WAIT, what="gateway_mtu written again")
         print(f"\n[wire] path MTU: gateway_mtu 1400 on {n.lrp}; DF 1450 from the VM answered ({out.splitlines()[1:2]}); "
               "10 MiB both ways VM <-> overlay pod across Geneve")
+
+
+class Holders:
+    """The chassis holding ``cr-<lrp>`` in the SB, sampled every 0.1 s in a thread: the
+    sequence of holders (None: unbound) with the time each began."""
+
+    def __init__(self, bed: LocalCluster, lrp: str) -> None:
+        self.seen: list[tuple[float, str | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(bed, lrp), daemon=True)
+        self._thread.start()
+
+    def _run(self, bed: LocalCluster, lrp: str) -> None:
+        while not self._stop.is_set():
+            holder = bed.gateway_chassis(lrp)
+            if not self.seen or self.seen[-1][1] != holder:
+                self.seen.append((time.monotonic(), holder))
+            self._stop.wait(0.1)
+
+    def chassis(self) -> list[str]:
+        """The holders in order, unbound stretches left out."""
+        return [h for _, h in self.seen if h is not None]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_gateway_back(bed, dp, peers_admin):
+    """Field report R7 on the wire, with the SB read (product-decisions.md §10): the active
+    trunk node's OVS is re-provisioned under a new system-id and its Node annotation follows.
+    OVN fails the gateway over to a survivor while the node is away; the controller swaps the
+    chassis ID in the group and keeps the survivor on top, so the node coming back (first in
+    the rendezvous order, as before) does not take the gateway back: ``cr-`` moves once (the
+    failover) and never again. The VM's longest ping gap is measured."""
+    a = peers_admin
+    n = Tenant(a, 3300).subnet(89)
+    with gateway_controller(bed, ovn_sb_address=bed.sb_tcp):
+        n.wait("Ready", "Ready")
+        vm = n.vm(dp, "vm-r7")
+        assert reaches(vm, n.gateway)
+        active = n.settled(bed)
+        old = next(c for c in dp.chassis if c.system_id == active)
+        holders, ping = Holders(bed, n.lrp), Prober(vm, "ping", n.gateway)
+        new = old
+        try:
+            started = time.monotonic()
+            new = dp.reprovision(old, f"{old.system_id}-r7")
+            a.core.patch_node(old.name, {"metadata": {"annotations": {CHASSIS_ANNOTATION: new.system_id}}})
+            annotated = time.monotonic()
+
+            def members() -> dict:
+                return ha_chassis_groups(bed.nbctl, n.group)[0]["chassis"]
+
+            wait_for(lambda: new.system_id in members() and old.system_id not in members(), timeout=WAIT,
+                     what="the group rewritten with the new chassis ID")
+            rewritten = time.monotonic() - annotated
+            wait_for(lambda: bed.gateway_settled(n.lrp, [(c, p[0]) for c, p in members().items()]), timeout=WAIT,
+                     what="BFD up with the re-provisioned chassis")
+            wait_for(lambda: time.monotonic() - annotated > 15 and ping.replies
+                     and ping.replies[-1] > time.monotonic() - 0.5, timeout=60, interval=0.2,
+                     what="15 s of pings after the annotation")
+            survivor = holders.chassis()[-1]
+            assert survivor != new.system_id
+            assert holders.chassis() == [active, survivor], holders.seen  # the failover only, no move back
+            top = max(members().items(), key=lambda c: c[1][0])[0]
+            assert top == survivor
+            assert (n.network().get("status") or {}).get("servingChassis") == survivor
+            gap = ping.longest_gap(started, time.monotonic())
+            print(f"\n[wire] R7: chassis {active} re-provisioned as {new.system_id}; group rewritten "
+                  f"{rewritten:.2f}s after the annotation; cr- moves {len(holders.chassis()) - 1} (to {survivor}), "
+                  f"none back; longest ping gap {gap:.2f}s")
+        finally:
+            ping.stop()
+            holders.stop()
+            if new is not old:  # the module's other tests know the chassis by its first ID
+                dp.reprovision(new, old.system_id)
+                a.core.patch_node(old.name, {"metadata": {"annotations": {CHASSIS_ANNOTATION: old.system_id}}})

@@ -358,6 +358,20 @@ class DataPlane:
             wait_dead(pid, 10.0)
         _kill(pidfile)  # nothing when it is gone; SIGTERM when the exit did not end it
 
+    def reprovision(self, chassis: Chassis, system_id: str) -> Chassis:
+        """Field report R7: the node's OVS re-provisioned under a new ``system-id``. Its
+        ovn-controller stops as at a node agent's shutdown (its SB Chassis row goes, its
+        bindings are released), the system-id changes, and it starts again (a new SB
+        Chassis). Returns the chassis as it is now (also in :attr:`chassis`); the Node's
+        ``ovn.kubernetes.io/chassis`` annotation is the caller's to change, as Kube-OVN's
+        agent does."""
+        self.stop_ovn_controller(chassis)
+        self.vsctl(chassis.ns, chassis.rundir, "set", "open_vswitch", ".", f'external_ids:system-id="{system_id}"')
+        new = attrs.evolve(chassis, system_id=system_id)
+        self.chassis[self.chassis.index(chassis)] = new
+        self.start_ovn_controller(new)
+        return new
+
     def _veth(self, a: str, a_ns: str, b: str, b_ns: str) -> None:
         """A veth pair ``a`` in ``a_ns`` and ``b`` in ``b_ns``, both up (made inside ``a_ns``,
         so no name meets the host's interfaces)."""
