@@ -236,6 +236,20 @@ def _keep(conds: list[dict[str, Any]], prev: Mapping[str, Any]) -> None:
         conds.append(dict(prev))
 
 
+def settled_serving(serving: str, written_at: _dt.datetime | None, now: _dt.datetime,
+                    settle: float) -> tuple[str, float | None]:
+    """The serving chassis the planner keeps on top, and the seconds until one left out
+    counts (None: nothing left out). Within ``settle`` seconds of this process's last write
+    of the group, OVN is still settling it: its members claim ``cr-`` in turn until BFD is up
+    (measured on the bed: a lower member held it for about a second after a group was made),
+    and raising each transient holder would start a claim war; the group's own order stands
+    then (``ovn.planner.wanted_chassis``)."""
+    if not serving or written_at is None:
+        return serving, None
+    left = settle - (now - written_at).total_seconds()
+    return ("", left) if left > 0 else (serving, None)
+
+
 @attrs.frozen
 class GatewayOutcome:
     """What one NB ensure gave: the state, or the NB error text (never both)."""
@@ -243,6 +257,7 @@ class GatewayOutcome:
     state: planner.GatewayState | None = None
     error: str | None = None
     written_at: _dt.datetime | None = None  # the port's group last written by this process (aware UTC)
+    deferred: float | None = None  # seconds until the serving chassis left out (settle) is kept on top
 
 
 def gateway_status(
@@ -302,6 +317,8 @@ def gateway_status(
     if state.assigned and binding is not None:
         sv = serving(binding, state, lrp, prev, now, settle, outcome.written_at)
         recheck = sv.recheck
+        if outcome.deferred is not None and binding.chassis and binding.chassis != state.active:
+            recheck = min(outcome.deferred, recheck) if recheck is not None else outcome.deferred
         if sv.keep_previous and prev is not None:
             _keep(conds, prev)
         else:
@@ -448,10 +465,13 @@ class GatewayStep:
         """One NB ensure; NB trouble becomes an outcome with the error (never raises for it).
         ``serving`` (the chassis holding ``cr-``) is kept on top unless failback is on;
         ``zone_mtu`` (the zone's ``mtu``, None unset) bounds the port's ``gateway_mtu``."""
+        lrp = planner.router_port_name(vpc, subnet)
+        serving, deferred = ("", None) if self.failback else settled_serving(
+            serving, self.applier.written_at(lrp), _dt.datetime.now(_dt.timezone.utc), self.settle)
         try:
-            state = self.applier.ensure(key, vpc, subnet, list(trunk), siblings, "" if self.failback else serving,
+            state = self.applier.ensure(key, vpc, subnet, list(trunk), siblings, serving,
                                         planner.gateway_mtu(zone_mtu, self.overlay_mtu))
-            return GatewayOutcome(state=state, written_at=self.applier.written_at(planner.router_port_name(vpc, subnet)))
+            return GatewayOutcome(state=state, written_at=self.applier.written_at(lrp), deferred=deferred)
         except NBError as err:
             self.metrics.gateway_nb_error()
             return GatewayOutcome(error=str(err))

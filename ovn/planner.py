@@ -291,6 +291,7 @@ def wanted_chassis(
     vpc_groups: Iterable[GroupView | Mapping[str, Any]] = (),
     votes: Mapping[str, int] | None = None,
     serving: str = "",
+    successors: Sequence[str] = (),
 ) -> list[tuple[str, int]]:
     """Wanted (chassis, priority) for any router port of ``vpc``.
 
@@ -299,12 +300,17 @@ def wanted_chassis(
     membership change moves a serving gateway and a failover's survivor keeps it when the
     failed chassis returns (product-decisions.md §10); else the VPC's current active chassis
     (``pick_active`` over the groups' votes; ``votes`` from ``tally_votes`` may be passed
-    instead of the groups) while it is still in ``trunk``.
+    instead of the groups) while it is still in ``trunk``; else the first of ``successors``
+    (the port's own group, highest priority first) still in ``trunk``: the chassis OVN fails
+    over to when the active one leaves, so a node that left and comes back under a new chassis
+    ID (field report R7) joins below it instead of taking the gateway back.
     """
     order = [t.chassis for t in rendezvous_order(rendezvous_key(vpc), trunk)]
     active = serving if serving in order else None
     if active is None:
         active = pick_active(votes if votes is not None else tally_votes(vpc_groups), order)
+    if active is None:
+        active = next((c for c in successors if c in order), None)
     if active is not None:
         order.remove(active)
         order.insert(0, active)
@@ -359,7 +365,8 @@ def plan_group(
     c = claim(mine, network_key)
     wanted = list(wanted)
     if wanted and isinstance(wanted[0], TrunkNode):
-        chassis = wanted_chassis(vpc, wanted, groups, votes, serving)  # type: ignore[arg-type]
+        successors = [c for c, _ in sorted(mine.chassis, key=lambda c: (-c[1], c[0]))] if mine is not None else []
+        chassis = wanted_chassis(vpc, wanted, groups, votes, serving, successors)  # type: ignore[arg-type]
     elif wanted and isinstance(wanted[0], tuple):
         chassis = [(str(ch), int(p)) for ch, p in wanted]  # type: ignore[misc]
     else:

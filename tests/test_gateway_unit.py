@@ -284,3 +284,15 @@ def test_the_serving_series_follow_the_status_whatever_step_wrote_it():
     assert serving_series({}, {"status": "False", "reason": "NoServingChassis"}) == (False, "")
     for other in ("SBUnavailable", "WaitingForVLAN", "SubnetUnavailable", "NBUnavailable"):
         assert serving_series({"servingChassis": "ch-a"}, {"status": "Unknown", "reason": other}) == (None, "")
+
+
+def test_a_holder_seen_within_the_settle_time_of_the_groups_write_is_left_out_until_it_ends():
+    """OVN settles a group just written (its members claim cr- in turn until BFD is up): a
+    holder seen then does not reorder the group; after the settle time it is kept on top."""
+    from controller.gateway import settled_serving
+
+    t0 = dt.datetime(2026, 12, 6, 9, 0, tzinfo=dt.timezone.utc)
+    assert settled_serving("ch-b", t0, t0 + dt.timedelta(seconds=1), 5.0) == ("", 4.0)
+    assert settled_serving("ch-b", t0, t0 + dt.timedelta(seconds=5), 5.0) == ("ch-b", None)
+    assert settled_serving("ch-b", None, t0, 5.0) == ("ch-b", None)  # never written by this process
+    assert settled_serving("", t0, t0, 5.0) == ("", None)

@@ -576,3 +576,20 @@ def test_plan_delete_takes_the_gateway_mtu_off_with_the_pointer():
     p = planner.plan_delete(s, "g1")
     assert p.actions == (planner.ClearPointer("p1"), planner.DeletePortOption("p1", "gateway_mtu"),
                          planner.ClearPointer("p2"), planner.DeleteGroup("g1"))
+
+
+def test_r7_the_failed_over_successor_stays_on_top_while_the_returning_node_has_a_new_chassis_id():
+    """Field report R7 with the binding not known (the SB shows no holder yet): the group's
+    active chassis left the trunk (its node is back under a new chassis ID, which the
+    rendezvous order ranks first); the group's next member, the one OVN fails over to, goes on
+    top, and the returning node joins below it."""
+    trunk = _nodes("ch-a", "ch-b", "ch-c")
+    plain = [c for c, _ in planner.wanted_chassis("vpc1", trunk, votes={})]
+    first, second, third = plain
+    group = owned(planner.group_name("vpc1", "s"), NET, list(zip(plain, planner.priorities(3))))
+    back = [planner.TrunkNode(f"node-{first}", f"{first}-new")] + [t for t in trunk if t.chassis != first]
+    got = planner.plan_group(NET, "vpc1", "s", back, [group]).chassis
+    assert got[0] == (second, 100)
+    assert {c for c, _ in got} == {f"{first}-new", second, third}
+    # Without a group of its own (a new network of the VPC) the rendezvous order decides.
+    assert planner.plan_group(NET, "vpc1", "s", back, []).chassis == planner.wanted_chassis("vpc1", back, votes={})

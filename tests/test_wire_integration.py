@@ -614,6 +614,7 @@ def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_g
         holders, ping = Holders(bed, n.lrp), Prober(vm, "ping", n.gateway)
         new = old
         try:
+            wait_for(lambda: holders.seen, timeout=WAIT, what="the first sample of the holder")
             started = time.monotonic()
             new = dp.reprovision(old, f"{old.system_id}-r7")
             a.core.patch_node(old.name, {"metadata": {"annotations": {CHASSIS_ANNOTATION: new.system_id}}})
@@ -637,7 +638,8 @@ def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_g
             assert top == survivor
             assert (n.network().get("status") or {}).get("servingChassis") == survivor
             gap = ping.longest_gap(started, time.monotonic())
-            print(f"\n[wire] R7: chassis {active} re-provisioned as {new.system_id}; group rewritten "
+            unbound = next(t for t, h in holders.seen if h == survivor) - started
+            print(f"\n[wire] R7: cr- unbound for {unbound:.2f}s; chassis {active} re-provisioned as {new.system_id}; group rewritten "
                   f"{rewritten:.2f}s after the annotation; cr- moves {len(holders.chassis()) - 1} (to {survivor}), "
                   f"none back; longest ping gap {gap:.2f}s")
         finally:
