@@ -648,3 +648,47 @@ def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_g
             if new is not old:  # the module's other tests know the chassis by its first ID
                 dp.reprovision(new, old.system_id)
                 a.core.patch_node(old.name, {"metadata": {"annotations": {CHASSIS_ANNOTATION: old.system_id}}})
+
+
+def test_a_trunk_link_lost_under_a_live_underlay_is_invisible_to_ovn_and_the_documented_remedy_moves_the_gateway(
+        bed, dp, peers_admin):
+    """Issue 39 item 5, as docs/operations.md documents it: the active trunk node loses its
+    trunk link while its underlay stays up. OVN's BFD runs over Geneve, so nothing fails over:
+    the node keeps ``cr-`` (the SB shows it serving, so status stays Ready), and the VM's ARP for
+    its gateway goes unanswered. The remedy: take the node out of the provider network (its
+    ready label goes, as Kube-OVN's agent removes it for an excluded node); once the trunk
+    hold-down ends (0 here) the controller drops it from the group, OVN moves ``cr-`` to the
+    next chassis and the VM is answered. Measured: the time from the label's removal to the
+    first ARP answer."""
+    a = peers_admin
+    n = Tenant(a, 3310).subnet(90)
+    label = f"{DATAPLANE_PROVIDER}.provider-network.kubernetes.io/ready"
+    with gateway_controller(bed, ovn_sb_address=bed.sb_tcp):
+        n.wait("Ready", "Ready")
+        vm = n.vm(dp, "vm-link")
+        assert reaches(vm, n.gateway)
+        active = n.settled(bed)
+        cut = next(c for c in dp.chassis if c.system_id == active)
+        dp.set_trunk_link(cut, False)
+        try:
+            assert vm.arping(n.gateway, count=10, timeout=10) == []  # 10 s: nothing answers
+            assert n.cr_chassis(bed) == active  # no failover: BFD over the underlay is up
+            st = n.network()["status"]
+            assert reason(n.network(), "Ready")[:2] == ("True", "Ready") and st["servingChassis"] == active
+            arp = Prober(vm, "arping", n.gateway)
+            try:
+                removed = time.monotonic()
+                a.core.patch_node(cut.name, {"metadata": {"labels": {label: None}}})
+                wait_for(lambda: arp.replies, timeout=WAIT, interval=0.1, what="an ARP answer from another chassis")
+                answered = arp.replies[0] - removed
+            finally:
+                arp.stop()
+            moved = n.cr_chassis(bed)
+            assert moved not in (None, active)
+            wait_for(lambda: n.network()["status"].get("servingChassis") == moved, timeout=WAIT,
+                     what="status.servingChassis on the new chassis")
+            print(f"\n[wire] trunk link of {active} down: 10/10 ARP unanswered, cr- stayed, status Ready; "
+                  f"ready label removed: first ARP answer after {answered:.2f}s, from {moved}")
+        finally:
+            dp.set_trunk_link(cut, True)
+            a.core.patch_node(cut.name, {"metadata": {"labels": {label: "true"}}})

@@ -358,6 +358,12 @@ class DataPlane:
             wait_dead(pid, 10.0)
         _kill(pidfile)  # nothing when it is gone; SIGTERM when the exit did not end it
 
+    def set_trunk_link(self, chassis: Chassis, up: bool) -> None:
+        """The chassis' trunk link down or up at the trunk's side (a cable or switch port
+        lost: its ``uplink`` has no carrier); its underlay, and so Geneve and BFD, stay up."""
+        i = self.chassis.index(chassis) + 1
+        _run(["ip", "-n", self.trunk_ns, "link", "set", f"t{i}", "up" if up else "down"])
+
     def reprovision(self, chassis: Chassis, system_id: str) -> Chassis:
         """Field report R7: the node's OVS re-provisioned under a new ``system-id``. Its
         ovn-controller stops as at a node agent's shutdown (its SB Chassis row goes, its
