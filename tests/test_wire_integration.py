@@ -39,7 +39,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 
-from hack.bed import CHASSIS_ANNOTATION, DATAPLANE_PROVIDER, DataPlane, LocalCluster, Prober, Vm, ovsdb_rows
+from hack.bed import CHASSIS_ANNOTATION, DATAPLANE_PROVIDER, Chassis, DataPlane, LocalCluster, Prober, Vm, ovsdb_rows
 from hack.objects import Admin, reason, unique, wait_condition
 from hack.vms import pod_on_subnet, vm_for_network
 from hack.wait import wait_for
@@ -276,6 +276,16 @@ def reaches(vm: Vm, address: str) -> bool:
         return False
 
 
+def serving_vm(n: "Net", bed: LocalCluster, dp: DataPlane, name: str) -> tuple[Vm, Chassis]:
+    """Network ``n`` Ready, a VM ``name`` on it that reaches its gateway, and the chassis
+    OVN settled ``cr-`` on (:meth:`Net.settled`)."""
+    n.wait("Ready", "Ready")
+    vm = n.vm(dp, name)
+    assert reaches(vm, n.gateway)
+    active = n.settled(bed)
+    return vm, next(c for c in dp.chassis if c.system_id == active)
+
+
 def test_another_tenants_vm_reaches_nothing_of_this_tenant_next_to_its_own_gateway(bed, dp, peers_admin):
     """Two tenants, each a VPC and a VLAN of its own on the one trunk: each VM reaches its own
     gateway (the positive control), and neither its ARP nor its ping gets anything of the
@@ -383,13 +393,10 @@ def test_with_the_sb_read_the_failover_survivor_keeps_the_gateway_when_the_faile
     a = peers_admin
     n = Tenant(a, 3270).subnet(83)
     with gateway_controller(bed, ovn_sb_address=bed.sb_tcp):
-        n.wait("Ready", "Ready")
-        vm = n.vm(dp, "vm-keep")
-        assert reaches(vm, n.gateway)
-        active = n.settled(bed)
+        vm, chassis = serving_vm(n, bed, dp, "vm-keep")
+        active = chassis.system_id
         wait_for(lambda: (n.network().get("status") or {}).get("servingChassis") == active, timeout=WAIT,
                  what="status.servingChassis on the active chassis")
-        chassis = next(c for c in dp.chassis if c.system_id == active)
         ping = Prober(vm, "ping", n.gateway)
         try:
             dp.kill_vswitchd(chassis)
@@ -606,11 +613,8 @@ def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_g
     a = peers_admin
     n = Tenant(a, 3300).subnet(89)
     with gateway_controller(bed, ovn_sb_address=bed.sb_tcp):
-        n.wait("Ready", "Ready")
-        vm = n.vm(dp, "vm-r7")
-        assert reaches(vm, n.gateway)
-        active = n.settled(bed)
-        old = next(c for c in dp.chassis if c.system_id == active)
+        vm, old = serving_vm(n, bed, dp, "vm-r7")
+        active = old.system_id
         holders, ping = Holders(bed, n.lrp), Prober(vm, "ping", n.gateway)
         new = old
         try:
@@ -664,11 +668,8 @@ def test_a_trunk_link_lost_under_a_live_underlay_is_invisible_to_ovn_and_the_doc
     n = Tenant(a, 3310).subnet(90)
     label = f"{DATAPLANE_PROVIDER}.provider-network.kubernetes.io/ready"
     with gateway_controller(bed, ovn_sb_address=bed.sb_tcp):
-        n.wait("Ready", "Ready")
-        vm = n.vm(dp, "vm-link")
-        assert reaches(vm, n.gateway)
-        active = n.settled(bed)
-        cut = next(c for c in dp.chassis if c.system_id == active)
+        vm, cut = serving_vm(n, bed, dp, "vm-link")
+        active = cut.system_id
         dp.set_trunk_link(cut, False)
         try:
             assert vm.arping(n.gateway, count=10, timeout=10) == []  # 10 s: nothing answers
