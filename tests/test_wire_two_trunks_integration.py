@@ -145,6 +145,7 @@ def test_the_status_follows_the_serving_chassis_and_says_when_nothing_serves(bed
             (group,) = ha_chassis_groups(bed.nbctl, n.group)
             assert sorted(group["chassis"]) == sorted(c.system_id for c in dp.chassis)  # never emptied
             print(f"\n[wire] nothing serves: Ready=False/NoServingChassis {took:.1f}s after the last ovn-controller stopped")
+            print(f"[wire] GatewayReady: {gw}; cozy_proxmox_network_gateway_bound {bound_gauge(ctl, n)}")
             # doctor names it: the serving line and the GatewayReady warning.
             doc = subprocess.run([sys.executable, "-m", "controller.main", "doctor", f"--kubeconfig={bed.admin_kubeconfig}",
                                   "-n", n.ns, n.name], capture_output=True, text=True, timeout=60,
