@@ -40,7 +40,8 @@ SERVING_SETTLE = 5.0
 SERVING_CHASSIS = "servingChassis"  # status field: the SB chassis holding cr-<router port>
 GATEWAY_MTU = "gatewayMtu"  # status field: the router port's options:gateway_mtu (product-decisions.md §10)
 # GatewayReady reasons next to which the router port's group, and so its gateway_mtu, stands.
-GROUP_STANDS = (reasons.CHASSIS_ASSIGNED, reasons.SB_UNAVAILABLE, reasons.NO_SERVING_CHASSIS, reasons.NB_UNAVAILABLE)
+GROUP_STANDS = (reasons.CHASSIS_ASSIGNED, reasons.SB_UNAVAILABLE, reasons.NO_SERVING_CHASSIS, reasons.NB_UNAVAILABLE,
+                reasons.NO_TRUNK_NODES)
 COLLECT_PERIOD = 300.0  # DefaultGatewayCollectPeriod (§9.6)
 FAILING_SINCE = "gatewayFailingSince"  # status field holding the failure start
 
@@ -308,7 +309,7 @@ def gateway_status(
     state = outcome.state
     recovered = FAILING_SINCE in old_status
     status.pop(FAILING_SINCE, None)
-    if state.assigned and state.mtu > 0:
+    if state.mtu > 0:
         status[GATEWAY_MTU] = state.mtu
     else:
         status.pop(GATEWAY_MTU, None)

@@ -307,6 +307,7 @@ class Manager:
             options.ovn_nb_address, enqueue=lambda key: nets.add(NetworkKey.parse(key)), tls_source=tls_source,
             on_commit=self.metrics.gateway_nb_transaction,
             enqueue_after=lambda key, delay: nets.queue.add_after(NetworkKey.parse(key), delay),
+            clear_mtu=options.overlay_mtu > 0,
         )
         self.collector = GatewayCollector(applier, self._network_exists, self.metrics, options.gateway_collect_period)
         sb = None

@@ -89,6 +89,8 @@ class GatewayApplier:
     :param on_commit: called with ``ensure``/``release``/``collect`` per committed write.
     :param plan: the §9.4 decision, ``planner.plan_ensure``; a test passes a wrapper
         around it (to record its plans, or to edit the NB between plan and commit).
+    :param clear_mtu: a released group takes its ports' ``options:gateway_mtu`` with it (off
+        when the controller leaves the option alone: ``--overlay-mtu=0``).
     """
 
     def __init__(
@@ -103,8 +105,10 @@ class GatewayApplier:
         enqueue_after: Callable[[str, float], None] | None = None,
         lost_delay: float = LOST_DELAY,
         plan: Callable[..., planner.NBPlan] = planner.plan_ensure,
+        clear_mtu: bool = True,
     ) -> None:
         self.plan = plan
+        self.clear_mtu = clear_mtu
         self.enqueue = enqueue or (lambda key: None)
         self.enqueue_after = enqueue_after
         self.lost_delay = lost_delay
@@ -284,6 +288,7 @@ class GatewayApplier:
             if res.status in (SUCCESS, UNCHANGED):
                 if res.status == SUCCESS:
                     self._committed("ensure")
+                if res.status == SUCCESS and (state.created or state.adopted or state.updated):
                     with self._lock:
                         self._written[lrp] = _dt.datetime.now(_dt.timezone.utc)
                     log.info("updated OVN HA chassis group", group=planner.group_name(vpc, subnet),
@@ -377,7 +382,7 @@ class GatewayApplier:
     def _delete_group(self, txn, idl, group: ovs.db.idl.Row) -> tuple[str, list[str]]:
         ports = self.lrp_by_group.get(idl, str(group.uuid))
         done = str(group.name), sorted(str(p.name) for p in ports)  # read before the delete
-        apply_plan(txn, idl, planner.plan_delete(observe(ports, [group]), str(group.uuid)))
+        apply_plan(txn, idl, planner.plan_delete(observe(ports, [group]), str(group.uuid), self.clear_mtu))
         return done
 
     def owned_groups(self) -> list[tuple[str, str, str]]:

@@ -412,12 +412,13 @@ GATEWAY_MTU_OPTION = "gateway_mtu"
 # Kube-OVN's default pod MTU on Geneve: a 1500-byte tunnel NIC less its 100-byte budget for
 # the encapsulation (kube-ovn pkg/util/const.go GeneveHeaderLength, pkg/daemon/config.go).
 KUBE_OVN_OVERLAY_MTU = 1400
+PROXMOX_DEFAULT_MTU = 1500  # a VM NIC's MTU when the zone sets none (capmox leaves it to Proxmox)
 
 
 def gateway_mtu(zone_mtu: int | None, overlay_mtu: int) -> int:
     """The router port's ``options:gateway_mtu`` (product-decisions.md §10): the largest IP
     packet that crosses the gateway in both directions, the smaller of the VLAN's MTU (the
-    zone's ``mtu``; unset: the VMs' own, at least the overlay's) and the overlay's
+    zone's ``mtu``; unset: Proxmox's default, 1500) and the overlay's
     (``overlay_mtu``, what Kube-OVN gives pods: the Geneve tunnel carries no more). ovn-northd
     then answers a larger packet entering the router from the VLAN, or leaving it onto the
     VLAN, with ICMP "fragmentation needed" (``icmp4.frag_mtu`` = this value) instead of
@@ -427,7 +428,7 @@ def gateway_mtu(zone_mtu: int | None, overlay_mtu: int) -> int:
         return 0
     if isinstance(zone_mtu, int) and not isinstance(zone_mtu, bool) and zone_mtu > 0:
         return min(zone_mtu, overlay_mtu)
-    return overlay_mtu
+    return min(PROXMOX_DEFAULT_MTU, overlay_mtu)
 
 
 # --------------------------------------------------------------------------- §9.4 decision
@@ -466,7 +467,7 @@ class GatewayState:
     adopted: bool = False
     updated: bool = False
     members: tuple[str, ...] = ()
-    mtu: int = 0  # the port's options:gateway_mtu after the pass (0: not set by the controller)
+    mtu: int = 0  # the port's options:gateway_mtu after the pass (0: not managed by the controller)
 
     @property
     def active(self) -> str:
@@ -644,10 +645,11 @@ def plan_ensure(
             FOREIGN_GROUP, f'router port "{lrp}" already uses {_describe(snap, pointed[0])}; the controller leaves it alone',
         ), group=gp)
     # 5./6. Never attach an empty group (field report B06).
+    have_mtu = _int(str((port.get("options") or {}).get(GATEWAY_MTU_OPTION, ""))) if mtu > 0 else 0
     if not trunk:
         return NBPlan(GatewayState(
             NO_TRUNK_NODES, "no node of the zone's provider network is ready with an OVN chassis",
-            len(mine.chassis) if mine is not None else 0), group=gp)
+            len(mine.chassis) if mine is not None else 0, mtu=have_mtu if mine is not None else 0), group=gp)
 
     wanted = gp.chassis
     message = assigned_message(lrp, gname, wanted)
@@ -685,15 +687,15 @@ def plan_ensure(
             adopted = True
     if not pointed:
         actions.append(PointPort(port_uuid, group_ref))
-    have_mtu = str((port.get("options") or {}).get(GATEWAY_MTU_OPTION, ""))
-    if mtu > 0 and have_mtu != str(mtu):
+    group_written = bool(actions)
+    if mtu > 0 and have_mtu != mtu:
         actions.append(SetPortOption(port_uuid, GATEWAY_MTU_OPTION, str(mtu)))
     if actions:
         # The decision read both port columns: a concurrent change voids the whole
         # transaction (group insert included).
         guards.insert(0, Verify(LRP_TABLE, port_uuid, ("ha_chassis_group", "gateway_chassis")))
-    state = GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, bool(actions) and not created,
-                         tuple(c for c, _ in wanted), mtu if mtu > 0 else _int(have_mtu))
+    state = GatewayState(CHASSIS_ASSIGNED, message, len(wanted), created, adopted, group_written and not created,
+                         tuple(c for c, _ in wanted), mtu)
     return NBPlan(state, tuple(actions), tuple(guards), gp)
 
 
@@ -704,11 +706,11 @@ def _int(text: str) -> int:
         return 0
 
 
-def plan_delete(snap: Snapshot, group_uuid: str) -> NBPlan:
-    """Release of one group (§9.6): clear every router port pointing at it (and the
-    ``options:gateway_mtu`` the ensure wrote with it: the port is Kube-OVN's plain router port
-    again), then delete it, while it is still ours (``external_ids`` guarded) and no port
-    pointer moved."""
+def plan_delete(snap: Snapshot, group_uuid: str, clear_mtu: bool = True) -> NBPlan:
+    """Release of one group (§9.6): clear every router port pointing at it (and, with
+    ``clear_mtu``, the ``options:gateway_mtu`` the ensure wrote with it: the port is Kube-OVN's
+    plain router port again; off when the controller leaves the option alone), then delete it,
+    while it is still ours (``external_ids`` guarded) and no port pointer moved."""
     ports = sorted(u for u, r in snap.get(LRP_TABLE, {}).items()
                    if group_uuid in [str(g) for g in (r.get("ha_chassis_group") or ())])
     guards = [Verify(LRP_TABLE, p, ("ha_chassis_group",)) for p in ports]
@@ -716,7 +718,7 @@ def plan_delete(snap: Snapshot, group_uuid: str) -> NBPlan:
     actions: list[Action] = []
     for p in ports:
         actions.append(ClearPointer(p))
-        if GATEWAY_MTU_OPTION in (snap[LRP_TABLE][p].get("options") or {}):
+        if clear_mtu and GATEWAY_MTU_OPTION in (snap[LRP_TABLE][p].get("options") or {}):
             actions.append(DeletePortOption(p, GATEWAY_MTU_OPTION))
     actions.append(DeleteGroup(group_uuid))
     return NBPlan(GatewayState("", ""), tuple(actions), tuple(guards))

@@ -291,6 +291,7 @@ def test_default_rendering_applies_and_its_args_are_the_controllers_flags(helm, 
         True, True, "ssl:ovn-nb.cozy-kubeovn.svc:6641", ("cozy-kubeovn", "kube-ovn-tls"), "/run/ovn-tls")
     # product-decisions.md §10: the SB is read by default (Kube-OVN's ovn-sb Service); no failback.
     assert (a.ovn_sb_address, a.gateway_failback) == ("ssl:ovn-sb.cozy-kubeovn.svc:6642", False)
+    assert a.overlay_mtu == 1400  # §10: Kube-OVN's default pod MTU on Geneve
     assert (a.workers, a.resync_period, a.subnet_prune_timeout, a.log_level, a.log_format) == (4, 600.0, 600.0, "info", "json")
     assert (a.metrics_bind_address, a.health_probe_bind_address, a.metrics_secure) == (":8080", ":8081", False)
     dry_run_apply(kubectl, crds)
@@ -301,6 +302,8 @@ TOGGLES = {
     "gateway-off": {"gateway": {"manage": False}},
     "nb-over-tcp": {"ovn": {"nbAddress": "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641", "sbAddress": "tcp:10.0.0.1:6642"}},
     "sb-unread-failback-on": {"ovn": {"sbAddress": ""}, "gateway": {"failback": True}},
+    "overlay-mtu-jumbo": {"gateway": {"overlayMtu": 8900}},
+    "overlay-mtu-off": {"gateway": {"overlayMtu": 0}},
     "tls-elsewhere": {"ovn": {"nbAddress": "ssl:[fd00::1]:6641", "tlsSecret": "kube-system/ovn-certs", "tlsDir": "/tmp/tls"}},
     "admission-off": {"admission": {"enabled": False}},
     "admission-exemptions": {"admission": {"enabled": True, "exemptNamespaces": ["kube-system", "tenant-root"],
@@ -346,6 +349,8 @@ def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
         assert not [x for x in deployment_args(objs) if x.startswith("--ovn-")]
         assert tls_role == []
         assert "volumes" not in find(objs, "Deployment")[0]["spec"]["template"]["spec"]
+    elif toggle.startswith("overlay-mtu-"):
+        assert a.overlay_mtu == {"overlay-mtu-jumbo": 8900, "overlay-mtu-off": 0}[toggle]
     elif toggle == "sb-unread-failback-on":
         assert (a.ovn_sb_address, a.gateway_failback) == ("", True)
         assert not [x for x in deployment_args(objs) if x.startswith("--ovn-sb-address")]
@@ -497,6 +502,7 @@ REFUSED = [
      "- at '/ovn/nbAddress': 'ssl:ovn-nb.cozy-kubeovn.svc' does not match pattern"),
     ({"ovn": {"nbAddress": "tcp:10.0.0.1:6641,ssl:10.0.0.2"}}, "- at '/ovn/nbAddress': 'tcp:10.0.0.1:6641,ssl:10.0.0.2' does not match"),
     ({"logFormat": "text"}, "- at '/logFormat': value must be one of 'json', 'console'"),
+    ({"gateway": {"overlayMtu": 100}}, "- at '/gateway/overlayMtu': minimum: got 100, want 576"),
     ({"logLevel": "warn"}, "- at '/logLevel': value must be one of 'debug', 'info'"),
     ({"replicas": 2, "leaderElection": {"enabled": False}}, "- at '/replicas': maximum: got 2, want 1"),
     ({"resyncPeriod": "10 minutes"}, "- at '/resyncPeriod': '10 minutes' does not match pattern"),
@@ -846,3 +852,29 @@ def test_two_releases_in_two_namespaces_elect_one_allocator(helm, bed, kubectl, 
         proc.proc.send_signal(signal.SIGTERM)
         assert proc.proc.wait(20) == 0
         wait_for(eps[other].leads, timeout=30, what="the other release's replica leading")
+
+
+def test_what_tenant_networks_stand_on_is_kept_on_uninstall(helm):
+    """product-decisions.md §10: the package's uninstall never removes what live tenant
+    networks stand on: the trunk ProviderNetwork (every tenant Vlan names it) and the transit
+    network (Vlan, NetworkAttachmentDefinition, Subnet) stay, as the zones and the CRDs do."""
+    values = {"providerNetwork": {"create": True, "name": "pn", "defaultInterface": "eth1"},
+              "transit": {"enabled": True}}
+    objs = render(helm, CHART, values)
+    standing = [o for o in objs if o["kind"] in ("ProviderNetwork", "Vlan", "NetworkAttachmentDefinition", "Subnet")]
+    assert sorted(o["kind"] for o in standing) == ["NetworkAttachmentDefinition", "ProviderNetwork", "Subnet", "Vlan"]
+    assert [(o["kind"], (o["metadata"].get("annotations") or {}).get("helm.sh/resource-policy")) for o in standing] == \
+        [(o["kind"], "keep") for o in standing]
+
+
+def test_tenants_read_their_networks_through_kubernetes_own_roles(helm):
+    """A tenant with the built-in view, edit or admin role in its namespace reads its
+    ProxmoxNetworks on plain Kubernetes too (the aggregation labels' convention), besides
+    Cozystack's tenant view role."""
+    (role,) = find(render(helm, CHART), "ClusterRole", "cozy:proxmox-networks:view")
+    labels = role["metadata"]["labels"]
+    for r in ("view", "edit", "admin"):
+        assert labels[f"rbac.authorization.k8s.io/aggregate-to-{r}"] == "true"
+    assert labels["rbac.cozystack.io/aggregate-to-tenant-view"] == "true"
+    assert role["rules"] == [{"apiGroups": ["proxmox.cozystack.io"], "resources": ["proxmoxnetworks"],
+                              "verbs": ["get", "list", "watch"]}]

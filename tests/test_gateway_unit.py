@@ -296,3 +296,52 @@ def test_a_holder_seen_within_the_settle_time_of_the_groups_write_is_left_out_un
     assert settled_serving("ch-b", t0, t0 + dt.timedelta(seconds=5), 5.0) == ("ch-b", None)
     assert settled_serving("ch-b", None, t0, 5.0) == ("ch-b", None)  # never written by this process
     assert settled_serving("", t0, t0, 5.0) == ("", None)
+
+
+def test_a_holder_left_out_for_the_settle_time_brings_the_pass_back_when_it_ends():
+    """The holder OVN shows (ch-b) is not on top because the group was just written: the pass
+    comes back when the settle time ends (``deferred``), so the holder is raised then."""
+    net = {"metadata": {"namespace": "ns", "name": "net", "uid": "u"}}
+    state = planner.GatewayState("ChassisAssigned", "msg", 2, members=("ch-a", "ch-b"))
+    old = {"conditions": [cond("True", "ChassisAssigned")]}
+    b = Binding(True, True, "ch-b", "pve-2", T0)
+    _, recheck = gateway_status(GatewayOutcome(state, deferred=3.5), net, LRP, {}, [], old, 3, T0, binding=b)
+    assert recheck == 3.5
+    # The holder already on top, or nothing deferred: no early pass.
+    on_top = planner.GatewayState("ChassisAssigned", "msg", 2, members=("ch-b", "ch-a"))
+    assert gateway_status(GatewayOutcome(on_top, deferred=3.5), net, LRP, {}, [], old, 3, T0, binding=b)[1] is None
+    assert gateway_status(GatewayOutcome(state), net, LRP, {}, [], old, 3, T0, binding=b)[1] is None
+
+
+class _Applier:
+    """The NB writer's surface GatewayStep.ensure uses, recording what it is asked."""
+
+    def __init__(self, written_at):
+        self.calls: list = []
+        self._written_at = written_at
+
+    def ensure(self, key, vpc, subnet, trunk, siblings, serving, mtu):
+        self.calls.append((serving, mtu))
+        return planner.GatewayState("ChassisAssigned", "msg", 1, members=("ch-a",), mtu=mtu)
+
+    def written_at(self, lrp):
+        return self._written_at
+
+
+@pytest.mark.parametrize("written_ago, failback, serving", [
+    (60.0, False, "ch-b"),  # written long ago: the holder is kept on top
+    (1.0, False, ""),  # written a second ago: OVN still settles it
+    (60.0, True, ""),  # failback: never kept
+])
+def test_the_gateway_step_hands_the_writer_the_settled_holder_and_the_bounded_mtu(written_ago, failback, serving):
+    from controller.gateway import GatewayStep
+
+    written = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=written_ago)
+    applier = _Applier(written)
+    step = GatewayStep(applier, None, None, None, failback=failback, overlay_mtu=1400)  # type: ignore[arg-type]
+    outcome = step.ensure("ns/net", "vpc", "sub", [], frozenset(), "ch-b", 1450)
+    assert applier.calls == [(serving, 1400)]
+    assert outcome.state.mtu == 1400
+    assert (outcome.deferred is not None) == (written_ago < 5.0 and not failback)
+    step.ensure("ns/net", "vpc", "sub", [], frozenset(), "ch-b", None)
+    assert applier.calls[-1][1] == 1400  # no zone mtu: min(1500, 1400)

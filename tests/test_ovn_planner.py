@@ -520,7 +520,8 @@ def test_a_node_joining_or_returning_never_moves_the_serving_gateway():
 # -- the path MTU (product-decisions.md §10) -------------------------------------------------
 
 @pytest.mark.parametrize("zone, overlay, want", [
-    (None, 1400, 1400),  # no zone MTU: the VMs' own is at least the overlay's
+    (None, 1400, 1400),  # no zone MTU: the VM NIC's default, 1500, bounds it
+    (None, 8900, 1500),  # jumbo overlay, no zone MTU: the VMs still send 1500
     (1450, 1400, 1400),  # the sample zone: the Geneve tunnel carries less than the VLAN
     (1300, 1400, 1300),  # a small VLAN: packets to the VMs are bounded by it
     (9000, 8900, 8900),  # jumbo underlay
@@ -555,10 +556,14 @@ def test_plan_ensure_steady_state_with_the_mtu_in_place_plans_nothing_and_a_chan
     for options in ({}, {"gateway_mtu": "1500"}, {"gateway_mtu": "junk"}):
         p = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], steady(options), mtu=1400)
         assert p.actions == (planner.SetPortOption("p1", "gateway_mtu", "1400"),)
-        assert p.state.updated and p.state.mtu == 1400
-    # mtu 0: whatever the port carries is left alone, and reported as it is.
+        # The option alone is no group update (no Event, no new settle time).
+        assert not p.state.updated and p.state.mtu == 1400
+    # mtu 0: whatever the port carries is left alone and not reported as the controller's.
     left = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], steady({"gateway_mtu": "1442"}), mtu=0)
-    assert (left.actions, left.state.mtu) == ((), 1442)
+    assert (left.actions, left.state.mtu) == ((), 0)
+    # No trunk node left: the group and its option stay on the port, and the MTU is reported.
+    gone = planner.plan_ensure(NET, "v", "s", [], steady({"gateway_mtu": "1400"}), mtu=1400)
+    assert (gone.state.reason, gone.actions, gone.state.mtu) == ("NoTrunkNodes", (), 1400)
 
 
 def test_no_gateway_mtu_is_written_where_no_group_is():
@@ -576,6 +581,9 @@ def test_plan_delete_takes_the_gateway_mtu_off_with_the_pointer():
     p = planner.plan_delete(s, "g1")
     assert p.actions == (planner.ClearPointer("p1"), planner.DeletePortOption("p1", "gateway_mtu"),
                          planner.ClearPointer("p2"), planner.DeleteGroup("g1"))
+    # --overlay-mtu=0: the option is the operator's, and stays.
+    kept = planner.plan_delete(s, "g1", clear_mtu=False)
+    assert kept.actions == (planner.ClearPointer("p1"), planner.ClearPointer("p2"), planner.DeleteGroup("g1"))
 
 
 def test_r7_the_failed_over_successor_stays_on_top_while_the_returning_node_has_a_new_chassis_id():
