@@ -669,6 +669,7 @@ class PoolOverlap:
     kind: str
     name: str
     shared: tuple[Span, ...]
+    created: str = ""  # the other pool's metadata.creationTimestamp (RFC 3339, "" unknown)
 
     def __str__(self) -> str:
         more = f" and {len(self.shared) - 1} more range(s)" if len(self.shared) > 1 else ""
@@ -704,8 +705,45 @@ def find_pool_overlaps(
             continue
         shared = shared_spans(spans, pool_spans(obj.get("spec")))
         if shared:
-            found[(kind, name)] = PoolOverlap(kind, name, tuple(shared))
+            created = _text((obj.get("metadata") or {}).get("creationTimestamp"))
+            found[(kind, name)] = PoolOverlap(kind, name, tuple(shared), created)
     return sorted(found.values(), key=lambda o: (_KIND_ORDER.get(o.kind, 9), o.kind, o.name))
+
+
+def overlaps_that_count(
+    overlaps: Iterable[PoolOverlap],
+    own: tuple[str, str],
+    own_vpc: str,
+    pool_vpcs: Mapping[str, frozenset[str]],
+) -> list[PoolOverlap]:
+    """Of :func:`find_pool_overlaps`' result, those that are ``PoolOverlapsPool`` on the
+    network's own pool (product-decisions.md §10, "Addresses are unique per VPC"):
+
+    * a pool of another network whose VPCs (``pool_vpcs[name]``) are all other than
+      ``own_vpc``: never (VPCs are separate address spaces);
+    * a pool of another network in the same VPC (or of unknown VPC): only when the network's
+      own pool came later (``own``: ``(creationTimestamp, name)``; an older pool, or one
+      created in the same second with a smaller name, keeps its network Ready; the later one
+      carries the condition);
+    * a pool of no network (a plain InClusterIPPool, a GlobalInClusterIPPool): always, whatever
+      its age (machines of the VPC may draw from it, and it has no network to carry the
+      condition).
+
+    :param own_vpc: the VPC of the network's Subnet ("" unknown: the VPC rule is skipped).
+    :param pool_vpcs: ``<namespace>/<name>`` of an InClusterIPPool that networks use -> their
+        VPCs; a pool absent from it belongs to no network.
+    """
+    out: list[PoolOverlap] = []
+    for o in overlaps:
+        vpcs = pool_vpcs.get(o.name) if o.kind == IN_CLUSTER_IP_POOL else None
+        if vpcs is None:
+            out.append(o)
+            continue
+        if own_vpc and vpcs and own_vpc not in vpcs:
+            continue
+        if (o.created, o.name) < own:
+            out.append(o)
+    return out
 
 
 def pool_overlaps_message(pool: str, overlaps: Sequence[PoolOverlap]) -> str:

@@ -72,10 +72,17 @@ def held_only_by_us(subnet: Mapping[str, Any]) -> int:
     return ips_in_use(subnet)
 
 
+def subnet_vpc(subnet: Mapping[str, Any]) -> str:
+    """The VPC a Subnet is in, once Kube-OVN has defaulted it: ``spec.vpc``, or
+    :data:`DEFAULT_VPC` when empty."""
+    spec = subnet.get("spec")
+    return str((spec.get("vpc") if isinstance(spec, Mapping) else "") or DEFAULT_VPC)
+
+
 def in_default_vpc(subnet: Mapping[str, Any]) -> bool:
     """The Subnet is, or will be once Kube-OVN has defaulted it, in the default VPC: its
     ``spec.vpc`` is empty or :data:`DEFAULT_VPC`."""
-    return str((subnet.get("spec") or {}).get("vpc") or "") in ("", DEFAULT_VPC)
+    return subnet_vpc(subnet) == DEFAULT_VPC
 
 
 def foreign_vpc_note(subnet: Mapping[str, Any], vpc: Mapping[str, Any] | None, namespace: str) -> str:

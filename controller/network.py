@@ -10,19 +10,20 @@ their index functions and the observer; the rules live in the planner.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import structlog
 
-from controller import conditions, names, prune, reasons
+from controller import conditions, kubeovn, names, prune, reasons
 from controller.addresses import (
     GLOBAL_IN_CLUSTER_IP_POOL,
     IN_CLUSTER_IP_POOL,
     WIDE,
     Span,
     pool_buckets,
+    pool_name,
     pool_spans,
 )
 from controller.apply import Executor, run
@@ -226,6 +227,27 @@ class NetworkReconciler:
         """
         return run(plan_network, self.observe(key), self.executor)
 
+    def pool_vpcs(self, others: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, frozenset[str]]:
+        """``<namespace>/<name>`` of each InClusterIPPool of ``others`` that networks use ->
+        the VPCs of those networks' Subnets (a network whose Subnet is not cached adds none)."""
+        out: dict[str, frozenset[str]] = {}
+        for kind, pool in others:
+            if kind != IN_CLUSTER_IP_POOL or not isinstance(pool, Mapping):
+                continue
+            name = pool_name(kind, pool)
+            if name in out:
+                continue
+            vpcs: set[str] = set()
+            users = self.l.networks.by_index("ippool", name)
+            for net in users:
+                sname = (net.get("spec") or {}).get("subnet")
+                sub = self.l.subnets.get(sname) if isinstance(sname, str) and sname and self.l.subnets else None
+                if sub is not None:
+                    vpcs.add(kubeovn.subnet_vpc(sub))
+            if users:
+                out[name] = frozenset(vpcs)
+        return out
+
     def observe(self, key: str) -> NetworkSnapshot:
         """Everything a pass over ``key`` reads from the caches (no API call)."""
         net = self.recent.get(key)
@@ -263,6 +285,7 @@ class NetworkReconciler:
             siblings = self.gateway.siblings(vpc) if vpc else frozenset()
             binding = self.gateway.binding(vpc, sname) if vpc else None
         own = pool_spans(pool.get("spec")) if pool is not None else ()
+        others = tuple(overlap_candidates(self.l.pools, self.l.global_pools, own))
         on_vlan = self.l.subnets.by_index("vlan", sname) if sname and self.l.subnets is not None else []
         return attrs.evolve(
             base,
@@ -277,7 +300,8 @@ class NetworkReconciler:
             subnet_bound=bool(on_vlan),
             strangers=tuple(sorted(str(o["metadata"]["name"]) for o in on_vlan if o["metadata"]["name"] != sname)),
             pool=pool,
-            other_pools=tuple(overlap_candidates(self.l.pools, self.l.global_pools, own)),
+            other_pools=others,
+            pool_vpcs=self.pool_vpcs(others),
             kube_ovn_ips=(tuple(self.l.kube_ovn_ips.by_index("subnet", sname))
                           if own and sname and self.l.kube_ovn_ips is not None else ()),
             pool_addresses=(tuple(self.l.addresses.by_index("ippool", f"{ns}/{pname}"))

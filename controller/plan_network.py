@@ -55,6 +55,7 @@ from controller.addresses import (
     find_address_conflicts,
     find_duplicate_addresses,
     find_pool_overlaps,
+    overlaps_that_count,
     pool_overlaps_message,
     pool_cidrs,
     pool_spans,
@@ -143,6 +144,9 @@ class NetworkSnapshot:
     :ivar other_pools: ``(kind, pool)`` of the InClusterIPPools (any namespace) and
         GlobalInClusterIPPools that may share addresses with ``pool`` (the overlap index's
         candidates; the planner checks them exactly). May include ``pool`` itself.
+    :ivar pool_vpcs: ``<namespace>/<name>`` of each InClusterIPPool of ``other_pools`` that
+        networks use -> the VPCs of their Subnets (product-decisions.md §10: addresses are
+        unique per VPC).
     :ivar kube_ovn_ips: the Kube-OVN IPs of ``spec.subnet`` (cache).
     :ivar pool_addresses: the IPAddresses whose ``spec.poolRef`` names ``pool`` (cache).
     :ivar consumers: the pool's consumers counted from the caches.
@@ -176,6 +180,7 @@ class NetworkSnapshot:
     strangers: tuple[str, ...] = ()
     pool: Mapping[str, Any] | None = None
     other_pools: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    pool_vpcs: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
     kube_ovn_ips: tuple[Mapping[str, Any], ...] = ()
     pool_addresses: tuple[Mapping[str, Any], ...] = ()
     consumers: Consumers = attrs.field(factory=Consumers)
@@ -712,7 +717,11 @@ class _Live:
                           f'InClusterIPPool "{pname}" does not exist in this namespace', gen, clock)
             return
         own = pool_spans(pool.get("spec"))
-        overlaps = find_pool_overlaps((IN_CLUSTER_IP_POOL, f"{self.ns}/{pname}"), own, self.s.other_pools)
+        own_vpc = kubeovn.subnet_vpc(subnet) if subnet is not None else ""
+        overlaps = overlaps_that_count(
+            find_pool_overlaps((IN_CLUSTER_IP_POOL, f"{self.ns}/{pname}"), own, self.s.other_pools),
+            (str((pool.get("metadata") or {}).get("creationTimestamp") or ""), f"{self.ns}/{pname}"),
+            own_vpc, self.s.pool_vpcs)
         conflicts = find_address_conflicts(own, self.s.kube_ovn_ips, self.s.pool_addresses)
         twice = find_duplicate_addresses(self.s.pool_addresses)
         self.overlaps, self.conflicts = len(overlaps), len(conflicts) + len(twice)

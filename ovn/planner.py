@@ -301,7 +301,7 @@ def wanted_chassis(
     failed chassis returns (product-decisions.md §10); else the VPC's current active chassis
     (``pick_active`` over the groups' votes; ``votes`` from ``tally_votes`` may be passed
     instead of the groups) while it is still in ``trunk``; else the first of ``successors``
-    (the port's own group, highest priority first) still in ``trunk``: the chassis OVN fails
+    (the port's own group when it votes, highest priority first) still in ``trunk``: the chassis OVN fails
     over to when the active one leaves, so a node that left and comes back under a new chassis
     ID (field report R7) joins below it instead of taking the gateway back.
     """
@@ -365,7 +365,9 @@ def plan_group(
     c = claim(mine, network_key)
     wanted = list(wanted)
     if wanted and isinstance(wanted[0], TrunkNode):
-        successors = [c for c, _ in sorted(mine.chassis, key=lambda c: (-c[1], c[0]))] if mine is not None else []
+        # Only a group of ours in the planner's shape names successors (as only it votes).
+        successors = ([c for c, _ in sorted(mine.chassis, key=lambda c: (-c[1], c[0]))]
+                      if mine is not None and group_vote(mine) is not None else [])
         chassis = wanted_chassis(vpc, wanted, groups, votes, serving, successors)  # type: ignore[arg-type]
     elif wanted and isinstance(wanted[0], tuple):
         chassis = [(str(ch), int(p)) for ch, p in wanted]  # type: ignore[misc]

@@ -836,3 +836,42 @@ def test_overlap_lookups_do_not_grow_with_the_number_of_pools(layout):
         worst = max(worst, len(found))
         assert find_pool_overlaps(("InClusterIPPool", f"big/{obj['metadata']['name']}"), own, found) == []
     assert worst <= bound + 3
+
+
+# -- addresses are unique per VPC (product-decisions.md §10) ---------------------------------
+
+def _ov(name, created, kind="InClusterIPPool"):
+    from controller.addresses import PoolOverlap
+
+    return PoolOverlap(kind, name, ((4, 1, 2),), created)
+
+
+def test_an_overlap_with_another_vpcs_network_never_counts_and_within_one_vpc_only_the_later_pool_carries_it():
+    from controller.addresses import overlaps_that_count
+
+    own = ("2026-12-06T10:00:00Z", "a/pool")
+    older, newer = _ov("b/pool", "2026-12-06T09:00:00Z"), _ov("c/pool", "2026-12-06T11:00:00Z")
+    # Another VPC's network: not an overlap at all, however old.
+    assert overlaps_that_count([older, newer], own, "vpc-a", {"b/pool": frozenset({"vpc-b"}),
+                                                             "c/pool": frozenset({"vpc-c"})}) == []
+    # The same VPC: the later pool carries it; an older one keeps its network Ready.
+    same = {"b/pool": frozenset({"vpc-a"}), "c/pool": frozenset({"vpc-a"})}
+    assert overlaps_that_count([older, newer], own, "vpc-a", same) == [older]
+    # Same second: the smaller name is the earlier.
+    tie = _ov("0/pool", own[0])
+    assert overlaps_that_count([tie], own, "vpc-a", {"0/pool": frozenset({"vpc-a"})}) == [tie]
+    assert overlaps_that_count([_ov("z/pool", own[0])], own, "vpc-a", {"z/pool": frozenset({"vpc-a"})}) == []
+    # A network whose Subnet is not known yet (no VPC): the age rule alone.
+    assert overlaps_that_count([older, newer], own, "vpc-a", {"b/pool": frozenset(), "c/pool": frozenset()}) == [older]
+    # Our own VPC not known: the age rule alone too.
+    assert overlaps_that_count([older, newer], own, "", {"b/pool": frozenset({"vpc-b"}),
+                                                        "c/pool": frozenset({"vpc-b"})}) == [older]
+
+
+def test_a_pool_of_no_network_counts_whatever_its_age():
+    from controller.addresses import overlaps_that_count
+
+    own = ("2026-12-06T10:00:00Z", "a/pool")
+    plain, glob = _ov("b/twin", "2026-12-06T11:00:00Z"), _ov("shared", "2026-12-06T11:00:00Z", "GlobalInClusterIPPool")
+    # A global pool named like a network's pool is still a global pool.
+    assert overlaps_that_count([plain, glob], own, "vpc-a", {"shared": frozenset({"vpc-b"})}) == [plain, glob]

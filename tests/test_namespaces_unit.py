@@ -520,7 +520,7 @@ class RecordingGateway:
     def binding(self, vpc: str, subnet: str) -> None:
         return None  # the OVN SB is not read
 
-    def ensure(self, key, vpc, subnet, trunk, siblings, serving="") -> GatewayOutcome:
+    def ensure(self, key, vpc, subnet, trunk, siblings, serving="", zone_mtu=None) -> GatewayOutcome:
         self.evaluated.append(key)
         return GatewayOutcome(state=GatewayState(CHASSIS_ASSIGNED, "assigned", 1))
 

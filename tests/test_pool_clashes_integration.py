@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
 from typing import Iterator
 
 import pytest
@@ -89,11 +90,12 @@ def namespace(admin: Admin, hint: str) -> str:
 
 class Net:
     """One ProxmoxNetwork with its Subnet (``10.79.<o>.0/24``, ``excludeIps`` .1 and
-    .100-.150) and its pool (.100-.150), all sound: the network gets Ready."""
+    .100-.150) and its pool (.100-.150), all sound: the network gets Ready. ``octet``: another
+    network's ``o``, for the same addresses (in another VPC)."""
 
-    def __init__(self, admin: Admin, zone: str, ns: str, vpc: str) -> None:
+    def __init__(self, admin: Admin, zone: str, ns: str, vpc: str, octet: int | None = None) -> None:
         self.a, self.ns = admin, ns
-        self.o = next(_octets)
+        self.o = octet if octet is not None else next(_octets)
         self.p = f"10.79.{self.o}"
         self.name, self.sub, self.pool = "net", unique("pools-sub"), "vm-pool"
         admin.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
@@ -191,6 +193,36 @@ def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, 
     twin = admin.co.get_namespaced_custom_object(IPAM, POOL_V, ns, "inclusterippools", "twin")
     assert twin["spec"]["addresses"] == [f"{p}.151-{p}.160"]
     no_writes_on(peers_bed, peers_bed.controller_user, {"inclusterippools", "globalinclusterippools"})
+
+
+def test_the_same_addresses_in_two_vpcs_are_no_overlap_and_take_no_ready_network_down(admin, zone, ctl, vpc):
+    """product-decisions.md §10, "Addresses are unique per VPC", the operator's trial: tenant B
+    installs the same CIDR and VM range as tenant A, in its own VPC. Both networks are Ready,
+    neither names the other, both overlap gauges stay 0; A never leaves Ready meanwhile."""
+    a = Net(admin, zone, namespace(admin, "pools-ta"), vpc)
+    seen: list = []
+    done = threading.Event()
+
+    def watch_a() -> None:
+        while not done.wait(0.2):
+            seen.append(reason(a.get(), "Ready")[:2])
+
+    watch = threading.Thread(target=watch_a, daemon=True)
+    other = unique("pools-vpc-b")
+    make_vpc(admin, other)
+    watch.start()
+    try:
+        b = Net(admin, zone, namespace(admin, "pools-tb"), other, octet=a.o)  # waits for B's Ready
+        for n in (a, b):
+            assert reason(n.get(), "IPPoolReady") == ("True", "Ready", "pool lies inside the subnet's excludeIps")
+        ctl.resync()  # every network looked at again with both pools in the caches
+        for n in (a, b):
+            assert reason(n.get(), "Ready")[:2] == ("True", "Ready")
+            await_gauge(ctl, "cozy_proxmox_network_pool_overlaps", n.ns, n.name, 0)
+    finally:
+        done.set()
+        watch.join(10)
+    assert seen and set(seen) == {("True", "Ready")}, set(seen)
 
 
 def test_many_overlapping_pools_are_named_five_then_a_count(admin, zone, ctl, vpc):
