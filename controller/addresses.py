@@ -710,47 +710,52 @@ def find_pool_overlaps(
     return sorted(found.values(), key=lambda o: (_KIND_ORDER.get(o.kind, 9), o.kind, o.name))
 
 
-def overlaps_that_count(
+def split_overlaps(
     overlaps: Iterable[PoolOverlap],
     own: tuple[str, str],
     own_vpc: str,
     pool_vpcs: Mapping[str, frozenset[str]],
-) -> list[PoolOverlap]:
-    """Of :func:`find_pool_overlaps`' result, those that are ``PoolOverlapsPool`` on the
-    network's own pool (product-decisions.md §10, "Addresses are unique per VPC"):
+) -> tuple[list[PoolOverlap], list[PoolOverlap]]:
+    """Of :func:`find_pool_overlaps`' result, ``(carried, later)``: the overlaps the network's
+    own pool carries as ``PoolOverlapsPool`` (False: the network is not Ready), and the later
+    pools of no network it only warns of (True: it stays Ready). product-decisions.md §10,
+    "Addresses are unique per VPC"; a pool's age is ``(creationTimestamp, name)``:
 
     * a pool of another network whose VPCs (``pool_vpcs[name]``) are all other than
-      ``own_vpc``: never (VPCs are separate address spaces);
-    * a pool of another network in the same VPC (or of unknown VPC): only when the network's
-      own pool came later (``own``: ``(creationTimestamp, name)``; an older pool, or one
-      created in the same second with a smaller name, keeps its network Ready; the later one
-      carries the condition);
-    * a pool of no network (a plain InClusterIPPool, a GlobalInClusterIPPool): always, whatever
-      its age (machines of the VPC may draw from it, and it has no network to carry the
-      condition).
+      ``own_vpc``: neither (VPCs are separate address spaces);
+    * a pool of another network in the same VPC (or of unknown VPC): carried when the own pool
+      came later, else nothing (the later network carries it);
+    * a pool of no network (a plain InClusterIPPool, a GlobalInClusterIPPool): carried when
+      the own pool came later (in a later second), else a warning (machines of the VPC may
+      draw from it, and a Ready network is never taken down by someone else's later choice).
 
+    :param own: ``(creationTimestamp, <namespace>/<name>)`` of the network's pool.
     :param own_vpc: the VPC of the network's Subnet ("" unknown: the VPC rule is skipped).
     :param pool_vpcs: ``<namespace>/<name>`` of an InClusterIPPool that networks use -> their
         VPCs; a pool absent from it belongs to no network.
     """
-    out: list[PoolOverlap] = []
+    carried: list[PoolOverlap] = []
+    later: list[PoolOverlap] = []
     for o in overlaps:
         vpcs = pool_vpcs.get(o.name) if o.kind == IN_CLUSTER_IP_POOL else None
+        if vpcs is not None and own_vpc and vpcs and own_vpc not in vpcs:
+            continue
         if vpcs is None:
-            out.append(o)
-            continue
-        if own_vpc and vpcs and own_vpc not in vpcs:
-            continue
-        if (o.created, o.name) < own:
-            out.append(o)
-    return out
+            # A pool of no network made in the same second counts as later: a Ready network
+            # is not taken down on a tie (creationTimestamp has whole seconds).
+            (carried if o.created < own[0] else later).append(o)
+        elif (o.created, o.name) < own:
+            carried.append(o)
+    return carried, later
 
 
-def pool_overlaps_message(pool: str, overlaps: Sequence[PoolOverlap]) -> str:
+def pool_overlaps_message(pool: str, overlaps: Sequence[PoolOverlap], later: bool = False) -> str:
     """The ``PoolOverlapsPool`` message: the overlapping pools, first five then a count,
-    each with the first range both hold, and what to fix."""
+    each with the first range both hold (``later``: made after this one, which stays Ready),
+    and what to fix."""
+    after = " (made after it: the network stays Ready)" if later else ""
     return (
-        f'addresses of InClusterIPPool "{pool}" are also in {first_shown(overlaps)}; the IPAM provider '
+        f'addresses of InClusterIPPool "{pool}" are also in {first_shown(overlaps)}{after}; the IPAM provider '
         "checks addresses only within one pool, so two machines can be given the same address: "
         "take the shared addresses out of one of the pools (spec.addresses or spec.excludedAddresses)"
     )

@@ -77,7 +77,7 @@ OUTAGE_REASONS = frozenset({"NBUnavailable", "SBUnavailable"})
 
 
 # True reasons that still carry a warning an operator should read (doctor prints them).
-WARNING_TRUE_REASONS = frozenset({"AllocatedOutsideRanges", "PoolExhausted"})
+WARNING_TRUE_REASONS = frozenset({"AllocatedOutsideRanges", "PoolExhausted", "PoolOverlapsPool"})
 # Notes of a True condition's message that warn: a gateway of fewer than three chassis
 # cannot fail over (ovn.planner.failover_note, appended to ChassisAssigned's message).
 WARNING_NOTES = (failover_note(1), failover_note(2))

@@ -212,6 +212,26 @@ def for_pool_overlap(kind: str, pool: Mapping[str, Any], listers: Any) -> list[N
     return [k for o in found if o.kind == IN_CLUSTER_IP_POOL for k in _networks(listers, "ippool", o.name)]
 
 
+def for_network_overlap(net: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
+    """A network came, went or changed its spec: the networks whose pools share an address
+    with its pool (whether a pool belongs to a network, and in which VPC, decides who carries
+    ``PoolOverlapsPool``: product-decisions.md §10)."""
+    ns = str((net.get("metadata") or {}).get("namespace") or "")
+    p = (net.get("spec") or {}).get("ipPool")
+    pool = listers.pools.get(f"{ns}/{p}") if isinstance(p, str) and p and ns and listers.pools is not None else None
+    own = NetworkKey.of(net)
+    return [k for k in for_pool_overlap(IN_CLUSTER_IP_POOL, pool, listers) if k != own] if pool else []
+
+
+def for_subnet_overlap(subnet: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
+    """A Subnet came, went or moved to another VPC: for each network naming it,
+    :func:`for_network_overlap`."""
+    out: list[NetworkKey] = []
+    for net in listers.networks.by_index("subnet", _name(subnet)):
+        out += [k for k in for_network_overlap(net, listers) if k not in out]
+    return out
+
+
 def for_vpc(vpc: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
     """A Kube-OVN Vpc changed (its ``spec.namespaces``): the networks whose Subnet is in it
     (their foreign-VPC report, field report R2)."""

@@ -22,7 +22,7 @@ import urllib3
 from kubernetes import client as k8s
 
 from controller import names
-from controller import keys
+from controller import keys, kubeovn
 from controller.controllers import Controller
 from controller.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
 from controller.egress import LABEL_GATEWAY, PODS, EgressGatewayPodReconciler
@@ -463,10 +463,15 @@ class Manager:
             for ns in keys_for_network(old, new):  # coalesced: one pass walks the whole namespace
                 nsq.queue.add_after(NamespaceKey(ns), NAMESPACE_COALESCE)
 
+        def overlaps_of(*objs: Mapping[str, Any]) -> None:
+            for o in objs:
+                nets.add_all(keys.for_network_overlap(o, l))
+
         self.networks.add_event_handler(
-            on_add=lambda o: (on_network(o), annotations_of(None, o)),
-            on_update=lambda old, new: (on_network(old), on_network(new), annotations_of(old, new)),
-            on_delete=lambda o: (on_network(o), annotations_of(o, None)),
+            on_add=lambda o: (on_network(o), annotations_of(None, o), overlaps_of(o)),
+            on_update=lambda old, new: (on_network(old), on_network(new), annotations_of(old, new),
+                                        old.get("spec") != new.get("spec") and overlaps_of(old, new)),
+            on_delete=lambda o: (on_network(o), annotations_of(o, None), overlaps_of(o)),
         )
 
         def on_zone(obj: Mapping[str, Any]) -> None:
@@ -513,10 +518,15 @@ class Manager:
             on_delete=lambda o: self.zone_controller.add_all(keys.for_provider_network(o, l)),
         )
 
+        def subnet_vpc_of(*subs: Mapping[str, Any]) -> None:
+            for o in subs:
+                nets.add_all(keys.for_subnet_overlap(o, l))
+
         self.subnets.add_event_handler(
-            on_add=lambda o: self._route(keys.for_subnet(o, l)),
-            on_update=lambda old, new: (self._route(keys.for_subnet(old, l)), self._route(keys.for_subnet(new, l))),
-            on_delete=lambda o: self._route(keys.for_subnet(o, l)),
+            on_add=lambda o: (self._route(keys.for_subnet(o, l)), subnet_vpc_of(o)),
+            on_update=lambda old, new: (self._route(keys.for_subnet(old, l)), self._route(keys.for_subnet(new, l)),
+                                        kubeovn.subnet_vpc(old) != kubeovn.subnet_vpc(new) and subnet_vpc_of(old, new)),
+            on_delete=lambda o: (self._route(keys.for_subnet(o, l)), subnet_vpc_of(o)),
         )
 
         if self.nodes is not None:

@@ -55,7 +55,7 @@ from controller.addresses import (
     find_address_conflicts,
     find_duplicate_addresses,
     find_pool_overlaps,
-    overlaps_that_count,
+    split_overlaps,
     pool_overlaps_message,
     pool_cidrs,
     pool_spans,
@@ -704,7 +704,10 @@ class _Live:
         :func:`controller.addresses.check_pool_split` (the pool's own fields and its place
         in the Subnet, ending with ``PoolOverlapsSubnet``); ``PoolOverlapsPool`` (another
         pool shares addresses); ``AddressConflict`` (a Kube-OVN IP holds one now); True
-        ``PoolExhausted``; True ``Ready``. The pool's own faults come first: until they are
+        ``PoolExhausted``; True ``Ready``. ``PoolOverlapsPool`` follows product-decisions.md §10
+        (:func:`controller.addresses.split_overlaps`): False on the pool that came later, True
+        (a warning, before ``PoolExhausted``) on a pool that a later pool of no network
+        overlaps. The pool's own faults come first: until they are
         fixed its addresses are not the ones it will hand out. The two clashes follow in the
         order of product-decisions.md §8; both gauges count whatever the condition shows
         (docs/api.md, "IPPoolReady")."""
@@ -718,13 +721,13 @@ class _Live:
             return
         own = pool_spans(pool.get("spec"))
         own_vpc = kubeovn.subnet_vpc(subnet) if subnet is not None else ""
-        overlaps = overlaps_that_count(
+        overlaps, later = split_overlaps(
             find_pool_overlaps((IN_CLUSTER_IP_POOL, f"{self.ns}/{pname}"), own, self.s.other_pools),
             (str((pool.get("metadata") or {}).get("creationTimestamp") or ""), f"{self.ns}/{pname}"),
             own_vpc, self.s.pool_vpcs)
         conflicts = find_address_conflicts(own, self.s.kube_ovn_ips, self.s.pool_addresses)
         twice = find_duplicate_addresses(self.s.pool_addresses)
-        self.overlaps, self.conflicts = len(overlaps), len(conflicts) + len(twice)
+        self.overlaps, self.conflicts = len(overlaps) + len(later), len(conflicts) + len(twice)
         ip = (pool.get("status") or {}).get("ipAddresses")
         if isinstance(ip, Mapping):
             status["ipPool"] = {k: ip.get(k) if isinstance(ip.get(k), int) else 0 for k in ("total", "used", "free")}
@@ -748,6 +751,10 @@ class _Live:
                 + ([duplicate_addresses_message(pname, twice)] if twice else []))
         if failure is not None:
             set_condition(conds, names.IPPOOL_READY, FALSE, failure[0], failure[1], gen, clock)
+            return
+        if later:
+            set_condition(conds, names.IPPOOL_READY, TRUE, reasons.POOL_OVERLAPS_POOL,
+                          pool_overlaps_message(pname, later, later=True), gen, clock)
             return
         usage = status.get("ipPool")
         if usage and usage.get("total", 0) > 0 and usage.get("free", 0) == 0:

@@ -847,31 +847,37 @@ def _ov(name, created, kind="InClusterIPPool"):
 
 
 def test_an_overlap_with_another_vpcs_network_never_counts_and_within_one_vpc_only_the_later_pool_carries_it():
-    from controller.addresses import overlaps_that_count
+    from controller.addresses import split_overlaps
 
     own = ("2026-12-06T10:00:00Z", "a/pool")
     older, newer = _ov("b/pool", "2026-12-06T09:00:00Z"), _ov("c/pool", "2026-12-06T11:00:00Z")
     # Another VPC's network: not an overlap at all, however old.
-    assert overlaps_that_count([older, newer], own, "vpc-a", {"b/pool": frozenset({"vpc-b"}),
-                                                             "c/pool": frozenset({"vpc-c"})}) == []
-    # The same VPC: the later pool carries it; an older one keeps its network Ready.
+    assert split_overlaps([older, newer], own, "vpc-a", {"b/pool": frozenset({"vpc-b"}),
+                                                        "c/pool": frozenset({"vpc-c"})}) == ([], [])
+    # The same VPC: the later pool carries it; an older one keeps its network Ready, no warning
+    # (the later network shows it).
     same = {"b/pool": frozenset({"vpc-a"}), "c/pool": frozenset({"vpc-a"})}
-    assert overlaps_that_count([older, newer], own, "vpc-a", same) == [older]
+    assert split_overlaps([older, newer], own, "vpc-a", same) == ([older], [])
     # Same second: the smaller name is the earlier.
     tie = _ov("0/pool", own[0])
-    assert overlaps_that_count([tie], own, "vpc-a", {"0/pool": frozenset({"vpc-a"})}) == [tie]
-    assert overlaps_that_count([_ov("z/pool", own[0])], own, "vpc-a", {"z/pool": frozenset({"vpc-a"})}) == []
+    assert split_overlaps([tie], own, "vpc-a", {"0/pool": frozenset({"vpc-a"})}) == ([tie], [])
+    assert split_overlaps([_ov("z/pool", own[0])], own, "vpc-a", {"z/pool": frozenset({"vpc-a"})}) == ([], [])
     # A network whose Subnet is not known yet (no VPC): the age rule alone.
-    assert overlaps_that_count([older, newer], own, "vpc-a", {"b/pool": frozenset(), "c/pool": frozenset()}) == [older]
+    assert split_overlaps([older, newer], own, "vpc-a", {"b/pool": frozenset(), "c/pool": frozenset()}) == ([older], [])
     # Our own VPC not known: the age rule alone too.
-    assert overlaps_that_count([older, newer], own, "", {"b/pool": frozenset({"vpc-b"}),
-                                                        "c/pool": frozenset({"vpc-b"})}) == [older]
+    assert split_overlaps([older, newer], own, "", {"b/pool": frozenset({"vpc-b"}),
+                                                   "c/pool": frozenset({"vpc-b"})}) == ([older], [])
 
 
-def test_a_pool_of_no_network_counts_whatever_its_age():
-    from controller.addresses import overlaps_that_count
+def test_a_pool_of_no_network_is_carried_when_older_and_only_a_warning_when_later():
+    from controller.addresses import split_overlaps
 
     own = ("2026-12-06T10:00:00Z", "a/pool")
-    plain, glob = _ov("b/twin", "2026-12-06T11:00:00Z"), _ov("shared", "2026-12-06T11:00:00Z", "GlobalInClusterIPPool")
-    # A global pool named like a network's pool is still a global pool.
-    assert overlaps_that_count([plain, glob], own, "vpc-a", {"shared": frozenset({"vpc-b"})}) == [plain, glob]
+    old_plain, new_plain = _ov("b/twin", "2026-12-06T09:00:00Z"), _ov("b/late", "2026-12-06T11:00:00Z")
+    glob = _ov("shared", "2026-12-06T11:00:00Z", "GlobalInClusterIPPool")
+    # Made in the same second: later (creationTimestamp has whole seconds; a tie takes no network down).
+    tie = _ov("b/tie", own[0])
+    assert split_overlaps([tie], own, "vpc-a", {}) == ([], [tie])
+    # A global pool named like a network's pool is still a pool of no network.
+    assert split_overlaps([old_plain, new_plain, glob], own, "vpc-a", {"shared": frozenset({"vpc-b"})}) == \
+        ([old_plain], [new_plain, glob])

@@ -134,7 +134,7 @@ def subnet(*, bound_to=SUBNET, vpc=VPC, cidr="10.0.0.0/24", gateway="10.0.0.1",
 
 
 def pool(*, addresses=("10.0.0.10-10.0.0.50",), prefix=24, gateway="10.0.0.1", ip=(41, 3, 38)):
-    return {"metadata": {"name": POOL, "namespace": NS},
+    return {"metadata": {"name": POOL, "namespace": NS, "creationTimestamp": "2026-12-01T10:00:00Z"},
             "spec": {"addresses": list(addresses), "prefix": prefix, "gateway": gateway},
             "status": {"ipAddresses": dict(zip(("total", "used", "free"), ip))}}
 
@@ -831,8 +831,13 @@ CONFLICT_TAIL = ("; a machine given one of them clashes with the pod: give the p
                  "address out of the pool (spec.excludedAddresses)")
 
 
-def other_pool(name, addresses, ns="tenant-b"):
-    meta = {"name": name, **({"namespace": ns} if ns else {})}
+POOL_MADE = "2026-12-01T10:00:00Z"  # the network's own pool's creationTimestamp (pool())
+BEFORE, AFTER = "2026-12-01T09:00:00Z", "2026-12-01T11:00:00Z"
+
+
+def other_pool(name, addresses, ns="tenant-b", created=BEFORE):
+    """Another pool, by default made before the network's (so an overlap is the network's)."""
+    meta = {"name": name, "creationTimestamp": created, **({"namespace": ns} if ns else {})}
     return {"metadata": meta, "spec": {"addresses": list(addresses), "prefix": 24, "gateway": "10.0.0.1"}}
 
 
@@ -852,6 +857,30 @@ def test_pool_overlapping_other_pools():
     assert p.crm("IPPoolReady") == ("False", "PoolOverlapsPool", message)
     assert p.crm("Ready") == ("False", "PoolOverlapsPool", message)
     assert Metric("set_pool_conflicts", (NS, NAME, 2, 0)) in p.applied
+
+
+def test_a_later_pool_of_no_network_is_a_warning_and_the_network_stays_ready():
+    """product-decisions.md §10: a Ready network is never taken down by someone else's later
+    choice; the pool made after it is named in a True PoolOverlapsPool (doctor prints it)."""
+    later = (("InClusterIPPool", other_pool("late", ["10.0.0.45"], created=AFTER)),)
+    p = drive(live(other_pools=later))
+    message = ('addresses of InClusterIPPool "pool-a" are also in InClusterIPPool tenant-b/late (10.0.0.45) '
+               "(made after it: the network stays Ready)" + OVERLAP_TAIL)
+    assert p.crm("IPPoolReady") == ("True", "PoolOverlapsPool", message)
+    assert p.crm("Ready")[:2] == ("True", "Ready")
+    assert Metric("set_pool_conflicts", (NS, NAME, 1, 0)) in p.applied
+
+
+@pytest.mark.parametrize("other_vpc, created, want", [
+    ("vpc-b", BEFORE, ("True", "Ready")),  # another VPC: no overlap, whatever the age
+    ("vpc-b", AFTER, ("True", "Ready")),
+    (VPC, BEFORE, ("False", "PoolOverlapsPool")),  # the same VPC, ours later: ours carries it
+    (VPC, AFTER, ("True", "Ready")),  # the same VPC, theirs later: their network carries it
+])
+def test_a_pool_of_another_network_overlaps_only_in_the_same_vpc_and_only_on_the_later_pool(other_vpc, created, want):
+    others = (("InClusterIPPool", other_pool("net-b-pool", ["10.0.0.45"], created=created)),)
+    p = drive(live(other_pools=others, pool_vpcs={"tenant-b/net-b-pool": frozenset({other_vpc})}))
+    assert p.crm("IPPoolReady")[:2] == want
 
 
 def test_pool_overlapping_nothing_but_itself_is_ready():

@@ -5,10 +5,11 @@ IPAM provider v1.0.3 (conftest ``peers_bed``, whose CRDs include the provider's
 GlobalInClusterIPPool and Kube-OVN's IP):
 
 * another InClusterIPPool (in the namespace, or any other) or a GlobalInClusterIPPool whose
-  addresses overlap the network's pool makes ``IPPoolReady=False/PoolOverlapsPool`` naming
-  the pools (first five, then a count), Ready False with the same reason and message, the
-  gauge ``cozy_proxmox_network_pool_overlaps`` counts them; it clears when the other pool
-  moves or goes. The provider itself accepts the overlap (it checks addresses only within
+  addresses overlap the network's pool: made before it, ``IPPoolReady=False/PoolOverlapsPool``
+  naming the pools (first five, then a count), Ready False with the same reason and message;
+  made after it, ``IPPoolReady=True/PoolOverlapsPool`` and the network stays Ready
+  (product-decisions.md §10); the gauge ``cozy_proxmox_network_pool_overlaps`` counts them;
+  it clears when the other pool moves or goes. The same addresses in two VPCs are no overlap. The provider itself accepts the overlap (it checks addresses only within
   one pool: cluster-api-ipam-provider-in-cluster #272, capmox #763);
 * a pod with a fixed ``ovn.kubernetes.io/ip_address`` inside the VM pool, which the real
   kube-ovn-controller admits and gives a Kube-OVN IP (kube-ovn #2653), is
@@ -24,6 +25,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
+import time
 from typing import Iterator
 
 import pytest
@@ -93,7 +95,7 @@ class Net:
     .100-.150) and its pool (.100-.150), all sound: the network gets Ready. ``octet``: another
     network's ``o``, for the same addresses (in another VPC)."""
 
-    def __init__(self, admin: Admin, zone: str, ns: str, vpc: str, octet: int | None = None) -> None:
+    def __init__(self, admin: Admin, zone: str, ns: str, vpc: str, octet: int | None = None, ready: bool = True) -> None:
         self.a, self.ns = admin, ns
         self.o = octet if octet is not None else next(_octets)
         self.p = f"10.79.{self.o}"
@@ -105,7 +107,8 @@ class Net:
                      "excludeIps": [f"{self.p}.1", f"{self.p}.100..{self.p}.150"]}})
         create_pool(admin, self.pool, [f"{self.p}.100-{self.p}.150"], self.p, ns=ns)
         admin.create_network(ns, self.name, zone, self.sub, self.pool)
-        self.wait("Ready", "Ready")
+        if ready:
+            self.wait("Ready", "Ready")
 
     def get(self) -> dict:
         return self.a.network(self.ns, self.name)
@@ -152,7 +155,14 @@ def await_gauge(ctl: Ctl, family: str, ns: str, name: str, value: float) -> None
     wait_for(lambda: gauge(ctl, family, ns, name) == value, timeout=30, what=f"{family} of {ns}/{name} == {value}")
 
 
-def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, zone, ctl, vpc):
+LATER = " (made after it: the network stays Ready)"
+
+
+def test_overlapping_pools_made_later_are_reported_on_the_ready_network_until_they_move_or_go(
+        admin, peers_bed, zone, ctl, vpc):
+    """product-decisions.md §10: pools of no network made after the network's overlap it; the
+    network stays Ready and names them in a True ``PoolOverlapsPool`` (a warning doctor
+    prints), the gauge counts them; it clears when they move or go."""
     ns, other_ns = namespace(admin, "pools-a"), namespace(admin, "pools-b")
     n = Net(admin, zone, ns, vpc)
     p = n.p
@@ -160,11 +170,10 @@ def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, 
     # A second InClusterIPPool in the namespace (the case of capmox #763); the provider takes it.
     create_pool(admin, "twin", [f"{p}.140-{p}.160"], p, ns=ns)
     msg = (f'addresses of InClusterIPPool "vm-pool" are also in InClusterIPPool {ns}/twin '
-           f"({p}.140-{p}.150)" + OVERLAP_TAIL)
+           f"({p}.140-{p}.150)" + LATER + OVERLAP_TAIL)
     obj = n.wait("IPPoolReady", "PoolOverlapsPool", msg)
-    assert reason(obj, "IPPoolReady") == ("False", "PoolOverlapsPool", msg)
-    assert reason(obj, "Ready") == ("False", "PoolOverlapsPool", msg)
-    assert obj["status"]["vlan"] in range(600, 650)  # the VLAN is kept
+    assert reason(obj, "IPPoolReady") == ("True", "PoolOverlapsPool", msg)
+    assert reason(obj, "Ready")[:2] == ("True", "Ready")
     await_gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net", 1)
 
     # One in another namespace, and a GlobalInClusterIPPool: InClusterIPPools first, by name.
@@ -173,7 +182,7 @@ def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, 
     create_pool(admin, glob, [f"{p}.120-{p}.121", f"{p}.130"], p)
     first, second = sorted([f"{ns}/twin ({p}.140-{p}.150)", f"{other_ns}/other ({p}.100)"])
     msg = (f'addresses of InClusterIPPool "vm-pool" are also in InClusterIPPool {first}, InClusterIPPool {second}, '
-           f"GlobalInClusterIPPool {glob} ({p}.120-{p}.121 and 1 more range(s))" + OVERLAP_TAIL)
+           f"GlobalInClusterIPPool {glob} ({p}.120-{p}.121 and 1 more range(s))" + LATER + OVERLAP_TAIL)
     n.wait("IPPoolReady", "PoolOverlapsPool", msg)
     await_gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net", 3)
 
@@ -182,17 +191,36 @@ def test_overlapping_pools_are_reported_until_they_move_or_go(admin, peers_bed, 
                                             {"spec": {"addresses": [f"{p}.151-{p}.160"]}})
     admin.co.delete_namespaced_custom_object(IPAM, POOL_V, other_ns, "inclusterippools", "other")
     msg = (f'addresses of InClusterIPPool "vm-pool" are also in GlobalInClusterIPPool {glob} '
-           f"({p}.120-{p}.121 and 1 more range(s))" + OVERLAP_TAIL)
+           f"({p}.120-{p}.121 and 1 more range(s))" + LATER + OVERLAP_TAIL)
     n.wait("IPPoolReady", "PoolOverlapsPool", msg)
 
     admin.co.delete_cluster_custom_object(IPAM, POOL_V, "globalinclusterippools", glob)
-    obj = n.wait("Ready", "Ready")
+    obj = n.wait("IPPoolReady", "Ready")
     assert reason(obj, "IPPoolReady") == ("True", "Ready", "pool lies inside the subnet's excludeIps")
     await_gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net", 0)
     # Never edited by us: the twin's spec is what the admin wrote.
     twin = admin.co.get_namespaced_custom_object(IPAM, POOL_V, ns, "inclusterippools", "twin")
     assert twin["spec"]["addresses"] == [f"{p}.151-{p}.160"]
     no_writes_on(peers_bed, peers_bed.controller_user, {"inclusterippools", "globalinclusterippools"})
+
+
+def test_a_network_whose_pool_came_after_an_overlapping_pool_carries_the_overlap(admin, zone, ctl, vpc):
+    """The later pool carries ``PoolOverlapsPool`` (False, Ready False with it): a network
+    made on addresses another pool already hands out."""
+    ns = namespace(admin, "pools-late")
+    o = next(_octets)
+    p = f"10.79.{o}"
+    create_pool(admin, "first", [f"{p}.120"], p, ns=ns)
+    made = admin.co.get_namespaced_custom_object(IPAM, POOL_V, ns, "inclusterippools", "first")
+    # creationTimestamp has whole seconds: the network's pool must come in a later one.
+    wait_for(lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()) > made["metadata"]["creationTimestamp"],
+             timeout=5, interval=0.05, what="the next second")
+    n = Net(admin, zone, ns, vpc, octet=o, ready=False)
+    msg = f'addresses of InClusterIPPool "vm-pool" are also in InClusterIPPool {ns}/first ({p}.120)' + OVERLAP_TAIL
+    obj = n.wait("IPPoolReady", "PoolOverlapsPool", msg)
+    assert reason(obj, "IPPoolReady") == ("False", "PoolOverlapsPool", msg)
+    assert reason(obj, "Ready") == ("False", "PoolOverlapsPool", msg)
+    await_gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net", 1)
 
 
 def test_the_same_addresses_in_two_vpcs_are_no_overlap_and_take_no_ready_network_down(admin, zone, ctl, vpc):
@@ -213,8 +241,8 @@ def test_the_same_addresses_in_two_vpcs_are_no_overlap_and_take_no_ready_network
     watch.start()
     try:
         b = Net(admin, zone, namespace(admin, "pools-tb"), other, octet=a.o)  # waits for B's Ready
-        for n in (a, b):
-            assert reason(n.get(), "IPPoolReady") == ("True", "Ready", "pool lies inside the subnet's excludeIps")
+        for n in (a, b):  # (while B's pool had no network yet, A named it as a later pool: a warning)
+            n.wait("IPPoolReady", "Ready", "pool lies inside the subnet's excludeIps")
         ctl.resync()  # every network looked at again with both pools in the caches
         for n in (a, b):
             assert reason(n.get(), "Ready")[:2] == ("True", "Ready")
@@ -232,9 +260,9 @@ def test_many_overlapping_pools_are_named_five_then_a_count(admin, zone, ctl, vp
     for i in range(1, 8):
         create_pool(admin, f"extra-{i}", [f"{p}.{100 + i}"], p, ns=ns)
     named = ", ".join(f"InClusterIPPool {ns}/extra-{i} ({p}.{100 + i})" for i in range(1, 6))
-    msg = f'addresses of InClusterIPPool "vm-pool" are also in {named} and 2 more' + OVERLAP_TAIL
+    msg = f'addresses of InClusterIPPool "vm-pool" are also in {named} and 2 more' + LATER + OVERLAP_TAIL
     obj = n.wait("IPPoolReady", "PoolOverlapsPool", msg)
-    assert reason(obj, "Ready") == ("False", "PoolOverlapsPool", msg)
+    assert reason(obj, "Ready")[:2] == ("True", "Ready")
     await_gauge(ctl, "cozy_proxmox_network_pool_overlaps", ns, "net", 7)
 
 
