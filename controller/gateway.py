@@ -251,6 +251,28 @@ def settled_serving(serving: str, written_at: _dt.datetime | None, now: _dt.date
     return ("", left) if left > 0 else (serving, None)
 
 
+# Classes of an NB failure (field reports, fourth round, O6): an NBUnavailable Event is posted
+# when a failure starts, and again when its class changes (a certificate rotation turns a
+# refused connection into a refused handshake), so the Event an operator reads names the
+# current cause.
+TLS_FAILURE, CONNECTION_FAILURE, WRITE_FAILURE = "tls", "connection", "write"
+FAILURE_TEXT = {TLS_FAILURE: "the TLS handshake or the TLS Secret fails",
+                CONNECTION_FAILURE: "the connection fails", WRITE_FAILURE: "writes fail"}
+_TLS_MARKS = ("TLS handshake", "OVN TLS secret", "TLS material")
+_CONNECTION_MARKS = ("connect", "not synced", "timed out", "did not answer", "refused", "unreachable")
+
+
+def failure_class(error: str) -> str:
+    """The class of an NB error text (``ovn.tls``/``ovn.nb`` wording): ``tls`` (a handshake or
+    the Secret's material), ``connection`` (no connection, not synced, timed out), else
+    ``write`` (a transaction refused or aborted)."""
+    if any(m in error for m in _TLS_MARKS):
+        return TLS_FAILURE
+    if any(m in error for m in _CONNECTION_MARKS):
+        return CONNECTION_FAILURE
+    return WRITE_FAILURE
+
+
 @attrs.frozen
 class GatewayOutcome:
     """What one NB ensure gave: the state, or the NB error text (never both)."""
@@ -259,6 +281,7 @@ class GatewayOutcome:
     error: str | None = None
     written_at: _dt.datetime | None = None  # the port's group last written by this process (aware UTC)
     deferred: float | None = None  # seconds until the serving chassis left out (settle) is kept on top
+    previous_failure: str | None = None  # the class of this process's last NB failure for the network, if any
 
 
 def gateway_status(
@@ -305,6 +328,10 @@ def gateway_status(
             set_condition(conds, names.GATEWAY_READY, f.status, f.reason, f.message, gen, clock)
         if since is None:
             out.append(Event(net, WARNING, reasons.NB_UNAVAILABLE, f"OVN NB unavailable for router port \"{lrp}\": {err}"))
+        elif outcome.previous_failure is not None and failure_class(err) != outcome.previous_failure:
+            out.append(Event(net, WARNING, reasons.NB_UNAVAILABLE,
+                             f'OVN NB still unavailable for router port "{lrp}", now {FAILURE_TEXT[failure_class(err)]}: '
+                             f"{err}"))
         return out, None
     state = outcome.state
     recovered = FAILING_SINCE in old_status
@@ -434,6 +461,7 @@ class GatewayStep:
     ) -> None:
         self.applier = applier
         self.overlay_mtu = overlay_mtu
+        self._failures: dict[str, str] = {}  # network key -> class of its last NB failure here
         self.sb = sb
         self.failback = failback
         self.settle = settle
@@ -472,10 +500,13 @@ class GatewayStep:
         try:
             state = self.applier.ensure(key, vpc, subnet, list(trunk), siblings, serving,
                                         planner.gateway_mtu(zone_mtu, self.overlay_mtu))
-            return GatewayOutcome(state=state, written_at=self.applier.written_at(lrp), deferred=deferred)
         except NBError as err:
             self.metrics.gateway_nb_error()
-            return GatewayOutcome(error=str(err))
+            text = str(err)
+            previous, self._failures[key] = self._failures.get(key), failure_class(text)
+            return GatewayOutcome(error=text, previous_failure=previous)
+        self._failures.pop(key, None)
+        return GatewayOutcome(state=state, written_at=self.applier.written_at(lrp), deferred=deferred)
 
     def owns(self, key: str) -> bool:
         """The NB cache holds a group owned by network ``key`` (no NB round trip; False
@@ -489,6 +520,7 @@ class GatewayStep:
         except NBError as err:
             self.metrics.gateway_nb_error()
             return str(err) or type(err).__name__
+        self._failures.pop(key, None)
         return ""
 
 

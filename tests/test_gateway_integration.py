@@ -440,6 +440,19 @@ def _apply_tls_role(cluster) -> None:
     cluster.apply_docs([ns, *[d for d in yaml.safe_load_all(role.read_text()) if d]], "OVN TLS Role")
 
 
+def put_kube_ovn_secret(core: k8s.CoreV1Api, cacert: bytes, leaf) -> None:
+    """Kube-OVN's TLS Secret ``cozy-kubeovn/kube-ovn-tls`` with ``cacert`` and the client ``leaf``
+    (created, or replaced as a rotation does)."""
+    body = kube_ovn_secret(cacert, leaf)
+    body["metadata"].pop("resourceVersion")
+    try:
+        core.create_namespaced_secret("cozy-kubeovn", body)
+    except k8s.ApiException as exc:
+        if exc.status != 409:
+            raise
+        core.replace_namespaced_secret("kube-ovn-tls", "cozy-kubeovn", body)
+
+
 def test_tls_from_the_kube_ovn_secret_and_its_rotation(admin, admin_client, cluster, unique_namespace, tmp_path):
     """§11 with certificates made like Kube-OVN's (CN ovn, no SAN, no EKU): the controller
     user reads the Secret through the Role of manifests/ovn/; a wrong CA is refused with
@@ -451,14 +464,7 @@ def test_tls_from_the_kube_ovn_secret_and_its_rotation(admin, admin_client, clus
     core = k8s.CoreV1Api(admin_client)
 
     def put_secret(cacert: bytes) -> None:
-        body = kube_ovn_secret(cacert, leaf)
-        body["metadata"].pop("resourceVersion")
-        try:
-            core.create_namespaced_secret("cozy-kubeovn", body)
-        except k8s.ApiException as exc:
-            if exc.status != 409:
-                raise
-            core.replace_namespaced_secret("kube-ovn-tls", "cozy-kubeovn", body)
+        put_kube_ovn_secret(core, cacert, leaf)
 
     env = Env(admin, unique_namespace)
     trunk = Trunk(admin_client, env.provider)
@@ -480,6 +486,62 @@ def test_tls_from_the_kube_ovn_secret_and_its_rotation(admin, admin_client, clus
             assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
             assert mgr.gateway.applier.nb.remote == server.remote
             assert r.chassis() == {"ch-worker1": 100}
+    finally:
+        trunk.leave("worker1")
+        server.stop()
+        core.delete_namespaced_secret("kube-ovn-tls", "cozy-kubeovn")
+
+
+def test_a_rotation_that_the_nb_refuses_is_named_in_a_new_event_o6(admin, admin_client, cluster, unique_namespace,
+                                                                   tmp_path):
+    """Field reports, fourth round, the acceptance run's O6: the NB goes down (connection
+    refused: an NBUnavailable Event says so), the client certificate is rotated to another CA
+    and the NB comes back refusing the handshake. The first pass after it names the TLS cause
+    in GatewayReady's place of record (the log and the Event), and a second NBUnavailable Event
+    names it: the Event an operator reads during the grace is never the stale cause."""
+    _apply_tls_role(cluster)
+    ca, other = CA("ovn-ca"), CA("rotated-ca")
+    leaf = ca.issue("ovn")
+    server = NBServer(tmp_path / "nb", tls={"key": leaf.key, "cert": leaf.cert, "ca": ca.cert_pem}).start()
+    core = k8s.CoreV1Api(admin_client)
+    env = Env(admin, unique_namespace)
+    trunk = Trunk(admin_client, env.provider)
+    trunk.join("worker1")
+    sub, ns, net = unique("sub"), unique_namespace, "o6"
+    r = Router(server.nbctl, sub)
+    r.create()
+    put_kube_ovn_secret(core, ca.cert_pem, leaf)
+    key = NetworkKey(ns, net)
+
+    def nb_events() -> list[str]:
+        return [e.message for e in core.list_namespaced_event(ns).items
+                if e.involved_object.name == net and e.reason == "NBUnavailable"]
+
+    try:
+        with running_controller(cluster, manage_gateway=True, ovn_nb_address=server.remote,
+                                ovn_tls_dir=str(tmp_path / "tls")) as mgr:
+            bound_network(env, net, sub, "p")
+            env.wait(net, "Ready", "Ready")
+            server.stop()
+
+            def first_event() -> list[str]:
+                mgr.network_controller.add(key)
+                return nb_events()
+
+            (first,) = wait_for(first_event, timeout=30, interval=0.5, what="the first NBUnavailable Event")
+            assert "TLS handshake" not in first, first
+            put_kube_ovn_secret(core, ca.cert_pem, other.issue("ovn"))  # a client certificate the NB refuses
+            server.start()
+
+            def tls_event() -> list[str]:
+                mgr.network_controller.add(key)
+                return [m for m in nb_events() if m != first]
+
+            (now,) = wait_for(tls_event, timeout=30, interval=0.5, what="an NBUnavailable Event naming TLS")
+            assert now.startswith(f'OVN NB still unavailable for router port "{r.lrp}", now the TLS handshake '
+                                  "or the TLS Secret fails: "), now
+            assert "TLS handshake" in now.split(" fails: ", 1)[1], now
+            assert reason(admin.network(ns, net), "Ready")[:2] == ("True", "Ready")  # within the grace
     finally:
         trunk.leave("worker1")
         server.stop()

@@ -345,3 +345,61 @@ def test_the_gateway_step_hands_the_writer_the_settled_holder_and_the_bounded_mt
     assert (outcome.deferred is not None) == (written_ago < 5.0 and not failback)
     step.ensure("ns/net", "vpc", "sub", [], frozenset(), "ch-b", None)
     assert applier.calls[-1][1] == 1400  # no zone mtu: min(1500, 1400)
+
+
+@pytest.mark.parametrize("text, want", [
+    ("OVN NB IDL is not synced: tcp:10.0.0.1:6641: connect: Connection refused", "connection"),
+    ("ssl:10.0.0.1:6641: TLS handshake: [SSL: TLSV1_ALERT_UNKNOWN_CA] tlsv1 alert unknown ca", "tls"),
+    ('OVN TLS secret cozy-kubeovn/kube-ovn-tls has no "cacert" key', "tls"),
+    ("OVN NB IDL is not synced: ssl:10.0.0.1:6641: TLS handshake: OVN NB certificate: unable to get local issuer certificate", "tls"),
+    ("ovsdb transact: constraint violation", "write"),
+])
+def test_nb_failures_have_a_class(text, want):
+    from controller.gateway import failure_class
+
+    assert failure_class(text) == want
+
+
+def test_an_nb_failure_that_changes_class_is_posted_again_naming_the_current_cause():
+    """Field reports, fourth round, O6: NB refused while down, then back and refusing the
+    rotated client certificate: a second NBUnavailable Event names the TLS cause; the same
+    class again posts nothing (the first Event stands)."""
+    net = {"metadata": {"namespace": "ns", "name": "net", "uid": "u"}}
+    old = {"gatewayFailingSince": "2026-12-06T08:59:00Z", "conditions": [cond("True", "ChassisAssigned")]}
+    tls = "OVN NB IDL is not synced: ssl:nb:6641: TLS handshake: tlsv1 alert unknown ca"
+    out, _ = gateway_status(GatewayOutcome(error=tls, previous_failure="connection"), net, LRP, {}, [], old, 3, T0)
+    (e,) = [e for e in out if isinstance(e, Event)]
+    assert (e.type, e.reason) == ("Warning", "NBUnavailable")
+    assert e.message == f'OVN NB still unavailable for router port "{LRP}", now the TLS handshake or the TLS Secret fails: {tls}'
+    again, _ = gateway_status(GatewayOutcome(error=tls, previous_failure="tls"), net, LRP, {}, [], old, 3, T0)
+    assert [e for e in again if isinstance(e, Event)] == []
+    # The process's first failing pass (a restart in the outage): no class known, nothing new.
+    first, _ = gateway_status(GatewayOutcome(error=tls), net, LRP, {}, [], old, 3, T0)
+    assert [e for e in first if isinstance(e, Event)] == []
+
+
+def test_the_gateway_step_remembers_the_class_of_the_last_failure_until_a_success():
+    from controller.gateway import GatewayStep
+    from ovn.nb import NBError
+
+    class Failing(_Applier):
+        errors = ["tcp:nb:6641: connect: Connection refused", "ssl:nb:6641: TLS handshake: alert unknown ca", None,
+                  "tcp:nb:6641: connect: Connection refused"]
+
+        def ensure(self, *args):
+            error = self.errors.pop(0) if self.errors else None
+            if error is not None:
+                raise NBError(error)
+            return super().ensure(*args)
+
+    class _Metrics:
+        def gateway_nb_error(self):
+            pass
+
+    step = GatewayStep(Failing(None), None, None, _Metrics())  # type: ignore[arg-type]
+    a = step.ensure("ns/net", "vpc", "sub", [], frozenset())
+    b = step.ensure("ns/net", "vpc", "sub", [], frozenset())
+    assert (a.previous_failure, b.previous_failure) == (None, "connection")
+    assert step.ensure("ns/net", "vpc", "sub", [], frozenset()).state is not None
+    # A success ends the failure: the next one is a new start (no class to compare).
+    assert step.ensure("ns/net", "vpc", "sub", [], frozenset()).previous_failure is None
