@@ -249,7 +249,7 @@ def test_default_rendering_is_the_kustomization(helm, kubectl):
     manifests = [o for o in manifests if o["kind"] != "Namespace"]
     chart = render(helm, CRDS_CHART) + render(helm, CHART)
     assert drift(chart, manifests) == []
-    assert len(chart) == len(manifests) == 24
+    assert len(chart) == len(manifests) == 25
 
     rule = [d for d in yaml.safe_load_all((MANIFESTS / "monitoring" / "prometheusrule.yaml").read_text()) if d]
     with_monitoring = render(helm, CHART, {"monitoring": {"enabled": True}})
@@ -284,7 +284,7 @@ def test_default_rendering_applies_and_its_args_are_the_controllers_flags(helm, 
     assert kinds(crds) == ["CustomResourceDefinition"] * 2
     assert all(c["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"} for c in crds)
     assert kinds(objs) == sorted(["ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Role", "Role",
-                                  "RoleBinding", "RoleBinding", "Deployment", "Service"]
+                                  "RoleBinding", "RoleBinding", "Deployment", "Service", "PodDisruptionBudget"]
                                  + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 6)
     a = parsed(objs)
     assert (a.leader_elect, a.manage_gateway_chassis, a.ovn_nb_address, a.ovn_tls_secret, a.ovn_tls_dir) == (
@@ -303,6 +303,13 @@ TOGGLES = {
     "nb-over-tcp": {"ovn": {"nbAddress": "tcp:10.0.0.1:6641,tcp:10.0.0.2:6641", "sbAddress": "tcp:10.0.0.1:6642"}},
     "sb-unread-failback-on": {"ovn": {"sbAddress": ""}, "gateway": {"failback": True}},
     "overlay-mtu-jumbo": {"gateway": {"overlayMtu": 8900}},
+    "pod-knobs": {"podAnnotations": {"example.com/owner": "net-team"}, "priorityClassName": "system-cluster-critical",
+                  "imagePullSecrets": [{"name": "regcred"}], "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+                  "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
+                  "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+                  "podDisruptionBudget": {"enabled": False}},
+    "sizing-small": {"sizing": "small"},
+    "sizing-large": {"sizing": "large"},
     "overlay-mtu-off": {"gateway": {"overlayMtu": 0}},
     "tls-elsewhere": {"ovn": {"nbAddress": "ssl:[fd00::1]:6641", "tlsSecret": "kube-system/ovn-certs", "tlsDir": "/tmp/tls"}},
     "admission-off": {"admission": {"enabled": False}},
@@ -349,6 +356,23 @@ def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
         assert not [x for x in deployment_args(objs) if x.startswith("--ovn-")]
         assert tls_role == []
         assert "volumes" not in find(objs, "Deployment")[0]["spec"]["template"]["spec"]
+    elif toggle == "pod-knobs":
+        pod = find(objs, "Deployment")[0]["spec"]["template"]
+        assert pod["metadata"]["annotations"] == {"example.com/owner": "net-team"}
+        spec = pod["spec"]
+        assert (spec["priorityClassName"], spec["imagePullSecrets"], spec["nodeSelector"]) == (
+            "system-cluster-critical", [{"name": "regcred"}], {"node-role.kubernetes.io/infra": ""})
+        assert spec["tolerations"] == [
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "infra", "operator": "Exists", "effect": "NoSchedule"}]
+        assert spec["containers"][0]["env"][-1] == {"name": "HTTPS_PROXY", "value": "http://proxy:3128"}
+        assert not find(objs, "PodDisruptionBudget")
+    elif toggle.startswith("sizing-"):
+        (c,) = find(objs, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
+        assert c["resources"] == {"small": {"requests": {"cpu": "10m", "memory": "128Mi"},
+                                            "limits": {"cpu": "500m", "memory": "512Mi"}},
+                                  "large": {"requests": {"cpu": "10m", "memory": "512Mi"},
+                                            "limits": {"cpu": "500m", "memory": "1Gi"}}}[toggle[len("sizing-"):]]
     elif toggle.startswith("overlay-mtu-"):
         assert a.overlay_mtu == {"overlay-mtu-jumbo": 8900, "overlay-mtu-off": 0}[toggle]
     elif toggle == "sb-unread-failback-on":

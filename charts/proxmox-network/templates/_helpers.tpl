@@ -45,3 +45,18 @@ app.kubernetes.io/name: proxmox-network-controller
 {{- end -}}
 {{- toJson $docs -}}
 {{- end -}}
+
+{{/* The controller's resources: .Values.resources when set, else the sizing table's (docs/operations.md, "Sizing"). */}}
+{{- define "pnc.resources" -}}
+{{- if .Values.resources -}}
+{{- toYaml .Values.resources -}}
+{{- else -}}
+{{- $memory := get (dict "small" (list "128Mi" "512Mi") "medium" (list "256Mi" "1Gi") "large" (list "512Mi" "1Gi")) .Values.sizing -}}
+requests:
+  cpu: 10m
+  memory: {{ index $memory 0 }}
+limits:
+  cpu: 500m
+  memory: {{ index $memory 1 }}
+{{- end -}}
+{{- end -}}
