@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from hack.objects import Admin, unique
+from hack.wait import wait_for
 from tests.test_charts_integration import build_helm, run_helm, set_args
 
 pytestmark = pytest.mark.integration
@@ -198,11 +199,12 @@ def test_a_name_used_twice_is_refused(helm):
     assert 'subnets[1] "workers": the name is used twice; each subnet needs a name of its own' in r.stderr, r.stderr
 
 
-def test_without_the_proxmox_api_the_chart_says_who_to_ask(helm):
+def test_offline_rendering_skips_the_cluster_checks(helm):
+    """docs/operations.md: an offline ``helm template`` (no cluster, no ``--api-versions``)
+    cannot read the cluster and skips what needs it (the API's presence, the zone's existence,
+    terminating objects): it renders the objects."""
     r = template(helm, {"vpc": "v", "subnets": [subnet()]}, api=False)
-    assert r.returncode == 1
-    assert ("the proxmox.cozystack.io API is not installed; ask the platform administrator to enable the "
-            "proxmox-network package") in r.stderr, r.stderr
+    assert sorted(o["kind"] for o in objects(r)) == ["InClusterIPPool", "ProxmoxNetwork", "Subnet"]
 
 
 def test_egress_refusals(helm):
@@ -391,3 +393,49 @@ def test_egress_with_a_zone_that_has_no_transit_network_names_it(helm, cluster, 
     assert r.returncode == 1
     assert (f'egress: ProxmoxNetworkZone "{zone}" has no spec.egress.externalSubnet (its transit network); ask the '
             f'platform administrator') in r.stderr, r.stderr
+
+
+def test_a_zone_that_does_not_exist_is_refused_at_install(helm, cluster, admin_client):
+    """Field reports, fourth round (the operator's trial): a named zone that the cluster does
+    not have is refused at install, naming the zones there are, instead of installing a Subnet
+    whose Vlan never comes."""
+    admin = Admin(admin_client)
+    env = kube_env(cluster.admin_kubeconfig)
+    vpc, zone = unique("vpc"), unique("zreal")
+    ensure_vpc(admin, vpc)
+    admin.create_zone(zone, "pn-zone", ["3040-3049"])
+    r = template(helm, {"vpc": vpc, "subnets": [subnet(zone="nope")]}, env=env, server=True)
+    assert r.returncode == 1
+    assert 'subnets[0] "workers": proxmox.zone "nope": no such ProxmoxNetworkZone; the zones are ' in r.stderr, r.stderr
+    assert zone in r.stderr.split("the zones are ", 1)[1]
+    assert objects(template(helm, {"vpc": vpc, "subnets": [subnet(zone=zone)]}, env=env, server=True))  # the control
+
+
+def test_an_install_over_objects_still_being_deleted_is_refused(helm, cluster, admin_client):
+    """Field reports, fourth round: installing a tenant release again while its network is
+    still terminating (a VM holds an address) would adopt objects about to go; it is refused,
+    naming the object and how to watch it go."""
+    admin = Admin(admin_client)
+    env = kube_env(cluster.admin_kubeconfig)
+    vpc, zone, ns = unique("vpc"), unique("zterm"), unique("tenant")
+    ensure_vpc(admin, vpc)
+    admin.create_zone(zone, "pn-term", ["3050-3059"])
+    admin.core.create_namespace({"metadata": {"name": ns}})
+    values = {"vpc": vpc, "subnets": [subnet(zone=zone)]}
+    (net,) = [o for o in objects(template(helm, values, namespace=ns, env=env, server=True)) if o["kind"] == "ProxmoxNetwork"]
+    net["metadata"]["finalizers"] = ["example.com/hold"]  # as a VM's address holds ours
+    admin.co.create_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks", net)
+    admin.co.delete_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks",
+                                             net["metadata"]["name"])
+    try:
+        r = template(helm, values, namespace=ns, env=env, server=True)
+        assert r.returncode == 1
+        assert (f'subnet "workers": ProxmoxNetwork "{net["metadata"]["name"]}" is still being deleted (since ') in r.stderr
+        assert (f"wait until it is gone (kubectl get proxmoxnetworks {net['metadata']['name']} -n {ns}), then install "
+                "again") in r.stderr, r.stderr
+    finally:
+        admin.co.patch_namespaced_custom_object("proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks",
+                                                net["metadata"]["name"], {"metadata": {"finalizers": None}})
+    wait_for(lambda: not [o for o in admin.co.list_namespaced_custom_object(
+        "proxmox.cozystack.io", "v1alpha1", ns, "proxmoxnetworks")["items"]], what="the network gone")
+    assert objects(template(helm, values, namespace=ns, env=env, server=True))  # gone: installs again

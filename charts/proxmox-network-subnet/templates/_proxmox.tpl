@@ -77,6 +77,9 @@ SubnetNameInvalid is never reachable from here). */ -}}
 {{- $zone = first $names }}
 {{- end }}
 {{- $z := (get $zones $zone) | default dict }}
+{{- if and (not $z) (include "pxs.online" $root) ($root.Capabilities.APIVersions.Has "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone") }}
+{{- fail (printf "%s: proxmox.zone %q: no such ProxmoxNetworkZone; the zones are %s (kubectl get proxmoxnetworkzones)" $what $zone ((keys $zones | sortAlpha | join ", ") | default "none")) }}
+{{- end }}
 {{- $zspec := $z.spec | default dict }}
 {{- $egress := $zspec.egress | default dict }}
 id: {{ include "pxs.id" (list $root.Release.Namespace $root.Values.vpc $s.name) | quote }}
@@ -97,7 +100,7 @@ zoneFound: {{ not (empty $z) }}
 
 {{- /* Every subnet's facts, as a YAML list under "subnets"; with subnets, fails without the API. */ -}}
 {{- define "pxs.all" -}}
-{{- if and .Values.subnets (not (.Capabilities.APIVersions.Has "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone")) }}
+{{- if and .Values.subnets (include "pxs.online" .) (not (.Capabilities.APIVersions.Has "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone")) }}
 {{- fail "the proxmox.cozystack.io API is not installed; ask the platform administrator to enable the proxmox-network package" }}
 {{- end }}
 {{- if not .Values.vpc }}{{- fail "vpc: the tenant VPC the subnets belong to is required" }}{{- end }}
@@ -215,6 +218,32 @@ is not checked; the finalizers hold the objects instead. `all` is pxs.all's resu
 {{- $used := int (((.status | default dict).ipPool | default dict).used | default 0) }}
 {{- if gt $used 0 }}
 {{- fail (printf "subnet %q is Proxmox-backed and %d VM address(es) are still allocated on it; delete those machines before removing the subnet" (get $labels "cozystack.io/subnetName") $used) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- /* The cluster answers: lookup sees kube-system (an offline `helm template` sees nothing and
+skips every check that reads the cluster). */ -}}
+{{- define "pxs.online" -}}
+{{- if (lookup "v1" "Namespace" "" "kube-system") }}true{{ end -}}
+{{- end }}
+
+{{- /* An install or upgrade while this release's objects of the same names are still being
+deleted (a VM holds an address, Kube-OVN still lists the Subnet): refused, naming what is
+terminating, rather than adopting objects that are about to go. `all` is pxs.all's result. */ -}}
+{{- define "pxs.assertNotTerminating" -}}
+{{- $root := index . 0 }}{{- $all := index . 1 }}
+{{- if include "pxs.online" $root }}
+{{- $ns := $root.Release.Namespace }}
+{{- range $f := $all.subnets }}
+{{- range $k := list (list "proxmox.cozystack.io/v1alpha1" "ProxmoxNetwork" $ns "proxmoxnetworks") (list "kubeovn.io/v1" "Subnet" "" "subnets") (list "ipam.cluster.x-k8s.io/v1alpha2" "InClusterIPPool" $ns "inclusterippools") }}
+{{- $o := lookup (index $k 0) (index $k 1) (index $k 2) $f.id }}
+{{- $since := (($o | default dict).metadata | default dict).deletionTimestamp }}
+{{- if $since }}
+{{- $where := ternary (printf " -n %s" (index $k 2)) "" (ne (index $k 2) "") }}
+{{- fail (printf "subnet %q: %s %q is still being deleted (since %s: a VM may still hold an address); wait until it is gone (kubectl get %s %s%s), then install again" $f.name (index $k 1) $f.id $since (index $k 3) $f.id $where) }}
 {{- end }}
 {{- end }}
 {{- end }}
