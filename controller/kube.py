@@ -80,18 +80,19 @@ def object_path(resource: Resource, name: str, namespace: str | None = None, sub
 def finalizer_add_patch(obj: Mapping[str, Any], finalizer: str) -> list[dict[str, Any]]:
     """JSON patch adding ``finalizer`` without touching anyone else's entries.
 
-    Guarded by the object's resourceVersion: if anything changed since it was read the
-    API server answers 409 and the caller re-reads (B14: never re-add a list we read stale).
+    Guarded by the list as read (B14: never re-add a list we read stale): appended after a
+    ``test`` of the whole list, so a write of other fields in between (a peer's defaulting,
+    its status) does not refuse it (field reports, fourth round: a 422 on every first Subnet
+    finalizer); with no list yet, by the resourceVersion (an ``add`` of the list would replace
+    one made meanwhile). A failed test is a 409 to the caller, which re-reads.
     """
     meta = obj.get("metadata") or {}
-    ops: list[dict[str, Any]] = [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion", "")}
-    ]
-    if meta.get("finalizers"):
-        ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": finalizer})
-    else:
-        ops.append({"op": "add", "path": "/metadata/finalizers", "value": [finalizer]})
-    return ops
+    fins = meta.get("finalizers")
+    if fins:
+        return [{"op": "test", "path": "/metadata/finalizers", "value": list(fins)},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}]
+    return [{"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion", "")},
+            {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]
 
 
 def finalizer_remove_patch(obj: Mapping[str, Any], finalizer: str) -> list[dict[str, Any]] | None:

@@ -72,6 +72,18 @@ def held_only_by_us(subnet: Mapping[str, Any]) -> int:
     return ips_in_use(subnet)
 
 
+def processed(subnet: Mapping[str, Any]) -> bool:
+    """Kube-OVN has handled the Subnet once: its finalizer is on (v1.15) or it wrote status
+    conditions (older versions). Our finalizer waits for that: v1.15 adds its own with an
+    unguarded merge patch of the whole list from its cache, which would drop an entry added
+    before it, and its first writes (defaulting, finalizer, status) come within a second of the
+    create, when a guarded patch of ours would be refused."""
+    meta = subnet.get("metadata") or {}
+    status = subnet.get("status")
+    return (any(f in (meta.get("finalizers") or []) for f in KUBE_OVN_FINALIZERS)
+            or bool(isinstance(status, Mapping) and status.get("conditions")))
+
+
 def subnet_vpc(subnet: Mapping[str, Any]) -> str:
     """The VPC a Subnet is in, once Kube-OVN has defaulted it: ``spec.vpc``, or
     :data:`DEFAULT_VPC` when empty."""

@@ -669,7 +669,8 @@ class _Live:
                           f'Subnet "{sname}" has spec.vlan "{actual}", expected "{vlan_name}"', gen, self.clock)
             return None
         smeta = sub.get("metadata") or {}
-        if not smeta.get("deletionTimestamp") and names.FINALIZER not in (smeta.get("finalizers") or []):
+        if (not smeta.get("deletionTimestamp") and names.FINALIZER not in (smeta.get("finalizers") or [])
+                and kubeovn.processed(sub)):
             self.actions.append(AddFinalizer(names.SUBNETS, sub, "subnet"))
         cidr = str(sspec.get("cidrBlock") or "")
         status["cidr"] = cidr

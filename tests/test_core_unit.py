@@ -117,12 +117,16 @@ def test_selector_that_cannot_convert_is_refused(selector):
 
 def test_finalizer_patches_never_rewrite_the_list():
     obj = {"metadata": {"name": "x", "resourceVersion": "42", "finalizers": ["other/a", "other/b"]}}
+    # Guarded by the list as read, not by the resourceVersion: another field's write in between
+    # (a peer's defaulting or status) does not refuse it.
     assert finalizer_add_patch(obj, "proxmox.cozystack.io/network") == [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+        {"op": "test", "path": "/metadata/finalizers", "value": ["other/a", "other/b"]},
         {"op": "add", "path": "/metadata/finalizers/-", "value": "proxmox.cozystack.io/network"},
     ]
+    # No list yet: adding one would replace one made meanwhile, so the resourceVersion guards it.
     bare = {"metadata": {"name": "x", "resourceVersion": "7"}}
-    assert finalizer_add_patch(bare, "f")[1] == {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}
+    assert finalizer_add_patch(bare, "f") == [{"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                                              {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}]
     obj["metadata"]["finalizers"].insert(1, "proxmox.cozystack.io/network")
     assert finalizer_remove_patch(obj, "proxmox.cozystack.io/network") == [
         {"op": "test", "path": "/metadata/finalizers/1", "value": "proxmox.cozystack.io/network"},

@@ -1841,3 +1841,19 @@ def test_the_gateway_ensure_carries_the_zones_mtu_and_the_status_shows_the_ports
     # Management off: nothing of ours on the port.
     off = drive(attrs.evolve(up, manage_gateway=False, gateway_enabled=False), outcome)
     assert "gatewayMtu" not in off.status
+
+
+@pytest.mark.parametrize("status, finalizers, adds", [
+    ({}, [], False),  # just created: Kube-OVN has not handled it yet
+    ({}, ["kubeovn.io/kube-ovn-controller"], True),  # v1.15 put its finalizer on
+    ({"conditions": [{"type": "Ready", "status": "True"}]}, [], True),  # an older Kube-OVN wrote its status
+])
+def test_our_subnet_finalizer_waits_until_kube_ovn_has_handled_the_subnet(status, finalizers, adds):
+    """Field reports, fourth round: our first finalizer patch raced Kube-OVN's defaulting and
+    its own finalizer (a refused write each time, and v1.15's unguarded merge patch of the list
+    could drop an entry added before its own)."""
+    sub = subnet()
+    sub["status"] = status
+    sub["metadata"]["finalizers"] = finalizers
+    p = plan_network(live(subnet=sub))
+    assert any(isinstance(a, AddFinalizer) and a.resource == names.SUBNETS for a in p.actions) == adds
