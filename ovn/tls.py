@@ -334,8 +334,8 @@ def probe(remote: str, paths: TLSPaths, timeout: float = DIAL_TIMEOUT) -> None:
 
     The NB client calls this before handing the address to python-ovs; on a handshake failure it
     must :meth:`TLSSource.invalidate` the source (§10). Under TLS 1.3 the server's verdict on our
-    client certificate arrives after the client's handshake has finished, so a server that refuses
-    our certificate is only seen by the next read (python-ovs), as with the reference.
+    client certificate arrives after the client's handshake has finished, so the probe ends with
+    one JSON-RPC ``echo`` round trip, which reads it (a refusal is a ``TLS handshake`` error).
 
     :raises TLSError: (every text prefixed ``<remote>: ``)
 
@@ -374,8 +374,31 @@ def probe(remote: str, paths: TLSPaths, timeout: float = DIAL_TIMEOUT) -> None:
             check_peer(tls_sock)
         except TLSError as exc:
             raise TLSError(f"{remote}: {exc}") from None
+        _echo(tls_sock, remote, deadline)
     finally:
         sock.close()
+
+
+ECHO = b'{"id":"pnc-probe","method":"echo","params":[]}'
+
+
+def _echo(tls_sock: ssl.SSLSocket, remote: str, deadline: float) -> None:
+    """One JSON-RPC ``echo`` round trip (RFC 7047 §4.1.11) on a finished handshake. Under TLS 1.3
+    the server's verdict on our client certificate comes after the client's handshake is done
+    (an alert on the first read): without a read, a server refusing our certificate (a CA
+    rotated on one side only: ``tlsv1 alert unknown ca`` in its log) looked like a good dial,
+    and the failure was named only as a lost connection."""
+    try:
+        tls_sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        tls_sock.sendall(ECHO)
+        answer = tls_sock.recv(4096)
+    except socket.timeout:
+        raise TLSError(f"{remote}: TLS handshake: timed out") from None
+    except (ssl.SSLError, OSError) as exc:
+        raise TLSError(f"{remote}: TLS handshake: {_reason(exc)}") from None
+    if not answer:
+        raise TLSError(f"{remote}: TLS handshake: the server closed the connection (it may refuse our client "
+                       "certificate)")
 
 
 TLS_FILES = {"key": "key.pem", "cert": "cert.pem", "cacert": "cacert.pem"}

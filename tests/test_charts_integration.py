@@ -323,7 +323,7 @@ TOGGLES = {
     "single-replica-no-election": {"replicas": 1, "leaderElection": {"enabled": False}},
     "election-elsewhere": {"replicas": 3, "leaderElection": {"enabled": True, "namespace": "kube-system"}},
     "tuning": {"image": {"repository": "registry.example/pnc", "tag": "1.2.3", "pullPolicy": "Always"},
-               "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": None}, "workers": 8, "resyncPeriod": "1h30m",
+               "resources": {"requests": {"cpu": "50m", "memory": "128Mi"}}, "workers": 8, "resyncPeriod": "1h30m",
                "subnetPruneTimeout": "90s", "logLevel": "debug", "logFormat": "console",
                "metrics": {"port": 9090}, "health": {"port": 9091}},
     "zones": {"zones": {"tenant-a": {"bridge": "vmbr70", "providerNetwork": "pxtenant", "vlanRanges": ["101-199"],
@@ -452,7 +452,7 @@ def test_toggle_renders_what_it_says_and_applies(helm, bed, kubectl, toggle):
     elif toggle == "tuning":
         (c,) = find(objs, "Deployment")[0]["spec"]["template"]["spec"]["containers"]
         assert (c["image"], c["imagePullPolicy"]) == ("registry.example/pnc:1.2.3", "Always")
-        assert c["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"}}  # Helm merges maps; null drops
+        assert c["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"}}  # replaces the sizing entirely
         assert (a.workers, a.resync_period, a.subnet_prune_timeout, a.log_level, a.log_format) == (8, 5400.0, 90.0, "debug", "console")
         assert (a.metrics_bind_address, a.health_probe_bind_address) == (":9090", ":9091")
         assert [p["containerPort"] for p in c["ports"]] == [9090, 9091]

@@ -495,8 +495,8 @@ def test_tls_from_the_kube_ovn_secret_and_its_rotation(admin, admin_client, clus
 def test_a_rotation_that_the_nb_refuses_is_named_in_a_new_event_o6(admin, admin_client, cluster, unique_namespace,
                                                                    tmp_path):
     """Field reports, fourth round, the acceptance run's O6: the NB goes down (connection
-    refused: an NBUnavailable Event says so), the client certificate is rotated to another CA
-    and the NB comes back refusing the handshake. The first pass after it names the TLS cause
+    refused: an NBUnavailable Event says so), the certificates are rotated to another CA and the
+    NB comes back refusing the handshake. The first pass after it names the TLS cause
     in GatewayReady's place of record (the log and the Event), and a second NBUnavailable Event
     names it: the Event an operator reads during the grace is never the stale cause."""
     _apply_tls_role(cluster)
@@ -530,7 +530,13 @@ def test_a_rotation_that_the_nb_refuses_is_named_in_a_new_event_o6(admin, admin_
 
             (first,) = wait_for(first_event, timeout=30, interval=0.5, what="the first NBUnavailable Event")
             assert "TLS handshake" not in first, first
-            put_kube_ovn_secret(core, ca.cert_pem, other.issue("ovn"))  # a client certificate the NB refuses
+            # A half-done rotation: the NB comes back with a certificate of the new CA but still
+            # trusting clients of the old one only, and the client Secret is rotated to the new
+            # CA: whichever material a dial uses, the handshake fails.
+            rotated = other.issue("ovn")
+            (server.dir / "key.pem").write_bytes(rotated.key)
+            (server.dir / "cert.pem").write_bytes(rotated.cert)
+            put_kube_ovn_secret(core, other.cert_pem, other.issue("ovn"))
             server.start()
 
             def tls_event() -> list[str]:

@@ -276,17 +276,17 @@ def test_missing_key_no_connection_attempted(pki, servers, tmp_path):
 
 def test_server_refusing_our_client_certificate(pki, servers, tmp_path):
     # Our client certificate comes from a CA the server does not trust. Under TLS 1.3 the server's
-    # verdict arrives after the client's handshake is complete, so the dial check of §10 may pass
-    # (as Go's Handshake would); the first read fails. Under TLS 1.2 the handshake itself fails.
+    # verdict arrives after the client's handshake is complete: the probe's echo round trip reads
+    # it (field reports, fourth round, O6: without it the dial passed). Under TLS 1.2 the
+    # handshake itself fails. Either way the probe names the handshake.
     remote = servers.remote("server_auth", pki["server_auth"])
     stranger = pki["other_ca"].issue("ovn")
     src, _ = source_for(kube_ovn_secret(pki["ca"].cert_pem, stranger), tmp_path / "tls")
     paths = src.material()
-    try:
+    with pytest.raises(TLSError) as exc:
         probe(remote, paths)
-    except TLSError as exc:
-        assert str(exc).startswith(f"{remote}: TLS handshake: ")
-        assert "OVN NB certificate" not in str(exc)  # not a verdict on the server's certificate
+    assert str(exc.value).startswith(f"{remote}: TLS handshake: "), exc.value
+    assert "OVN NB certificate" not in str(exc.value)  # not a verdict on the server's certificate
     with pytest.raises(ConnectionError):
         ovs_call(remote, "list_dbs", [])
 
