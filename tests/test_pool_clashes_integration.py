@@ -342,3 +342,23 @@ def test_one_address_handed_to_two_ipaddresses_is_named_on_the_network(admin, pe
     admin.co.delete_namespaced_custom_object(*PX, ns, "proxmoxnetworks", "net")
     obj = n.wait("Ready", "InUse")
     assert "3 IPAddress(es) and 2 IPAddressClaim(s) name the pool" in reason(obj, "Ready")[2]
+
+
+def test_a_burst_of_50_networks_on_the_real_peers_sees_no_refused_write(admin, peers_bed, trunk, ctl, vpc):
+    """Field reports, fourth round, item 3: no refused write on the normal path. 50 networks,
+    each with its Subnet and pool, created at once next to the real kube-ovn-controller (which
+    defaults each Subnet, puts its finalizer on and writes its status within a second): every
+    network gets Ready, and the audit log holds no 4xx answer to any write of the controller
+    (a refused finalizer patch was one per Subnet before)."""
+    zone = unique("burst-zone")
+    admin.create_zone(zone, trunk.provider, ["700-799"])
+    _, start = writes_until_now(peers_bed, peers_bed.controller_user)
+    nets = []
+    for _ in range(50):
+        nets.append(Net(admin, zone, namespace(admin, "pools-burst"), vpc, ready=False))
+    for n in nets:
+        n.wait("Ready", "Ready")
+    writes, _ = writes_until_now(peers_bed, peers_bed.controller_user, since_marker=start)
+    refused = [w for w in writes if 400 <= w.code < 500]
+    print(f"\n[burst] 50 networks: {len(writes)} controller writes, {len(refused)} refused")
+    assert refused == [], "\n".join(str(w) for w in refused)
