@@ -211,8 +211,19 @@ class KubeWriter:
         return self.request("DELETE", object_path(resource, name, namespace), body)
 
     def add_finalizer(self, resource: Resource, obj: Mapping[str, Any], finalizer: str) -> dict[str, Any]:
+        """Append ``finalizer`` (:func:`finalizer_add_patch`).
+
+        :raises ApiError: 409 ``PatchTestFailed`` when the object changed since it was read,
+            including when it started deleting meanwhile (the API server refuses a new
+            finalizer on a deleting object with a 422: a re-read sees the deletion)."""
         meta = obj["metadata"]
-        return self.json_patch(resource, meta["name"], finalizer_add_patch(obj, finalizer), meta.get("namespace"))
+        try:
+            return self.json_patch(resource, meta["name"], finalizer_add_patch(obj, finalizer), meta.get("namespace"))
+        except ApiError as err:
+            if err.invalid and "being deleted" in err.message:
+                raise ApiError(409, PATCH_TEST_FAILED, f"the object started deleting since it was read ({err.message})",
+                               err.details) from None
+            raise
 
     def remove_finalizer(self, resource: Resource, obj: Mapping[str, Any], finalizer: str) -> dict[str, Any] | None:
         ops = finalizer_remove_patch(obj, finalizer)

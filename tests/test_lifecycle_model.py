@@ -854,7 +854,7 @@ def test_fake_api_server_speaks_kubernetes():
     assert api.find("vlans", "a")["metadata"]["deletionTimestamp"]  # held by the finalizer
     stale = copy.deepcopy(v)
     try:
-        w.add_finalizer(vlans, stale, "other/x")  # resourceVersion test fails
+        w.add_finalizer(vlans, stale, "other/x")  # deleting since it was read: refused (422), a conflict to us
     except ApiError as err:
         assert err.test_failed and err.conflict  # the writer's PatchTestFailed, from the 422
     else:
