@@ -108,6 +108,8 @@ class Executor:
     """Applies actions for one reconciler (see the module docstring).
 
     :param own: the reconciler's own kind and its read-your-writes overlay.
+    :param overlays: read-your-writes overlays of other kinds it writes (a Subnet's finalizer:
+        the next pass must not read the cache's copy from before it and patch again).
     :param consumer_resources: served versions of pools, machines, addresses and claims
         (``pools``, ``machines``, ``addresses``, ``claims``), for the fresh consumer count;
         the manager adds kinds that appear later, so it is kept by reference.
@@ -128,8 +130,12 @@ class Executor:
         namespaces: Any = None,
         gateway: Any = None,
         stopping: threading.Event | None = None,
+        overlays: Mapping[Resource, RecentWrites] | None = None,
     ) -> None:
         self.stopping = stopping
+        self.overlays = dict(overlays or {})
+        if own is not None:
+            self.overlays[own[0]] = own[1]
         self.writer = writer
         self.vlans = vlans
         self.own = own
@@ -147,17 +153,17 @@ class Executor:
 
     # -- writes of the own kind go through the overlay ------------------------------------
     def _guarded(self, resource: Resource, obj: Mapping[str, Any], fn: Callable[[], Any]) -> Any:
-        """``fn()``; for the own kind, record the written object in the overlay, and drop
-        the overlay's copy when the API server refused the write as stale or invalid."""
-        own = self.own is not None and resource == self.own[0]
+        """``fn()``; for a kind with an overlay, record the written object in it, and drop the
+        overlay's copy when the API server refused the write as stale or invalid."""
+        overlay = self.overlays.get(resource)
         try:
             out = fn()
         except ApiError as err:
-            if own and (err.conflict or err.invalid):
-                self.own[1].forget(meta_namespace_key(dict(obj)))  # type: ignore[index]
+            if overlay is not None and (err.conflict or err.invalid):
+                overlay.forget(meta_namespace_key(dict(obj)))
             raise
-        if own and out is not None:
-            self.own[1].wrote(out)  # type: ignore[index]
+        if overlay is not None and out is not None:
+            overlay.wrote(out)
         return out
 
     # -- reads ------------------------------------------------------------------------------
@@ -240,12 +246,14 @@ class Executor:
     def _SetPruneTimers(self, a: SetPruneTimers, s: Any) -> Any:
         vlan = self.writer.json_patch(names.VLANS, a.vlan["metadata"]["name"],
                                       annotation_patch(a.vlan, names.ANNOTATION_DELETED_SUBNETS, a.value))
+        self.vlans.wrote(vlan)
         return fill(s, a.into, vlan)
 
     def _SetPoolCidrs(self, a: SetPoolCidrs, s: Any) -> Any:
         name = a.vlan["metadata"]["name"]
         try:
             vlan = self.writer.json_patch(names.VLANS, name, annotation_patch(a.vlan, names.ANNOTATION_POOL_CIDRS, a.value))
+            self.vlans.wrote(vlan)
         except ApiError as err:
             if not (err.conflict or err.invalid):
                 raise

@@ -81,17 +81,18 @@ def finalizer_add_patch(obj: Mapping[str, Any], finalizer: str) -> list[dict[str
     """JSON patch adding ``finalizer`` without touching anyone else's entries.
 
     Guarded by the list as read (B14: never re-add a list we read stale): appended after a
-    ``test`` of the whole list, so a write of other fields in between (a peer's defaulting,
-    its status) does not refuse it (field reports, fourth round: a 422 on every first Subnet
-    finalizer); with no list yet, by the resourceVersion (an ``add`` of the list would replace
-    one made meanwhile). A failed test is a 409 to the caller, which re-reads.
+    ``test`` of the whole list, or, with no list yet, made after a ``test`` that there is none
+    (an ``add`` of the list would replace one made meanwhile). A write of other fields in
+    between (a peer's defaulting, its status) does not refuse it (field reports, fourth round:
+    a 422 on every first Subnet finalizer). A failed test is a 409 to the caller, which re-reads.
     """
-    meta = obj.get("metadata") or {}
-    fins = meta.get("finalizers")
+    fins = (obj.get("metadata") or {}).get("finalizers")
     if fins:
         return [{"op": "test", "path": "/metadata/finalizers", "value": list(fins)},
                 {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}]
-    return [{"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion", "")},
+    # A test for null passes only while there is no list (the API server's RFC 6902 test of a
+    # missing member against null), so a list made meanwhile is never replaced.
+    return [{"op": "test", "path": "/metadata/finalizers", "value": None},
             {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}]
 
 

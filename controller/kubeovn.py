@@ -73,15 +73,17 @@ def held_only_by_us(subnet: Mapping[str, Any]) -> int:
 
 
 def processed(subnet: Mapping[str, Any]) -> bool:
-    """Kube-OVN has handled the Subnet once: its finalizer is on (v1.15) or it wrote status
-    conditions (older versions). Our finalizer waits for that: v1.15 adds its own with an
+    """Kube-OVN has handled the Subnet once: its finalizer is on (v1.15) or it wrote a ``Ready``
+    condition (versions without the finalizer; v1.15 writes ``Validated`` before it adds its
+    finalizer, ``Ready`` after). Our finalizer waits for that: v1.15 adds its own with an
     unguarded merge patch of the whole list from its cache, which would drop an entry added
-    before it, and its first writes (defaulting, finalizer, status) come within a second of the
-    create, when a guarded patch of ours would be refused."""
+    before it, and its first writes (defaulting, status, finalizer) come within a second of
+    the create, when a guarded patch of ours would be refused."""
     meta = subnet.get("metadata") or {}
     status = subnet.get("status")
+    conds = status.get("conditions") if isinstance(status, Mapping) else None
     return (any(f in (meta.get("finalizers") or []) for f in KUBE_OVN_FINALIZERS)
-            or bool(isinstance(status, Mapping) and status.get("conditions")))
+            or any(isinstance(c, Mapping) and c.get("type") == "Ready" for c in (conds or [])))
 
 
 def subnet_vpc(subnet: Mapping[str, Any]) -> str:

@@ -214,9 +214,12 @@ class NetworkReconciler:
         self.recent = recent or RecentWrites(listers.networks)
         self.namespaces = namespaces or NamespaceReconciler(listers.networks, listers.namespaces, writer, self.recent)
         self.recent_namespaces = self.namespaces.recent
+        # Our finalizer on a Subnet: the next pass reads it back, not the cache's older copy.
+        self.recent_subnets = RecentWrites(listers.subnets) if listers.subnets is not None else None
         self.executor = Executor(
             writer, vlans, (names.PROXMOX_NETWORKS, self.recent), events, self.metrics,
             self.consumer_resources, self.namespaces, gateway, stopping,
+            overlays={names.SUBNETS: self.recent_subnets} if self.recent_subnets is not None else None,
         )
 
     def reconcile(self, key: str) -> Result:
@@ -273,7 +276,7 @@ class NetworkReconciler:
         sname = str(spec.get("subnet") or "")
         vlan = self.vlans.lookup(sname)
         provider = str(((zone or {}).get("spec") or {}).get("providerNetwork") or "")
-        subnet = self.l.subnets.get(sname) if self.l.subnets is not None else None
+        subnet = self.recent_subnets.get(sname) if self.recent_subnets is not None and sname else None
         trunk: tuple[Any, ...] = ()
         trunk_recheck: float | None = None
         siblings: frozenset[str] = frozenset()

@@ -339,14 +339,22 @@ class VlanManager:
             return [a.vlan for a in self._assumed.values() if allocator.vlan_provider(a.vlan) == provider]
 
     def lookup(self, name: str) -> dict[str, Any] | None:
-        """The Vlan named ``name`` from the cache, else from the assumed set (read first,
-        so a Vlan moving from one to the other is seen in one of them)."""
+        """The Vlan named ``name``: the assumed one while the cache lacks it or shows an older
+        version of it (our own patch not delivered yet: a pass must not patch again from the
+        older copy), else the cache's. The assumed set is read first, so a Vlan moving from
+        one to the other is seen in one of them."""
         with self._assumed_lock:
             a = self._assumed.get(name)
         vlan = self.vlans.get(name)
         if vlan is not None:
-            return vlan
+            same = (vlan.get("metadata") or {}).get("uid") == ((a.vlan.get("metadata") or {}).get("uid") if a else None)
+            return a.vlan if a is not None and same and not shows_at_least(vlan, a.vlan) else vlan
         return a.vlan if a else None
+
+    def wrote(self, vlan: Mapping[str, Any]) -> None:
+        """Record the Vlan the API server returned for our patch, so lookups see it before the
+        cache does (read-your-writes, as for a Vlan we create)."""
+        self._assume(dict(vlan))
 
     def vlans_on(self, provider: str) -> list[dict[str, Any]]:
         """Every Vlan on ``provider``: the cache plus the assumed ones it lacks by name.
@@ -574,7 +582,9 @@ class VlanManager:
             ops += finalizer_add_patch(vlan, names.FINALIZER)[1:]
         if need_ann:
             ops += annotation_patch(vlan, names.ANNOTATION_DELETED_SUBNETS, None)[1:]
-        return self.writer.json_patch(names.VLANS, meta["name"], ops)
+        out = self.writer.json_patch(names.VLANS, meta["name"], ops)
+        self.wrote(out)
+        return out
 
     # -- release (network deletion §6 step 4, orphan collection §8.1) ---------------------
     def split_listed_subnets(self, vlan: Mapping[str, Any]) -> tuple[list[str], list[str]]:

@@ -123,9 +123,9 @@ def test_finalizer_patches_never_rewrite_the_list():
         {"op": "test", "path": "/metadata/finalizers", "value": ["other/a", "other/b"]},
         {"op": "add", "path": "/metadata/finalizers/-", "value": "proxmox.cozystack.io/network"},
     ]
-    # No list yet: adding one would replace one made meanwhile, so the resourceVersion guards it.
+    # No list yet: adding one would replace one made meanwhile, so it is tested absent.
     bare = {"metadata": {"name": "x", "resourceVersion": "7"}}
-    assert finalizer_add_patch(bare, "f") == [{"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+    assert finalizer_add_patch(bare, "f") == [{"op": "test", "path": "/metadata/finalizers", "value": None},
                                               {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}]
     obj["metadata"]["finalizers"].insert(1, "proxmox.cozystack.io/network")
     assert finalizer_remove_patch(obj, "proxmox.cozystack.io/network") == [

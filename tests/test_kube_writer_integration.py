@@ -27,8 +27,15 @@ def test_a_failed_test_op_is_a_conflict_and_a_validation_error_is_not(admin_clie
     writer = KubeWriter(admin_client)
     ns = unique_namespace
     secret = writer.create(names.SECRETS, {"metadata": {"name": "s"}, "type": "Opaque"}, ns)
-    stale = {"metadata": {**secret["metadata"], "resourceVersion": "1"}}  # read before a change
-    conflict = _error(lambda: writer.json_patch(names.SECRETS, "s", finalizer_add_patch(stale, "x.io/f"), ns))
+    # Our finalizer patch is guarded by the list as read: another field's change in between does
+    # not refuse it; a list made meanwhile does (tested absent), and so does one changed.
+    writer.merge_patch(names.SECRETS, "s", {"metadata": {"labels": {"changed": "yes"}}}, ns)
+    added = writer.add_finalizer(names.SECRETS, secret, "x.io/f")
+    assert added["metadata"]["finalizers"] == ["x.io/f"]
+    again = writer.add_finalizer(names.SECRETS, {"metadata": {**added["metadata"], "resourceVersion": "1"}}, "x.io/g")
+    assert again["metadata"]["finalizers"] == ["x.io/f", "x.io/g"]
+    stale = secret  # read with no list, which exists now
+    conflict = _error(lambda: writer.json_patch(names.SECRETS, "s", finalizer_add_patch(stale, "x.io/h"), ns))
     assert (conflict.status, conflict.reason, conflict.test_failed, conflict.conflict) == (
         409, "PatchTestFailed", True, True)
     assert conflict.message.startswith("the JSON patch did not apply: the object changed since it was read")

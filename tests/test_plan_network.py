@@ -1846,7 +1846,8 @@ def test_the_gateway_ensure_carries_the_zones_mtu_and_the_status_shows_the_ports
 @pytest.mark.parametrize("status, finalizers, adds", [
     ({}, [], False),  # just created: Kube-OVN has not handled it yet
     ({}, ["kubeovn.io/kube-ovn-controller"], True),  # v1.15 put its finalizer on
-    ({"conditions": [{"type": "Ready", "status": "True"}]}, [], True),  # an older Kube-OVN wrote its status
+    ({"conditions": [{"type": "Validated", "status": "True"}]}, [], False),  # v1.15 validates before its finalizer
+    ({"conditions": [{"type": "Ready", "status": "False"}]}, [], True),  # an older Kube-OVN wrote its Ready
 ])
 def test_our_subnet_finalizer_waits_until_kube_ovn_has_handled_the_subnet(status, finalizers, adds):
     """Field reports, fourth round: our first finalizer patch raced Kube-OVN's defaulting and

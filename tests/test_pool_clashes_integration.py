@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import threading
 import time
 from typing import Iterator
@@ -361,4 +362,9 @@ def test_a_burst_of_50_networks_on_the_real_peers_sees_no_refused_write(admin, p
     writes, _ = writes_until_now(peers_bed, peers_bed.controller_user, since_marker=start)
     refused = [w for w in writes if 400 <= w.code < 500]
     print(f"\n[burst] 50 networks: {len(writes)} controller writes, {len(refused)} refused")
-    assert refused == [], "\n".join(str(w) for w in refused)
+    ids = {w.audit_id for w in refused}
+    why = [json.loads(line).get("responseStatus") for line in peers_bed.audit_log.read_text().splitlines()
+           if any(i in line for i in ids) and '"ResponseComplete"' in line]
+    first = [w for w in writes if refused and w.name == refused[0].name]
+    assert refused == [], "\n".join(f"{w}: {r}" for w, r in zip(refused, why)) + "\nall: " + "; ".join(
+        f"{w.received.time()} {w}" for w in first)
