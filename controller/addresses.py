@@ -707,7 +707,12 @@ def find_pool_overlaps(
         if shared:
             created = _text((obj.get("metadata") or {}).get("creationTimestamp"))
             found[(kind, name)] = PoolOverlap(kind, name, tuple(shared), created)
-    return sorted(found.values(), key=lambda o: (_KIND_ORDER.get(o.kind, 9), o.kind, o.name))
+    return sorted(found.values(), key=overlap_order)
+
+
+def overlap_order(o: PoolOverlap) -> tuple[int, str, str]:
+    """InClusterIPPools first, then by kind and name (the order messages name them in)."""
+    return (_KIND_ORDER.get(o.kind, 9), o.kind, o.name)
 
 
 def split_overlaps(
@@ -751,8 +756,8 @@ def split_overlaps(
 
 def pool_overlaps_message(pool: str, overlaps: Sequence[PoolOverlap], later: bool = False) -> str:
     """The ``PoolOverlapsPool`` message: the overlapping pools, first five then a count,
-    each with the first range both hold (``later``: made after this one, which stays Ready),
-    and what to fix."""
+    each with the first range both hold (``later``: made or changed after this one was Ready,
+    which stays Ready), and what to fix."""
     after = " (made after it: the network stays Ready)" if later else ""
     return (
         f'addresses of InClusterIPPool "{pool}" are also in {first_shown(overlaps)}{after}; the IPAM provider '

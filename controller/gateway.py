@@ -252,9 +252,9 @@ def settled_serving(serving: str, written_at: _dt.datetime | None, now: _dt.date
 
 
 # Classes of an NB failure (field reports, fourth round, O6): an NBUnavailable Event is posted
-# when a failure starts, and again when its class changes (a certificate rotation turns a
-# refused connection into a refused handshake), so the Event an operator reads names the
-# current cause.
+# when a failure starts, and again for each class the outage had not shown yet (a certificate
+# rotation turns a refused connection into a refused handshake), so the Event an operator reads
+# names the current cause; a failure flipping between two classes posts no more.
 TLS_FAILURE, CONNECTION_FAILURE, WRITE_FAILURE = "tls", "connection", "write"
 FAILURE_TEXT = {TLS_FAILURE: "the TLS handshake or the TLS Secret fails",
                 CONNECTION_FAILURE: "the connection fails", WRITE_FAILURE: "writes fail"}
@@ -281,7 +281,9 @@ class GatewayOutcome:
     error: str | None = None
     written_at: _dt.datetime | None = None  # the port's group last written by this process (aware UTC)
     deferred: float | None = None  # seconds until the serving chassis left out (settle) is kept on top
-    previous_failure: str | None = None  # the class of this process's last NB failure for the network, if any
+    # The classes of NB failure this process has seen for the network in the current outage
+    # (None: none seen here yet); a class not among them is announced with an Event.
+    announced: frozenset[str] | None = None
 
 
 def gateway_status(
@@ -328,7 +330,7 @@ def gateway_status(
             set_condition(conds, names.GATEWAY_READY, f.status, f.reason, f.message, gen, clock)
         if since is None:
             out.append(Event(net, WARNING, reasons.NB_UNAVAILABLE, f"OVN NB unavailable for router port \"{lrp}\": {err}"))
-        elif outcome.previous_failure is not None and failure_class(err) != outcome.previous_failure:
+        elif outcome.announced is not None and failure_class(err) not in outcome.announced:
             out.append(Event(net, WARNING, reasons.NB_UNAVAILABLE,
                              f'OVN NB still unavailable for router port "{lrp}", now {FAILURE_TEXT[failure_class(err)]}: '
                              f"{err}"))
@@ -461,7 +463,7 @@ class GatewayStep:
     ) -> None:
         self.applier = applier
         self.overlay_mtu = overlay_mtu
-        self._failures: dict[str, str] = {}  # network key -> class of its last NB failure here
+        self._failures: dict[str, frozenset[str]] = {}  # network key -> NB failure classes of its outage
         self.sb = sb
         self.failback = failback
         self.settle = settle
@@ -503,8 +505,9 @@ class GatewayStep:
         except NBError as err:
             self.metrics.gateway_nb_error()
             text = str(err)
-            previous, self._failures[key] = self._failures.get(key), failure_class(text)
-            return GatewayOutcome(error=text, previous_failure=previous)
+            seen = self._failures.get(key)
+            self._failures[key] = (seen or frozenset()) | {failure_class(text)}
+            return GatewayOutcome(error=text, announced=seen)
         self._failures.pop(key, None)
         return GatewayOutcome(state=state, written_at=self.applier.written_at(lrp), deferred=deferred)
 

@@ -55,6 +55,7 @@ from controller.addresses import (
     find_address_conflicts,
     find_duplicate_addresses,
     find_pool_overlaps,
+    overlap_order,
     split_overlaps,
     pool_overlaps_message,
     pool_cidrs,
@@ -728,7 +729,12 @@ class _Live:
             own_vpc, self.s.pool_vpcs)
         conflicts = find_address_conflicts(own, self.s.kube_ovn_ips, self.s.pool_addresses)
         twice = find_duplicate_addresses(self.s.pool_addresses)
-        self.overlaps, self.conflicts = len(overlaps) + len(later), len(conflicts) + len(twice)
+        was = find(self.old.get("conditions") or [], names.IPPOOL_READY) or {}
+        if was.get("status") == TRUE:
+            # A Ready network is never taken down by someone else's later choice (§10): an overlap
+            # appearing while its pool is Ready (another pool made or edited since) only warns.
+            later, overlaps = [*overlaps, *later], []
+        self.overlaps, self.conflicts = len(overlaps), len(conflicts) + len(twice)
         ip = (pool.get("status") or {}).get("ipAddresses")
         if isinstance(ip, Mapping):
             status["ipPool"] = {k: ip.get(k) if isinstance(ip.get(k), int) else 0 for k in ("total", "used", "free")}
@@ -754,8 +760,9 @@ class _Live:
             set_condition(conds, names.IPPOOL_READY, FALSE, failure[0], failure[1], gen, clock)
             return
         if later:
+            self.overlaps += len(later)  # the gauge counts what the condition names
             set_condition(conds, names.IPPOOL_READY, TRUE, reasons.POOL_OVERLAPS_POOL,
-                          pool_overlaps_message(pname, later, later=True), gen, clock)
+                          pool_overlaps_message(pname, sorted(later, key=overlap_order), later=True), gen, clock)
             return
         usage = status.get("ipPool")
         if usage and usage.get("total", 0) > 0 and usage.get("free", 0) == 0:

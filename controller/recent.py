@@ -58,9 +58,13 @@ class RecentWrites:
         return entry[0]
 
     def wrote(self, obj: Mapping[str, Any]) -> None:
-        """Record the object the API server returned for our write."""
+        """Record the object the API server returned for our write (entries older than
+        ``ttl`` go then: a key never read again does not stay)."""
+        now = self.monotonic()
         with self._lock:
-            self._objs[meta_namespace_key(dict(obj))] = (dict(obj), self.monotonic())
+            for key in [k for k, (_, at) in self._objs.items() if now - at > self.ttl]:
+                del self._objs[key]
+            self._objs[meta_namespace_key(dict(obj))] = (dict(obj), now)
 
     def forget(self, key: str) -> None:
         with self._lock:

@@ -353,8 +353,17 @@ class VlanManager:
 
     def wrote(self, vlan: Mapping[str, Any]) -> None:
         """Record the Vlan the API server returned for our patch, so lookups see it before the
-        cache does (read-your-writes, as for a Vlan we create)."""
-        self._assume(dict(vlan))
+        cache does (read-your-writes, as for a Vlan we create): only while the cache or the
+        assumed set holds that same Vlan (its UID), so a deletion delivered meanwhile is not
+        undone."""
+        name = (vlan.get("metadata") or {}).get("name")
+        uid = (vlan.get("metadata") or {}).get("uid")
+        with self._assumed_lock:
+            a = self._assumed.get(name)
+        cached = self.vlans.get(name)
+        known = [o for o in (cached, a.vlan if a else None) if o is not None]
+        if any((o.get("metadata") or {}).get("uid") == uid for o in known):
+            self._assume(dict(vlan))
 
     def vlans_on(self, provider: str) -> list[dict[str, Any]]:
         """Every Vlan on ``provider``: the cache plus the assumed ones it lacks by name.

@@ -393,7 +393,7 @@ def _echo(tls_sock: ssl.SSLSocket, remote: str, deadline: float) -> None:
         tls_sock.sendall(ECHO)
         answer = tls_sock.recv(4096)
     except socket.timeout:
-        raise TLSError(f"{remote}: TLS handshake: timed out") from None
+        raise TLSError(f"{remote}: echo after the handshake: timed out") from None
     except (ssl.SSLError, OSError) as exc:
         raise TLSError(f"{remote}: TLS handshake: {_reason(exc)}") from None
     if not answer:

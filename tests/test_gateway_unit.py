@@ -362,17 +362,21 @@ def test_nb_failures_have_a_class(text, want):
 
 def test_an_nb_failure_that_changes_class_is_posted_again_naming_the_current_cause():
     """Field reports, fourth round, O6: NB refused while down, then back and refusing the
-    rotated client certificate: a second NBUnavailable Event names the TLS cause; the same
-    class again posts nothing (the first Event stands)."""
+    rotated client certificate: a second NBUnavailable Event names the TLS cause; a class the
+    outage already showed posts nothing (the Events stand)."""
     net = {"metadata": {"namespace": "ns", "name": "net", "uid": "u"}}
     old = {"gatewayFailingSince": "2026-12-06T08:59:00Z", "conditions": [cond("True", "ChassisAssigned")]}
     tls = "OVN NB IDL is not synced: ssl:nb:6641: TLS handshake: tlsv1 alert unknown ca"
-    out, _ = gateway_status(GatewayOutcome(error=tls, previous_failure="connection"), net, LRP, {}, [], old, 3, T0)
+    out, _ = gateway_status(GatewayOutcome(error=tls, announced=frozenset({"connection"})), net, LRP, {}, [], old, 3, T0)
     (e,) = [e for e in out if isinstance(e, Event)]
     assert (e.type, e.reason) == ("Warning", "NBUnavailable")
     assert e.message == f'OVN NB still unavailable for router port "{LRP}", now the TLS handshake or the TLS Secret fails: {tls}'
-    again, _ = gateway_status(GatewayOutcome(error=tls, previous_failure="tls"), net, LRP, {}, [], old, 3, T0)
+    again, _ = gateway_status(GatewayOutcome(error=tls, announced=frozenset({"tls"})), net, LRP, {}, [], old, 3, T0)
     assert [e for e in again if isinstance(e, Event)] == []
+    # Flipping back to a class the outage already showed posts nothing more (no storm).
+    back, _ = gateway_status(GatewayOutcome(error="OVN NB IDL is not synced: tcp:nb:6641: connect: Connection refused",
+                                            announced=frozenset({"connection", "tls"})), net, LRP, {}, [], old, 3, T0)
+    assert [e for e in back if isinstance(e, Event)] == []
     # The process's first failing pass (a restart in the outage): no class known, nothing new.
     first, _ = gateway_status(GatewayOutcome(error=tls), net, LRP, {}, [], old, 3, T0)
     assert [e for e in first if isinstance(e, Event)] == []
@@ -399,7 +403,7 @@ def test_the_gateway_step_remembers_the_class_of_the_last_failure_until_a_succes
     step = GatewayStep(Failing(None), None, None, _Metrics())  # type: ignore[arg-type]
     a = step.ensure("ns/net", "vpc", "sub", [], frozenset())
     b = step.ensure("ns/net", "vpc", "sub", [], frozenset())
-    assert (a.previous_failure, b.previous_failure) == (None, "connection")
+    assert (a.announced, b.announced) == (None, frozenset({"connection"}))
     assert step.ensure("ns/net", "vpc", "sub", [], frozenset()).state is not None
     # A success ends the failure: the next one is a new start (no class to compare).
-    assert step.ensure("ns/net", "vpc", "sub", [], frozenset()).previous_failure is None
+    assert step.ensure("ns/net", "vpc", "sub", [], frozenset()).announced is None

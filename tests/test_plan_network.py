@@ -1858,3 +1858,19 @@ def test_our_subnet_finalizer_waits_until_kube_ovn_has_handled_the_subnet(status
     sub["metadata"]["finalizers"] = finalizers
     p = plan_network(live(subnet=sub))
     assert any(isinstance(a, AddFinalizer) and a.resource == names.SUBNETS for a in p.actions) == adds
+
+
+
+def test_an_overlap_appearing_while_the_pool_is_ready_only_warns():
+    """product-decisions.md §10: a Ready network is never taken down by someone else's later
+    choice, also when an older pool is edited to overlap it: the overlap is named in a True
+    PoolOverlapsPool, Ready stays."""
+    older = (("InClusterIPPool", other_pool("edited", ["10.0.0.45"], created=BEFORE)),)
+    fresh = drive(live(other_pools=older))
+    assert fresh.crm("IPPoolReady")[:2] == ("False", "PoolOverlapsPool")  # a pool made on taken addresses
+    ready = converged(live())
+    assert ready.network["status"]["conditions"]
+    p = drive(attrs.evolve(ready, other_pools=older))
+    assert p.crm("IPPoolReady")[:2] == ("True", "PoolOverlapsPool")
+    assert p.crm("Ready")[:2] == ("True", "Ready")
+    assert Metric("set_pool_conflicts", (NS, NAME, 1, 0)) in p.applied

@@ -70,7 +70,10 @@ SubnetNameInvalid is never reachable from here). */ -}}
 {{- if not $zone }}
 {{- $names := keys $zones | sortAlpha }}
 {{- if eq (len $names) 0 }}
+{{- if include "pxs.online" $root }}
 {{- fail (printf "%s: no ProxmoxNetworkZone exists; ask the platform administrator for one, or set proxmox.zone" $what) }}
+{{- end }}
+{{- fail (printf "%s: set proxmox.zone (an offline render cannot read the zones)" $what) }}
 {{- else if gt (len $names) 1 }}
 {{- fail (printf "%s: several ProxmoxNetworkZones exist (%s); set proxmox.zone" $what (join ", " $names)) }}
 {{- end }}

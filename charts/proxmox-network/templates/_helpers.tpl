@@ -51,7 +51,7 @@ app.kubernetes.io/name: proxmox-network-controller
 {{- if .Values.resources -}}
 {{- toYaml .Values.resources -}}
 {{- else -}}
-{{- $memory := get (dict "small" (list "128Mi" "512Mi") "medium" (list "256Mi" "1Gi") "large" (list "512Mi" "1Gi")) .Values.sizing -}}
+{{- $memory := get (dict "small" (list "128Mi" "512Mi") "medium" (list "256Mi" "1Gi") "large" (list "512Mi" "1Gi")) (.Values.sizing | default "medium") -}}
 requests:
   cpu: 10m
   memory: {{ index $memory 0 }}
