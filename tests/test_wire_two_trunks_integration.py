@@ -95,13 +95,17 @@ def test_with_two_trunk_nodes_the_survivor_does_not_take_over_and_the_network_sa
         killed = time.monotonic()
         try:
             # The survivor never claims cr-, and the VM gets no answer, for the whole window.
-            # The dead chassis' ovn-controller, still running, keeps cr- claimed: the SB names
-            # it as the holder throughout, so the status read from the SB cannot see this
-            # outage (docs/operations.md, "The gateway as it serves").
+            # The dead chassis' ovn-controller, still running, mostly keeps cr- claimed (the SB
+            # then names it, and the status cannot see this outage); in some runs it released
+            # it, and nothing held it (docs/operations.md, "The gateway as it serves").
+            holders = set()
             while time.monotonic() - killed < WINDOW:
-                assert n.cr_chassis(bed) == active
+                holders.add(n.cr_chassis(bed))
+                assert holders <= {active, None}, holders
                 assert vm.arping(n.gateway, count=1, timeout=1) == []
-            assert serving(n) == active
+            assert serving(n) in (active, None)
+            print(f"\n[wire] two chassis, the active datapath killed: cr- held by {sorted(map(str, holders))} "
+                  f"over {WINDOW:.0f}s, never by the survivor; no ARP answer")
         finally:
             # The failed chassis back (whatever happened: the module's other tests need it).
             dp.start_vswitchd(chassis.ns, chassis.rundir)
