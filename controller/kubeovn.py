@@ -22,8 +22,11 @@ The default VPC. A Subnet without ``spec.vpc`` is put into ``ovn-cluster``
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Mapping
 from typing import Any
+
+from controller.rfc3339 import parse
 
 # Kube-OVN's default VPC (util.DefaultVpc, the default of kube-ovn-controller's
 # --cluster-router): ``formatSubnet`` writes it into a Subnet without ``spec.vpc``, and with
@@ -37,6 +40,46 @@ KUBE_OVN_FINALIZERS = ("kubeovn.io/kube-ovn-controller", "kube-ovn-controller")
 
 # The reason of a Subnet's Ready=False when its Vlan is missing or flagged (validateSubnetVlan).
 SUBNET_VLAN_INVALID = "ValidateSubnetVlanFailed"
+
+
+# Field report S1: how long a Subnet may keep ValidateSubnetVlanFailed after its Vlan exists
+# before the controller calls Kube-OVN's state stale (one Kube-OVN pass takes well under this).
+KUBE_OVN_STALE_AFTER = 120.0
+
+
+def stale_vlan_validation(subnet: Mapping[str, Any], vlan: Mapping[str, Any] | None, now: _dt.datetime,
+                          after: float = KUBE_OVN_STALE_AFTER) -> tuple[str, float | None]:
+    """Field report S1 (kubeovn/kube-ovn#6352, fixed in v1.15.5): before v1.15.5 a Subnet
+    made before its Vlan keeps ``Ready=False ValidateSubnetVlanFailed`` after the Vlan
+    exists, until kube-ovn-controller restarts (its handler dropped the key and the Vlan's
+    add does not re-enqueue the Subnet). ``validateSubnetVlan`` fails only on a missing or a
+    conflict-flagged Vlan, so that reason on a Subnet whose Vlan exists, is not flagged, and
+    has been there (and the condition unchanged) for ``after`` seconds is Kube-OVN's stale
+    state, not the tenant's mistake.
+
+    :param vlan: the network's own Vlan (the caller checks it is ours), None when absent.
+    :returns: ``(message, None)`` when stale; ``("", seconds)`` until it would be called
+        stale (the pass to come back then); ``("", None)`` when not in that state.
+    """
+    if vlan is None or flags_conflict(vlan):
+        return "", None
+    status = subnet.get("status")
+    conds = status.get("conditions") if isinstance(status, Mapping) else None
+    ready = next((c for c in conds or [] if isinstance(c, Mapping) and c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "False" or ready.get("reason") != SUBNET_VLAN_INVALID:
+        return "", None
+    made = parse((vlan.get("metadata") or {}).get("creationTimestamp"))
+    if made is None:
+        return "", None
+    since = max([made] + [t for t in (parse(ready.get("lastUpdateTime")), parse(ready.get("lastTransitionTime")))
+                          if t is not None])
+    left = after - (now - since).total_seconds()
+    if left > 0:
+        return "", left
+    sname = str((subnet.get("metadata") or {}).get("name") or "")
+    vname = str((vlan.get("metadata") or {}).get("name") or "")
+    return (f'Kube-OVN has not re-validated Subnet "{sname}" since Vlan "{vname}" was created; '
+            "kube-ovn-controller before v1.15.5 needs a restart (kube-ovn#6352)"), None
 
 
 def flags_conflict(vlan: Mapping[str, Any]) -> bool:

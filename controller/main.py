@@ -38,6 +38,7 @@ from controller.leader import (
 from controller.reasons import LEADER_LOCK_HELD_ELSEWHERE
 from controller.manager import Manager, Options
 from controller.metrics import Metrics
+from controller.kubeovn import KUBE_OVN_STALE_AFTER
 from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from controller.reuse import DEFAULT_VLAN_REUSE_DELAY
 from ovn.planner import KUBE_OVN_OVERLAY_MTU
@@ -80,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_duration,
         default=DEFAULT_VLAN_REUSE_DELAY,
         help="how long a released VLAN ID is held back before it is allocated again (Go duration; 0 turns it off)",
+    )
+    p.add_argument(
+        "--kube-ovn-stale-after",
+        type=parse_duration,
+        default=KUBE_OVN_STALE_AFTER,
+        help="how long a Subnet may keep Kube-OVN's ValidateSubnetVlanFailed after its Vlan exists before the "
+             "controller reports kube-ovn-controller's state as stale (Go duration)",
     )
     p.add_argument("--manage-gateway-chassis", type=parse_bool, nargs="?", const=True, default=True)
     p.add_argument(
@@ -232,6 +240,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         trunk_hold_down=args.trunk_node_hold_down,
         gateway_failback=args.gateway_failback,
         overlay_mtu=args.overlay_mtu,
+        kube_ovn_stale_after=args.kube_ovn_stale_after,
     )
     metrics = Metrics()
     if isinstance(api, RotatingTokenApiClient):

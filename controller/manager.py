@@ -48,6 +48,7 @@ from controller.metrics import (
 )
 from controller.namespaces import NAMESPACE_WRITE_WINDOW, NamespaceReconciler, keys_for_namespace, keys_for_network
 from controller.projection import transform_for
+from controller.kubeovn import KUBE_OVN_STALE_AFTER
 from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from controller.recent import RecentWrites
 from controller.addresses import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
@@ -117,6 +118,8 @@ class Options:
     # default is 90 s (controller.gateway.DEFAULT_TRUNK_HOLD_DOWN), 0 here and for tests.
     trunk_hold_down: float = 0.0
     gateway_collect_period: float = COLLECT_PERIOD
+    # S1: seconds a Subnet may keep ValidateSubnetVlanFailed after its Vlan exists.
+    kube_ovn_stale_after: float = KUBE_OVN_STALE_AFTER
     nb_first_sync_timeout: float = 10.0  # seconds the first workers wait for the NB's first sync
 
 
@@ -270,7 +273,7 @@ class Manager:
             self.listers, self.writer, self.vlans, options.manage_gateway,
             events=self.events, prune_timeout=options.subnet_prune_timeout, metrics=self.metrics,
             gateway=self.gateway, namespaces=self.namespace_reconciler, recent=network_overlay,
-            stopping=self._stop,
+            stopping=self._stop, kube_ovn_stale_after=options.kube_ovn_stale_after,
         )
         self.pod_reconciler = EgressGatewayPodReconciler(self.pods.store, self.writer, self.events)
         self.zone_reconciler = ZoneReconciler(

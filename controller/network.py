@@ -202,8 +202,10 @@ class NetworkReconciler:
         namespaces: NamespaceReconciler | None = None,
         recent: RecentWrites | None = None,
         stopping: threading.Event | None = None,
+        kube_ovn_stale_after: float = kubeovn.KUBE_OVN_STALE_AFTER,
     ) -> None:
         self.l = listers
+        self.kube_ovn_stale_after = kube_ovn_stale_after
         self.vlans = vlans
         self.manage_gateway = manage_gateway
         self.now = now
@@ -257,7 +259,7 @@ class NetworkReconciler:
         base = NetworkSnapshot(
             key=key, network=net, now=self.now(), manage_gateway=self.manage_gateway,
             gateway_enabled=self.gateway is not None, prune_timeout=self.prune_timeout,
-            grace=getattr(self.gateway, "grace", 600.0),
+            grace=getattr(self.gateway, "grace", 600.0), kube_ovn_stale_after=self.kube_ovn_stale_after,
         )
         if net is None:
             return base

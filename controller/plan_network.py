@@ -192,6 +192,7 @@ class NetworkSnapshot:
     siblings: frozenset[str] = frozenset()
     sb_binding: Any = None
     serving_settle: float = SERVING_SETTLE
+    kube_ovn_stale_after: float = kubeovn.KUBE_OVN_STALE_AFTER
     # pass: allocation and adoption
     refusal: tuple[str, str] | None = None
     allocated_now: bool = False
@@ -427,6 +428,7 @@ class _Live:
         self.conflicts = 0
         self.in_default_vpc = False  # set by the Subnet step (field report R2)
         self.serving_recheck: float | None = None  # set by the gateway step (§10)
+        self.stale_recheck: float | None = None  # set by the Subnet step (S1)
 
     def not_ready(self, reason: str, message: str) -> None:
         set_not_ready(self.conds, names.VLAN_ALLOCATED, reason, message, self.gen, self.s.manage_gateway, self.clock)
@@ -690,6 +692,16 @@ class _Live:
                           gen, self.clock)
             return sub
         st, reason, message = subnet_conditions(sub)
+        vlan = s.vlan
+        ours = vlan is not None and vlan_owner(vlan) == (self.ns, self.name)
+        stale, self.stale_recheck = kubeovn.stale_vlan_validation(sub, vlan if ours else None, s.now,
+                                                                   s.kube_ovn_stale_after)
+        if stale:
+            # S1: Kube-OVN's state, not the tenant's mistake; the Vlan and Subnet stay untouched.
+            reason, message = reasons.SUBNET_NOT_READY, stale
+            was = find((self.old.get("conditions") or []), names.SUBNET_READY) or {}
+            if stale not in str(was.get("message") or ""):
+                self.actions.append(Event(self.net, WARNING, reasons.KUBE_OVN_STALE, stale))
         foreign = kubeovn.foreign_vpc_note(sub, self.s.subnet_vpc, self.ns)
         if foreign:
             # Report only (R2): a ProxmoxNetwork names no VPC to hold the Subnet to.
@@ -826,6 +838,8 @@ class _Live:
             requeue = min(requeue, max(s.trunk_recheck, 1.0))  # R12: the held node leaves then
         if self.serving_recheck is not None:
             requeue = min(requeue, max(self.serving_recheck, 0.5))  # §10: the settle time ends then
+        if self.stale_recheck is not None:
+            requeue = min(requeue, max(self.stale_recheck, 1.0))  # S1: Kube-OVN is called stale then
         gw = find(status["conditions"], names.GATEWAY_READY)
         if s.sb_binding is None or gw is None or gw.get("reason") not in (reasons.CHASSIS_ASSIGNED,
                                                                            reasons.SB_UNAVAILABLE):

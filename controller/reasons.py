@@ -79,6 +79,7 @@ VLAN_RELEASED = "VLANReleased"
 VLAN_RELEASED_AFTER_PRUNE_TIMEOUT = "VLANReleasedAfterPruneTimeout"
 VLAN_DUPLICATE_REPAIRED = "VLANDuplicateRepaired"
 LEADER_LOCK_HELD_ELSEWHERE = "LeaderLockHeldElsewhere"  # on the Lease: another release's replica leads
+KUBE_OVN_STALE = "KubeOVNStale"  # S1, Event only: Kube-OVN kept a Vlan validation failure after the Vlan came
 SUBNET_IN_FOREIGN_VPC = "SubnetInForeignVPC"  # R2, report only: the Subnet's VPC lists other namespaces
 ORPHANED_VLAN_COLLECTED = "OrphanedVLANCollected"
 NB_RECOVERED = "NBRecovered"

@@ -1874,3 +1874,72 @@ def test_an_overlap_appearing_while_the_pool_is_ready_only_warns():
     assert p.crm("IPPoolReady")[:2] == ("True", "PoolOverlapsPool")
     assert p.crm("Ready")[:2] == ("True", "Ready")
     assert Metric("set_pool_conflicts", (NS, NAME, 1, 0)) in p.applied
+
+
+# =============================================================================================
+# Field report S1: a Subnet made before its Vlan, Kube-OVN's state stale
+# =============================================================================================
+
+S1_STALE = (f'Kube-OVN has not re-validated Subnet "{SUBNET}" since Vlan "{SUBNET}" was created; '
+            "kube-ovn-controller before v1.15.5 needs a restart (kube-ovn#6352)")
+VLAN_MISSING = f'failed to validate vlan for subnet {SUBNET}, failed to get vlan {SUBNET}: vlan "{SUBNET}" not found'
+
+
+def vlan_failed(updated: str) -> dict:
+    """The Subnet as kube-ovn-controller's patchSubnetStatus leaves it after a failed
+    validateSubnetVlan (pkg/controller/subnet_status.go): Ready False with the reason,
+    Validated True with the same reason."""
+    sub = subnet()
+    sub["status"]["conditions"] = [
+        {"type": "Ready", "status": "False", "reason": "ValidateSubnetVlanFailed", "message": VLAN_MISSING,
+         "lastUpdateTime": updated, "lastTransitionTime": updated},
+        {"type": "Validated", "status": "True", "reason": "ValidateSubnetVlanFailed", "message": ""},
+    ]
+    return sub
+
+
+def test_s1_before_the_grace_the_subnet_is_not_ready_with_kube_ovns_message_and_comes_back_at_its_end():
+    """S1: the Vlan was made 60 s ago (2 min grace): Kube-OVN's own message, no Event; the
+    pass comes back when the grace ends."""
+    made = T0 - dt.timedelta(seconds=60)
+    p = drive(live(vlan=vlan(created=ts(made)), subnet=vlan_failed("2026-10-07T07:00:00Z")))
+    assert p.crm("SubnetReady") == ("False", "SubnetNotReady", VLAN_MISSING)
+    assert not [a for a in p.applied if isinstance(a, Event)]
+    assert p.plans[-1].requeue_after == pytest.approx(60.0)
+
+
+def test_s1_after_the_grace_the_stale_state_is_named_once_and_nothing_is_touched():
+    """S1 expected: SubnetReady=False SubnetNotReady (never SubnetInvalid/VLANConflict) with
+    the message naming the stale Kube-OVN state, one Warning Event KubeOVNStale; no write to
+    the Vlan or the Subnet, VLAN 101 stays allocated."""
+    made = T0 - dt.timedelta(seconds=121)
+    s = live(vlan=vlan(created=ts(made)), subnet=vlan_failed(ts(made - dt.timedelta(seconds=30))))
+    p = drive(s)
+    assert p.crm("SubnetReady") == ("False", "SubnetNotReady", S1_STALE)
+    assert p.crm("VLANAllocated")[:2] == ("True", "Allocated") and p.status["vlan"] == VID
+    assert [(a.type, a.reason, a.message) for a in p.applied if isinstance(a, Event)] == [
+        ("Warning", "KubeOVNStale", S1_STALE)]
+    touched = [a for a in p.applied if not isinstance(a, (Event, Metric, WriteStatus))]
+    assert touched == []
+    again = drive(converged(s))
+    assert not [a for a in again.applied if isinstance(a, Event)]
+
+
+def test_s1_a_condition_kube_ovn_rewrote_after_the_vlan_counts_from_its_rewrite():
+    """S1: the grace runs from the later of the Vlan's creation and the condition's last
+    update (Kube-OVN looked again, so the clock restarts)."""
+    made = T0 - dt.timedelta(seconds=300)
+    p = drive(live(vlan=vlan(created=ts(made)), subnet=vlan_failed(ts(T0 - dt.timedelta(seconds=30)))))
+    assert p.crm("SubnetReady") == ("False", "SubnetNotReady", VLAN_MISSING)
+    assert p.plans[-1].requeue_after == pytest.approx(90.0)
+
+
+@pytest.mark.parametrize("case", ["flagged", "foreign"])
+def test_s1_a_flagged_or_foreign_vlan_is_not_called_stale(case):
+    """S1 applies only to the network's own Vlan with status.conflict not set: a flagged
+    Vlan is Kube-OVN's duplicate check doing its job, a foreign one is not ours to vouch for."""
+    made = T0 - dt.timedelta(seconds=600)
+    v = vlan(created=ts(made), conflict=True) if case == "flagged" else vlan(created=ts(made), owner=("x", "y"))
+    p = drive(live(vlan=v, holders=(v,), subnet=vlan_failed(ts(made))))
+    assert S1_STALE not in str(p.crm("SubnetReady"))
+    assert not [a for a in p.applied if isinstance(a, Event) and a.reason == "KubeOVNStale"]

@@ -1014,3 +1014,99 @@ def test_the_tenant_chart_on_the_real_peers_binds_serves_and_holds_through_an_un
     co.delete_namespaced_custom_object(IPAM, ADDRESS_V, sc.ns, "ipaddressclaims", "vm-1-net0")
     wait_for(lambda: world.gone("vlans", sub), timeout=3 * WAIT, what="the VLAN released after the last address")
     print(f"\n[tenant chart] {sub}: VLAN {vid}, address {got}; held through the uninstall until the claim went")
+
+
+# --------------------------------------------------------------------------- S1: a Subnet made before its Vlan
+
+
+def subnet_ready(sc: Scene) -> dict:
+    conds = (sc.subnet().get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c.get("type") == "Ready"), {})
+
+
+def test_s1_a_subnet_made_before_its_vlan_gets_ready_on_kube_ovn_v1_15_24(bed, ctl, world):
+    """Field report S1, the control: on v1.15.24 (which has kube-ovn#6352) a Subnet made
+    while its Vlan does not exist yet, with the controller down, is marked
+    ``ValidateSubnetVlanFailed`` by Kube-OVN; once the controller is up and makes the Vlan,
+    Kube-OVN validates it again by itself (no restart of kube-ovn-controller) and the
+    network reaches Ready on the VLAN it was given."""
+    sc = world.scene()
+    kube_ovn_pid = bed.peer_pid(KUBE_OVN)
+    ctl.stop()
+    try:
+        sc.create_subnet()
+        sc.create_pool()
+        sc.a.create_network(sc.ns, sc.net, sc.zone, sc.sub, sc.pool)
+        wait_for(lambda: subnet_ready(sc).get("reason") == "ValidateSubnetVlanFailed", timeout=WAIT,
+                 what="Kube-OVN marking the Subnet ValidateSubnetVlanFailed (no Vlan yet)")
+        assert world.gone("vlans", sc.sub)
+    finally:
+        ctl.start()
+    obj = sc.wait("Ready", "Ready")
+    assert obj["status"]["vlan"] == sc.first_vlan
+    assert reason(obj, "SubnetReady")[:2] == ("True", "Ready")
+    assert bed.peer_pid(KUBE_OVN) == kube_ovn_pid  # no restart needed
+    assert not sc.events(ctl, "KubeOVNStale")
+
+
+def test_s1_kube_ovns_stale_validation_is_named_and_nothing_is_nudged(bed, world, peers_back, capsys):
+    """Field report S1 on the affected versions (v1.15.0-v1.15.4 are not in the bed): the
+    state they leave is made through the API. kube-ovn-controller stopped, the Subnet carries
+    what ``patchSubnetStatus`` wrote for the missing Vlan (Ready=False
+    ValidateSubnetVlanFailed, Validated True); the controller makes the Vlan and, after
+    ``--kube-ovn-stale-after`` (5 s here), shows SubnetReady=False SubnetNotReady with the
+    stale message (never SubnetInvalid or VLANConflict) and one Warning Event KubeOVNStale,
+    and ``doctor`` prints it. The Vlan is neither re-created nor re-tagged, the Subnet's spec
+    and conditions are left as they are, the VLAN stays allocated. Kube-OVN started again
+    (the restart the message asks for) validates the Subnet and the network is Ready on the
+    same Vlan."""
+    from controller import doctor
+
+    sc = world.scene()
+    bed.stop_peer(KUBE_OVN)
+    sc.create_subnet()
+    sc.create_pool()
+    failed = (f"failed to validate vlan for subnet {sc.sub}, failed to get vlan {sc.sub}: "
+              f'vlan.kubeovn.io "{sc.sub}" not found')
+    at = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sc.a.co.patch_cluster_custom_object_status(*KUBEOVN, "subnets", sc.sub, {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "ValidateSubnetVlanFailed", "message": failed,
+         "lastUpdateTime": at, "lastTransitionTime": at},
+        {"type": "Validated", "status": "True", "reason": "ValidateSubnetVlanFailed", "message": "",
+         "lastUpdateTime": at, "lastTransitionTime": at},
+        {"type": "Error", "status": "True", "reason": "ValidateSubnetVlanFailed", "message": failed,
+         "lastUpdateTime": at, "lastTransitionTime": at}]}})
+    before = sc.subnet()
+    stale = (f'Kube-OVN has not re-validated Subnet "{sc.sub}" since Vlan "{sc.sub}" was created; '
+             "kube-ovn-controller before v1.15.5 needs a restart (kube-ovn#6352)")
+    c = Ctl(bed, manage_gateway=True, ovn_nb_address=bed.nb_tcp, subnet_prune_timeout=PRUNE,
+            kube_ovn_stale_after=5.0)
+    c.start()
+    try:
+        sc.a.create_network(sc.ns, sc.net, sc.zone, sc.sub, sc.pool)
+        made = sc.wait("VLANAllocated", "Allocated")
+        vlan = sc.vlan()
+        wait_for(lambda: reason(sc.network(), "SubnetReady") == ("False", "SubnetNotReady", stale), timeout=WAIT,
+                 what="SubnetReady naming Kube-OVN's stale state")
+        c.resync()
+        obj = sc.network()
+        assert reason(obj, "SubnetReady") == ("False", "SubnetNotReady", stale)
+        assert reason(obj, "VLANAllocated")[:2] == ("True", "Allocated")
+        assert obj["status"]["vlan"] == made["status"]["vlan"] == sc.first_vlan
+        (ev,) = sc.events(c, "KubeOVNStale")
+        assert ev.type == "Warning" and ev.message == stale
+        after = sc.vlan()
+        assert (after["metadata"]["uid"], after["spec"]["id"]) == (vlan["metadata"]["uid"], sc.first_vlan)
+        sub = sc.subnet()
+        assert sub["spec"] == before["spec"] and sub["status"]["conditions"] == before["status"]["conditions"]
+
+        capsys.readouterr()
+        assert doctor.main(["--kubeconfig", str(bed.admin_kubeconfig), "-n", sc.ns, sc.net]) == 0
+        assert f"  SubnetReady=False SubnetNotReady: {stale}" in capsys.readouterr().out.splitlines()
+
+        bed.start_peer(KUBE_OVN)
+        ready = sc.wait("Ready", "Ready")
+        assert ready["status"]["vlan"] == sc.first_vlan and sc.vlan()["metadata"]["uid"] == vlan["metadata"]["uid"]
+        assert len(sc.events(c, "KubeOVNStale")) == 1
+    finally:
+        c.stop()
