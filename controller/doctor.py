@@ -13,7 +13,8 @@ import argparse
 import datetime as _dt
 import json
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from controller import names, prune, reasons, rfc3339
@@ -24,8 +25,67 @@ from controller.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
 from controller.kube import ApiError, KubeWriter
 from controller.manager import OPTIONAL_KINDS, discover
 from informers import Resource
+from ovn.nb import NBError, jsonrpc_call, parse_addresses
+from ovn.tls import TLSSource
 
 RUNBOOK = "docs/operations.md"
+
+# (VLAN ID, provider) -> the NB's localnet ports with that tag on that provider, or an error text.
+Localnets = Callable[[int, str], "list[dict[str, Any]] | str"]
+
+
+def nb_localnets(addresses: str) -> Localnets:
+    """A reader of the OVN NB's localnet ports (read-only, one ``select`` per call, the first
+    remote that answers). Kube-OVN gives every Subnet on a Vlan the port ``localnet.<subnet>``
+    with ``tag`` = the Vlan's ID, ``options:network_name`` = its provider and
+    ``external_ids:ls`` = the Subnet (pkg/ovs ``CreateLocalnetLogicalSwitchPort``), so the
+    ports with one tag on one provider are exactly what shares that VLAN (field report S6).
+    Returns rows ``{"name", "switch"}`` sorted by name, or the NB's error text."""
+    remotes = parse_addresses(addresses)
+
+    def read(vid: int, provider: str) -> list[dict[str, Any]] | str:
+        op = {"op": "select", "table": "Logical_Switch_Port",
+              "where": [["type", "==", "localnet"], ["tag", "==", vid]],
+              "columns": ["name", "options", "external_ids"]}
+        errors = []
+        for remote in remotes:
+            try:
+                (result,) = jsonrpc_call(remote, "transact", ["OVN_Northbound", op])
+            except (NBError, ValueError) as err:
+                errors.append(str(err))
+                continue
+            rows = []
+            for row in result.get("rows") or []:
+                options, ids = dict(row["options"][1]), dict(row["external_ids"][1])
+                if options.get("network_name") == provider:
+                    rows.append({"name": row["name"], "switch": ids.get("ls", "")})
+            return sorted(rows, key=lambda r: r["name"])
+        return "; ".join(errors) or "no NB address"
+
+    return read
+
+
+def _localnet_lines(w: KubeWriter, net: dict[str, Any], localnets: Localnets | None) -> list[str]:
+    """Field report S6: for a network in VLANConflict, the NB's localnet ports on its VLAN
+    and its zone's provider, each marked ours (``localnet.<its subnet>``) or foreign."""
+    st = net.get("status") or {}
+    conflict = (find(st.get("conditions") or [], names.VLAN_ALLOCATED) or {}).get("reason") == reasons.VLAN_CONFLICT
+    vid = st.get("vlan")
+    if localnets is None or not conflict or not isinstance(vid, int) or isinstance(vid, bool):
+        return []
+    zone = _get(w, names.PROXMOX_NETWORK_ZONES, str((net.get("spec") or {}).get("zone") or ""))
+    provider = str(((zone or {}).get("spec") or {}).get("providerNetwork") or "")
+    if not provider:
+        return [f"  OVN NB localnet ports on VLAN {vid} not read: the zone names no provider network"]
+    found = localnets(vid, provider)
+    if isinstance(found, str):
+        return [f"  OVN NB localnet ports on VLAN {vid} not read: {found}"]
+    own = f"localnet.{(net.get('spec') or {}).get('subnet')}"
+    lines = [f'  OVN NB localnet ports on VLAN {vid} of provider "{provider}": {len(found)}']
+    for r in found:
+        whose = "this network's" if r["name"] == own else "foreign"
+        lines.append(f'    {r["name"]} (logical switch "{r["switch"]}", {whose})')
+    return lines
 
 
 def _get(w: KubeWriter, res: Resource, name: str, ns: str | None = None) -> dict[str, Any] | None:
@@ -74,7 +134,7 @@ def _serving(st: dict[str, Any], gw: dict[str, Any] | None, now: _dt.datetime) -
 
 
 def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dict[str, Resource | None],
-            now: _dt.datetime | None = None) -> list[str]:
+            now: _dt.datetime | None = None, localnets: Localnets | None = None) -> list[str]:
     """Lines describing one network: its state, the step it waits on, and until when; the
     serving chassis; every condition that carries a warning, True or not
     (``controller.conditions.carries_warning``)."""
@@ -123,6 +183,7 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
         else:
             lines.append(f"  OVN NB failing since an unreadable time {failing!r}")
     lines += _serving(st, find(conds, names.GATEWAY_READY), now or _dt.datetime.now(_dt.timezone.utc))
+    lines += _localnet_lines(w, net, localnets)
     for c in conds:
         if c.get("type") == names.READY or not carries_warning(c):
             continue
@@ -139,6 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--namespace", default=None, help="only this namespace")
     p.add_argument("name", nargs="?", help="only this network (needs --namespace)")
     p.add_argument("--subnet-prune-timeout", default="10m", help="the controller's --subnet-prune-timeout")
+    p.add_argument("--ovn-nb-address", default="",
+                   help="the OVN NB, read only (the controller's address forms; ssl: uses --ovn-tls-secret): a "
+                        "network in VLANConflict then lists the localnet ports on its VLAN; empty: not read")
+    p.add_argument("--ovn-tls-secret", default="cozy-kubeovn/kube-ovn-tls",
+                   help="<namespace>/<name> of Kube-OVN's TLS Secret, for an ssl: NB address")
     return p
 
 
@@ -172,6 +238,12 @@ def _run(w: KubeWriter, args: argparse.Namespace, prune: float) -> int:
     if not nets:
         print("no ProxmoxNetworks found")
         return 0
+    localnets = None
+    if args.ovn_nb_address:
+        if "ssl:" in args.ovn_nb_address:
+            TLSSource(lambda ns, name: w.get(names.SECRETS, name, ns), args.ovn_tls_secret,
+                      tempfile.mkdtemp(prefix="pnc-doctor-tls-")).material()
+        localnets = nb_localnets(args.ovn_nb_address)
     for net in sorted(nets, key=lambda n: (n["metadata"]["namespace"], n["metadata"]["name"])):
-        print("\n".join(explain(w, net, prune, kinds)))
+        print("\n".join(explain(w, net, prune, kinds, localnets=localnets)))
     return 0

@@ -253,6 +253,17 @@ class NetworkReconciler:
                 out[name] = frozenset(vpcs)
         return out
 
+    def subnets_on(self, vlans: Any, own: str) -> dict[str, tuple[str, ...]]:
+        """Vlan name -> the cached Subnets naming it, for the Vlans other than ``own``."""
+        if self.l.subnets is None:
+            return {}
+        out: dict[str, tuple[str, ...]] = {}
+        for v in vlans:
+            vname = str(v["metadata"]["name"])
+            if vname != own:
+                out[vname] = tuple(sorted(str(o["metadata"]["name"]) for o in self.l.subnets.by_index("vlan", vname)))
+        return out
+
     def observe(self, key: str) -> NetworkSnapshot:
         """Everything a pass over ``key`` reads from the caches (no API call)."""
         net = self.recent.get(key)
@@ -292,12 +303,14 @@ class NetworkReconciler:
         own = pool_spans(pool.get("spec")) if pool is not None else ()
         others = tuple(overlap_candidates(self.l.pools, self.l.global_pools, own))
         on_vlan = self.l.subnets.by_index("vlan", sname) if sname and self.l.subnets is not None else []
+        holders = self.vlans.holders_of(vlan, zone)
         return attrs.evolve(
             base,
             zone=zone,
             namespace=self.l.namespaces.get(ns),
             vlan=vlan,
-            holders=self.vlans.holders_of(vlan, zone),
+            holders=holders,
+            holder_subnets=self.subnets_on(holders, sname),
             rivals=tuple(self.l.networks.by_index("subnet", sname)) if sname else (),
             subnet=subnet,
             subnet_vpc=(self.l.vpcs.get(str((subnet.get("spec") or {}).get("vpc") or ""))

@@ -141,6 +141,8 @@ class NetworkSnapshot:
     :ivar subnet_bound: some cached Subnet names ``vlan`` in ``spec.vlan``.
     :ivar strangers: names (sorted) of the cached Subnets other than ``spec.subnet`` that name
         the network's Vlan in ``spec.vlan`` (field report R1).
+    :ivar holder_subnets: for each other Vlan of ``holders``, the names (sorted) of the cached
+        Subnets naming it (field report S6).
     :ivar pool: the network's InClusterIPPool (cache), or None.
     :ivar other_pools: ``(kind, pool)`` of the InClusterIPPools (any namespace) and
         GlobalInClusterIPPools that may share addresses with ``pool`` (the overlap index's
@@ -179,6 +181,7 @@ class NetworkSnapshot:
     subnet_vpc: Mapping[str, Any] | None = None
     subnet_bound: bool = False
     strangers: tuple[str, ...] = ()
+    holder_subnets: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     pool: Mapping[str, Any] | None = None
     other_pools: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     pool_vpcs: Mapping[str, frozenset[str]] = attrs.field(factory=dict)
@@ -270,6 +273,16 @@ def duplicate_holders(vlan: Mapping[str, Any], on_provider: Any) -> list[str]:
         for v in on_provider
         if v["metadata"]["name"] != me and allocator.vlan_id(v) == vid
     )
+
+
+def on_vlan_note(subnets: tuple[str, ...]) -> str:
+    """`` (Subnet "a", "b")`` for the Subnets naming a duplicate Vlan, "" for none (field
+    report S6: each has a localnet port on the VLAN; on Kube-OVN v1.15 such a Subnet may still
+    show a healthy range, so the Vlan objects and their Subnets are what the check rests on)."""
+    if not subnets:
+        return ""
+    named = ", ".join(f'"{n}"' for n in subnets)
+    return f" (Subnet {named})"
 
 
 def strangers_message(vname: str, vid: Any, strangers: tuple[str, ...]) -> str:
@@ -606,7 +619,7 @@ class _Live:
         self-made duplicate nothing has bound yet is given back, decided on fresh reads."""
         s = self.s
         vname = vlan["metadata"]["name"]
-        held = ", ".join(f'"{o}"' for o in others)
+        held = ", ".join(f'"{o}"' + on_vlan_note(s.holder_subnets.get(o, ())) for o in others)
         msg = f'VLAN {vid} on provider "{provider}" is also held by Vlan {held}'
         twins = [v for v in s.holders if v["metadata"]["name"] != vname]
         if gives_back_duplicate(vlan, twins) and not s.subnet_bound:

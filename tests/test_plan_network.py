@@ -502,6 +502,18 @@ def test_kube_ovn_flag_with_a_duplicate_names_the_duplicate_and_what_kube_ovn_di
     assert not p.of(ReleaseVlan) and not p.of(Get)  # reported, nothing of ours written or given back
 
 
+def test_s6_a_duplicate_names_the_subnets_on_it_and_is_a_conflict_whatever_they_show():
+    """Field report S6: the message names the Subnets on the other Vlan (each has a
+    localnet port on the VLAN); their status (here a healthy range) plays no part, and the
+    network keeps its VLAN."""
+    hand = vlan("foreign-302", owner=("", ""), finalizers=(), uid="uid-hand")
+    p = drive(live(holders=(vlan(), hand), holder_subnets={"foreign-302": ("foreign-sub", "other-sub")}))
+    assert p.crm("VLANAllocated") == ("False", "VLANConflict",
+                                      f'VLAN {VID} on provider "{PROVIDER}" is also held by Vlan "foreign-302" '
+                                      '(Subnet "foreign-sub", "other-sub")')
+    assert p.status["vlan"] == VID and not p.of(ReleaseVlan)
+
+
 def test_a_duplicate_kube_ovn_has_not_flagged_ours_for_is_our_message_alone():
     hand = vlan("hand-made", owner=("", ""), finalizers=(), uid="uid-hand")
     p = drive(live(holders=(vlan(), hand)))

@@ -1110,3 +1110,97 @@ def test_s1_kube_ovns_stale_validation_is_named_and_nothing_is_nudged(bed, world
         assert len(sc.events(c, "KubeOVNStale")) == 1
     finally:
         c.stop()
+
+
+# --------------------------------------------------------------------------- S6: a foreign Vlan on our ID
+
+
+def ready_gauge(ctl: Ctl, sc: Scene) -> float | None:
+    m = ctl.mgr.metrics.registry
+    samples = [s for f in m.collect() if f.name == "cozy_proxmox_network_ready" for s in f.samples
+               if s.labels.get("namespace") == sc.ns and s.labels.get("network") == sc.net]
+    return samples[0].value if len(samples) == 1 else None
+
+
+def test_s6_a_foreign_vlan_on_our_id_is_a_conflict_whatever_its_subnet_shows_and_is_never_touched(
+        bed, admin, ctl, world, peers_back, capsys):
+    """Field report S6 on v1.15.24 (kube-ovn#6527 is not in any v1.15 tag). Our network is
+    Ready on VLAN v; then, while our controller restarts, someone else's chart makes Vlan
+    ``foreign`` with ID v on our provider, Subnet ``fsub`` on it and a pod address in it.
+    Expected: the network keeps VLAN v (never re-tagged or released), VLANAllocated=False
+    VLANConflict naming both ``foreign`` and ``fsub``, whichever Vlan Kube-OVN flags;
+    ``cozy_proxmox_network_ready`` 0 until the foreign objects are gone; ``doctor`` with the
+    NB lists the localnet ports on VLAN v, ours and the foreign one; the controller never
+    writes to ``foreign`` or ``fsub`` (audit log).
+
+    On v1.15 whether the foreign Subnet gets its localnet port depends on which of
+    Kube-OVN's queues runs first (the race of S6); when it did not, the test adds the port as
+    that race leaves it (``localnet.fsub``, tag v, ``network_name`` our provider) so the
+    NB holds two localnets with one tag either way."""
+    from controller import doctor
+
+    sc = world.scene()
+    vid = sc.ready()["status"]["vlan"]
+    ours = sc.vlan()
+    foreign, fsub = unique("foreign"), unique("fsub")
+    before = write_marker(bed)
+    ctl.stop()
+    try:
+        admin.create_vlan(foreign, vid, world.provider)
+        admin.co.create_cluster_custom_object(*KUBEOVN, "subnets", {
+            "apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": fsub},
+            "spec": {"vlan": foreign, "vpc": VPC, "cidrBlock": "10.173.0.0/24", "gateway": "10.173.0.1",
+                     "protocol": "IPv4"}})
+        admin.co.create_cluster_custom_object(*KUBEOVN, "ips", {
+            "apiVersion": "kubeovn.io/v1", "kind": "IP",
+            "metadata": {"name": f"fixed.{sc.ns}", "labels": {fsub: "", "ovn.kubernetes.io/subnet": fsub}},
+            "spec": {"podName": "fixed", "namespace": sc.ns, "subnet": fsub, "nodeName": TRUNK[0][0],
+                     "v4IpAddress": "10.173.0.10", "macAddress": "00:00:00:17:30:10", "podType": ""}})
+    finally:
+        ctl.start()
+    named = f'VLAN {vid} on provider "{world.provider}" is also held by Vlan "{foreign}" (Subnet "{fsub}")'
+    wait_for(lambda: reason(sc.network(), "VLANAllocated")[:2] == ("False", "VLANConflict")
+             and reason(sc.network(), "VLANAllocated")[2].startswith(named), timeout=WAIT,
+             what="VLANConflict naming the foreign Vlan and its Subnet")
+    obj = sc.network()
+    assert obj["status"]["vlan"] == vid and reason(obj, "Ready")[:2] == ("False", "VLANConflict")
+    wait_for(lambda: ready_gauge(ctl, sc) == 0.0, timeout=WAIT, what="cozy_proxmox_network_ready 0")
+    wait_for(lambda: any((v.get("status") or {}).get("conflict") is True for v in (world.get("vlans", foreign),
+                                                                                  sc.vlan())),
+             timeout=WAIT, what="Kube-OVN flagging one of the two Vlans")
+
+    if not ovsdb_rows(bed.nbctl, "Logical_Switch_Port", f"name=localnet.{fsub}"):
+        if not ovsdb_rows(bed.nbctl, "Logical_Switch", f"name={fsub}"):
+            bed.nbctl("ls-add", fsub)
+        bed.nbctl("lsp-add", fsub, f"localnet.{fsub}", "--", "lsp-set-type", f"localnet.{fsub}", "localnet",
+                  "--", "lsp-set-options", f"localnet.{fsub}", f"network_name={world.provider}",
+                  "--", "set", "Logical_Switch_Port", f"localnet.{fsub}", f"tag={vid}",
+                  f"external_ids:ls={fsub}", "external_ids:vendor=kube-ovn")
+    capsys.readouterr()
+    assert doctor.main(["--kubeconfig", str(bed.admin_kubeconfig), "-n", sc.ns, sc.net,
+                        "--ovn-nb-address", bed.nb_tcp]) == 0
+    out = capsys.readouterr().out.splitlines()
+    i = out.index(f'  OVN NB localnet ports on VLAN {vid} of provider "{world.provider}": 2')
+    assert sorted(out[i + 1:i + 3]) == sorted([
+        f'    localnet.{fsub} (logical switch "{fsub}", foreign)',
+        f'    localnet.{sc.sub} (logical switch "{sc.sub}", this network\'s)'])
+
+    # Nothing of the foreign side or of ours touched: never edited, re-tagged or deleted.
+    ctl.resync()
+    writes = writes_before(bed, bed.controller_user, write_marker(bed), since_marker=before)
+    assert not [w for w in writes if w.name in (foreign, fsub) or w.resource in ("vlans", "subnets", "ips")], \
+        [str(w) for w in writes]
+    now = sc.vlan()
+    assert (now["metadata"]["uid"], now["spec"]["id"]) == (ours["metadata"]["uid"], vid)
+    assert sc.network()["status"]["vlan"] == vid and ready_gauge(ctl, sc) == 0.0
+
+    # The foreign objects go (their owner's doing); Kube-OVN checks ours again at its restart.
+    admin.co.delete_cluster_custom_object(*KUBEOVN, "ips", f"fixed.{sc.ns}")
+    admin.co.delete_cluster_custom_object(*KUBEOVN, "subnets", fsub)
+    admin.co.delete_cluster_custom_object(*KUBEOVN, "vlans", foreign)
+    wait_for(lambda: world.gone("vlans", foreign), timeout=WAIT, what="the foreign Vlan gone")
+    bed.stop_peer(KUBE_OVN)
+    bed.start_peer(KUBE_OVN)
+    obj = sc.wait("Ready", "Ready")
+    assert obj["status"]["vlan"] == vid
+    wait_for(lambda: ready_gauge(ctl, sc) == 1.0, timeout=WAIT, what="cozy_proxmox_network_ready 1")
