@@ -123,6 +123,13 @@ class Options:
     nb_first_sync_timeout: float = 10.0  # seconds the first workers wait for the NB's first sync
 
 
+def failing_past(inf: Any, grace: float) -> str | None:
+    """The error of ``inf``'s run of LIST/WATCH failures once it has lasted ``grace``
+    seconds, else None: the one rule behind /readyz and the move to another version (R8)."""
+    f = inf.failure()
+    return f[0] if f is not None and f[1] >= grace else None
+
+
 def subnet_index_vlan(subnet: Mapping[str, Any]) -> list[str]:
     """Indexer ``vlan``: a Subnet's ``spec.vlan``."""
     v = (subnet.get("spec") or {}).get("vlan")
@@ -395,17 +402,19 @@ class Manager:
         group, plural, _, kind = (OPTIONAL_KINDS | CLUSTER_KINDS)[key]
         return lambda version: Resource(group, version, plural, namespaced=key not in CLUSTER_KINDS, kind=kind)
 
-    def move_failing_kinds(self, sync_timeout: float = 60.0) -> list[str]:
-        """Field report R8: an optional kind whose informer cannot list (its last LIST or
-        WATCH failed) moves to another served version that lists, found by discovery (at
-        every resync). The new informer replaces the old one once its cache has synced;
-        until then the old cache and the fresh reads before a release stand.
+    def move_failing_kinds(self, sync_timeout: float = 60.0, grace: float = UNLISTABLE_GRACE) -> list[str]:
+        """Field report R8: an optional kind whose informer cannot list moves to another
+        served version that lists, found by discovery. "Cannot list" is /readyz's rule
+        (:func:`failing_past`): its LISTs and WATCHes have failed for ``grace`` seconds, read
+        as one run however the failures come (a watch that hangs before each ERROR too).
+        The new informer replaces the old one once its cache has synced; until then the old
+        cache and the fresh reads before a release stand.
 
         :returns: the ``"<old resource> -> <new resource>"`` moves made.
         """
         moved = []
         for key, inf in list(self.optional.items()):
-            if not inf.last_error:
+            if failing_past(inf, grace) is None:
                 continue
             group, plural, versions, _ = (OPTIONAL_KINDS | CLUSTER_KINDS)[key]
             served = served_versions(self.writer, group, plural, versions)
@@ -441,8 +450,8 @@ class Manager:
     def unlistable(self, grace: float = UNLISTABLE_GRACE) -> list[str]:
         """``"<resource>: <error>"`` of each informer whose LISTs and WATCHes have failed for
         at least ``grace`` seconds (``/readyz`` names them; R8)."""
-        failures = ((inf.resource, inf.failure()) for inf in self.factory.informers())
-        return [f"{resource}: {f[0]}" for resource, f in failures if f is not None and f[1] >= grace]
+        failures = ((inf.resource, failing_past(inf, grace)) for inf in self.factory.informers())
+        return [f"{resource}: {error}" for resource, error in failures if error is not None]
 
     # -- event -> key mapping (controller.keys) ----------------------------------------------
     def _route(self, keys: tuple[list[NetworkKey], list[ZoneKey]]) -> None:
@@ -764,11 +773,17 @@ class Manager:
         log.info("resync complete", resyncs=self.resyncs_completed, writes=writes)
 
     def _discovery_loop(self) -> None:
-        """Every ``resync_period`` on every replica: kinds served late get their informers,
-        and kinds that cannot be listed move to a version that lists (R8)."""
-        while not self._stop.wait(self.options.resync_period):
+        """On every replica: every ``resync_period`` kinds served late get their informers;
+        every ``min(resync_period, UNLISTABLE_GRACE)`` kinds that cannot be listed (as
+        /readyz names them) move to a version that lists (R8)."""
+        period = self.options.resync_period
+        step = min(period, UNLISTABLE_GRACE)  # a kind /readyz names moves within one grace
+        last_discovery = time.monotonic()
+        while not self._stop.wait(step):
             try:
-                self.discover_late_kinds()
+                if time.monotonic() - last_discovery >= period:
+                    last_discovery = time.monotonic()
+                    self.discover_late_kinds()
                 self.move_failing_kinds()
             except Exception as err:  # discovery is retried at the next period
                 log.info("discovery failed", error=repr(err))

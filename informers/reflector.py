@@ -196,6 +196,10 @@ class Reflector:
         self._last_error: str | None = None
         self._failing_since: float | None = None
         self._open_since: float | None = None  # when the live watch started, while it is open
+        # Whether a quiet open watch proves the kind lists: not after a watch that ended in an
+        # ERROR event having delivered nothing (a conversion webhook that hangs, then fails),
+        # until an event, a LIST or a clean end proves it again.
+        self._open_proves = True
         self._next_relist_at = math.inf
 
     # ------------------------------------------------------------ lifecycle
@@ -313,7 +317,7 @@ class Reflector:
 
     def _watch_proven(self) -> bool:
         since = self._open_since
-        return since is not None and self._clock() - since >= self.config.watch_proof
+        return self._open_proves and since is not None and self._clock() - since >= self.config.watch_proof
 
     def failure(self) -> tuple[str, float] | None:
         """``(last error, monotonic time the run of failures began)`` from one call, or
@@ -332,6 +336,7 @@ class Reflector:
 
     def _succeeded(self) -> None:
         self._last_error = self._failing_since = None
+        self._open_proves = True
 
     def _selectors(self) -> list[tuple[str, str]]:
         q = []
@@ -453,17 +458,21 @@ class Reflector:
         self._open_since = self._clock()
         received = 0
         reason = "closed"
+        errored = False
         try:
             for event in iter_events(stream.chunks()):
                 if self._stop.is_set():
                     break
                 self._handle_event(event)  # an ERROR event raises: it is not "received"
                 received += 1
+        except _WatchErrorEvent:
+            errored = True
+            raise
         except _TIMEOUT as e:
             reason = "timeout"
             if not self._stop.is_set():
                 self._log.info("watch read timed out; rewatching", rv=self.last_resource_version, detail=str(e))
-        except (_Expired, _WatchErrorEvent):
+        except _Expired:
             raise
         except WatchDecodeError as e:
             reason = "error"
@@ -480,6 +489,10 @@ class Reflector:
             if received > 0 or self._watch_proven():
                 # Proven before it ended: an ERROR event now starts a new run of failures.
                 self._succeeded()
+            if errored and received == 0:
+                self._open_proves = False  # the next quiet watch proves nothing by lasting
+            elif reason == "closed" and self._clock() - (self._open_since or self._clock()) >= self.config.watch_proof:
+                self._succeeded()  # a watch that lasted and ended as the server ends it
             self._open_since = None
         if self._stop.is_set():
             return "stopped", True

@@ -807,6 +807,41 @@ def test_a_watch_that_errors_before_its_proof_keeps_the_failure_and_its_start(ru
     assert len(srv.watches) >= 3
 
 
+def test_a_watch_that_hangs_past_its_proof_before_each_error_is_one_run_of_failures(running):
+    """Issue 40 item 4: a watch that hangs longer than ``watch_proof`` (here 2x) before each
+    ERROR event (a conversion webhook that times out) did prove itself by lasting, so each
+    ERROR started a new run and /readyz's grace was never reached. After one such ERROR, a
+    quiet open watch proves nothing by lasting: the failure stays visible while the next
+    one hangs, and ``failing_for`` counts from the first ERROR, past several hangs."""
+    class HangsThenErrors(FakeApiServer):
+        def watch(self, path, query, timeout, metadata_only=False):
+            with self.cond:
+                self.watches.append((list(query), timeout))
+            return _ErrorStream(status(500, "InternalError", "conversion webhook timed out"), 1.0)
+
+    srv = HangsThenErrors()
+    inf = running(srv, config=attrs.evolve(FAST, watch_proof=0.5))
+    assert inf.wait_for_sync(DEADLINE)
+    wait_for(lambda: len(srv.watches) >= 2, what="the first ERROR")
+    first = time.monotonic()
+    wait_for(lambda: len(srv.watches) >= 5, timeout=30, what="three more hangs, each past its proof")
+    assert inf.last_error is not None and "conversion webhook timed out" in inf.last_error
+    assert inf.failing_for() >= time.monotonic() - first  # one run since the first ERROR
+
+
+def test_a_quiet_watch_proves_the_kind_again_once_it_delivers_after_hanging_errors(server, running):
+    """The way back from the rule above: an event on the next watch ends the run."""
+    inf = running(server, config=attrs.evolve(FAST, watch_proof=0.5))
+    assert inf.wait_for_sync(DEADLINE)
+    wait_for(server.live, what="a watch open")
+    server.doom_streams("error500")
+    wait_for(lambda: inf.last_error is not None, what="the ERROR recorded")
+    wait_for(server.live, what="the next watch open")
+    server.put("a")
+    wait_for(lambda: inf.last_error is None, what="the run ended by an event")
+    assert inf.failing_for() == 0.0
+
+
 def test_errors_back_off_and_keep_going(server, running):
     server.put("a")
     server.watch_errors.extend([
