@@ -17,12 +17,13 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from controller import names, prune, reasons, rfc3339
-from controller.conditions import carries_warning, find
+from controller import names, reasons, rfc3339
+from controller.rules import prune
+from controller.rules.conditions import carries_warning, find
 from controller.config import load_api_client, parse_duration
-from controller.consumers import count_consumers
-from controller.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
-from controller.kube import ApiError, KubeWriter
+from controller.rules.consumers import count_consumers
+from controller.apply.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
+from controller.runtime.kube import ApiError, KubeWriter
 from controller.manager import OPTIONAL_KINDS, discover
 from informers import Resource
 from ovn.nb import NBError, jsonrpc_call, parse_addresses
@@ -137,7 +138,7 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
             now: _dt.datetime | None = None, localnets: Localnets | None = None) -> list[str]:
     """Lines describing one network: its state, the step it waits on, and until when; the
     serving chassis; every condition that carries a warning, True or not
-    (``controller.conditions.carries_warning``)."""
+    (``controller.rules.conditions.carries_warning``)."""
     meta, spec, st = net["metadata"], net.get("spec") or {}, net.get("status") or {}
     ns, name = meta["namespace"], meta["name"]
     conds = st.get("conditions") or []

@@ -26,9 +26,9 @@ from controller.config import (
     parse_overlay_mtu,
     parse_tls_secret,
 )
-from controller.gateway import DEFAULT_TRUNK_HOLD_DOWN
-from controller.kube import KubeWriter
-from controller.leader import (
+from controller.apply.gateway import DEFAULT_TRUNK_HOLD_DOWN
+from controller.runtime.kube import KubeWriter
+from controller.runtime.leader import (
     DEFAULT_LEASE_NAME,
     DEFAULT_LEASE_NAMESPACE,
     LeaderElector,
@@ -38,9 +38,9 @@ from controller.leader import (
 from controller.reasons import LEADER_LOCK_HELD_ELSEWHERE
 from controller.manager import Manager, Options
 from controller.metrics import Metrics
-from controller.kubeovn import KUBE_OVN_STALE_AFTER
-from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
-from controller.reuse import DEFAULT_VLAN_REUSE_DELAY
+from controller.rules.kubeovn import KUBE_OVN_STALE_AFTER
+from controller.rules.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
+from controller.rules.reuse import DEFAULT_VLAN_REUSE_DELAY
 from ovn.planner import KUBE_OVN_OVERLAY_MTU
 
 EXIT_BUDGET = 1.5  # seconds from SIGTERM to leaving main; the interpreter exits in the rest of 2 s (issue 15)

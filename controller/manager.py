@@ -1,8 +1,8 @@
 """The controller's run loop: shared informers feed one controller per kind (networks,
 zones, egress-gateway pods, the namespace annotation), each with its own rate-limited
-queue of typed keys (``controller.keys``) and its workers (``product-decisions.md`` §3).
+queue of typed keys (``controller.watch.keys``) and its workers (``product-decisions.md`` §3).
 
-Event handlers only map objects to keys (``controller.keys``); every decision is taken in
+Event handlers only map objects to keys (``controller.watch.keys``); every decision is taken in
 a reconcile pass from the caches, so any event (or a full resync) leads to the same result.
 """
 
@@ -22,13 +22,14 @@ import urllib3
 from kubernetes import client as k8s
 
 from controller import names
-from controller import keys, kubeovn
-from controller.controllers import Controller
-from controller.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
-from controller.egress import LABEL_GATEWAY, PODS, EgressGatewayPodReconciler
+from controller.watch import keys
+from controller.rules import kubeovn
+from controller.runtime.worker import Controller
+from controller.watch.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
+from controller.reconcile.egress import LABEL_GATEWAY, PODS, EgressGatewayPodReconciler
 from controller.entry import wait
-from controller.events import EventRecorder
-from controller.gateway import (
+from controller.runtime.events import EventRecorder
+from controller.apply.gateway import (
     COLLECT_PERIOD,
     NB_GRACE_PERIOD,
     SERVING_SETTLE,
@@ -38,7 +39,7 @@ from controller.gateway import (
     node_index_provider,
     subnet_index_vpc,
 )
-from controller.kube import ApiError, KubeWriter
+from controller.runtime.kube import ApiError, KubeWriter
 from controller.metrics import (
     NAMESPACE_WORKQUEUE_NAME,
     NETWORK_WORKQUEUE_NAME,
@@ -46,13 +47,13 @@ from controller.metrics import (
     ZONE_WORKQUEUE_NAME,
     Metrics,
 )
-from controller.namespaces import NAMESPACE_WRITE_WINDOW, NamespaceReconciler, keys_for_namespace, keys_for_network
-from controller.projection import transform_for
-from controller.kubeovn import KUBE_OVN_STALE_AFTER
-from controller.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
-from controller.recent import RecentWrites
-from controller.addresses import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
-from controller.network import (
+from controller.reconcile.namespaces import NAMESPACE_WRITE_WINDOW, NamespaceReconciler, keys_for_namespace, keys_for_network
+from controller.watch.projection import transform_for
+from controller.rules.kubeovn import KUBE_OVN_STALE_AFTER
+from controller.rules.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
+from controller.runtime.recent import RecentWrites
+from controller.rules.addresses import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
+from controller.reconcile.network import (
     ADDRESS_INDEXERS,
     IP_INDEXERS,
     POOL_INDEXERS,
@@ -61,11 +62,11 @@ from controller.network import (
     index_namespace,
     network_indexers,
 )
-from controller.vlans import (
+from controller.apply.vlans import (
     VlanManager,
     vlan_indexers,
 )
-from controller.zone import ZoneReconciler
+from controller.reconcile.zone import ZoneReconciler
 from informers.backoff import Backoff
 from informers import Resource, SharedInformerFactory, meta_namespace_key
 from ovn.gateway import GatewayApplier
@@ -100,7 +101,7 @@ class Options:
     resync_period: float = 600.0
     cache_sync_timeout: float = 120.0
     subnet_prune_timeout: float = DEFAULT_SUBNET_PRUNE_TIMEOUT.total_seconds()
-    vlan_reuse_delay: float = 0.0  # seconds; the CLI's default is 10m (controller.reuse)
+    vlan_reuse_delay: float = 0.0  # seconds; the CLI's default is 10m (controller.rules.reuse)
     events: bool = True
     # OVN NB (used only with manage_gateway): remotes; "" runs without the NB step.
     ovn_nb_address: str = ""
@@ -115,7 +116,7 @@ class Options:
     ovn_tls_dir: str = ""  # private directory for the TLS files; "" = a fresh temporary one
     nb_grace_period: float = NB_GRACE_PERIOD
     # R12: seconds a trunk node that left the ready set stays in the groups; the CLI's
-    # default is 90 s (controller.gateway.DEFAULT_TRUNK_HOLD_DOWN), 0 here and for tests.
+    # default is 90 s (controller.apply.gateway.DEFAULT_TRUNK_HOLD_DOWN), 0 here and for tests.
     trunk_hold_down: float = 0.0
     gateway_collect_period: float = COLLECT_PERIOD
     # S1: seconds a Subnet may keep ValidateSubnetVlanFailed after its Vlan exists.
@@ -158,7 +159,7 @@ CLUSTER_KINDS = {
     # Which namespaces a VPC is for (spec.namespaces): a Subnet in another's VPC is reported (R2).
     "vpcs": ("kubeovn.io", "vpcs", ("v1",), "Vpc"),
 }
-# Indexes of the optional kinds' stores (controller.network.Listers); others: "namespace".
+# Indexes of the optional kinds' stores (controller.reconcile.network.Listers); others: "namespace".
 OPTIONAL_INDEXERS = {
     "pools": POOL_INDEXERS,
     "addresses": ADDRESS_INDEXERS,
@@ -212,7 +213,7 @@ def listable_version(writer: KubeWriter, resource: Callable[[str], Resource], se
 
 
 def projected(resource: Resource) -> Any:
-    """The informer transform of ``resource``'s kind (controller/projection.py), or None:
+    """The informer transform of ``resource``'s kind (controller/watch/projection.py), or None:
     cached whole less managedFields."""
     return transform_for(resource.group, resource.plural)
 
@@ -392,7 +393,7 @@ class Manager:
 
     def _optional_informer(self, key: str, version: str) -> Any:
         """The (shared) informer of optional kind ``key`` in ``version``: its indexes, its
-        projection (controller/projection.py)."""
+        projection (controller/watch/projection.py)."""
         resource = self._resource_of(key)(version)
         return self.factory.informer(resource, indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}),
                                      transform=projected(resource))
@@ -453,7 +454,7 @@ class Manager:
         failures = ((inf.resource, failing_past(inf, grace)) for inf in self.factory.informers())
         return [f"{resource}: {error}" for resource, error in failures if error is not None]
 
-    # -- event -> key mapping (controller.keys) ----------------------------------------------
+    # -- event -> key mapping (controller.watch.keys) ----------------------------------------------
     def _route(self, keys: tuple[list[NetworkKey], list[ZoneKey]]) -> None:
         """Networks at once; zones after ``ZONE_COUNTS_DELAY``: what another kind's event
         changes on a zone is its counts, and a burst of 2,000 allocations is one zone pass
@@ -694,7 +695,7 @@ class Manager:
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> bool:
         """Stop workers first (a network or zone pass in flight ends before its next action:
-        ``controller.result.Stopping``), then the informers, the NB client
+        ``controller.runtime.result.Stopping``), then the informers, the NB client
         and Events, all within ``timeout`` seconds together (threads still running then are
         daemons and logged; a SIGTERM with a peer down exits in < 2 s: issue 15).
 

@@ -43,7 +43,7 @@ Ours on top of them:
   ``workqueue_longest_running_processor_seconds``, all labelled ``name``: one
   ``name`` per controller's queue (``proxmox-network-networks``, ``-zones``, ``-pods``,
   ``-namespaces``; :meth:`Metrics.workqueue_hook_for`), each hook the ``metrics_hook``
-  of its :class:`controller.workqueue.RateLimitingQueue`;
+  of its :class:`controller.runtime.workqueue.RateLimitingQueue`;
 * the informers' (B11/B12), read from the informers at scrape time:
   ``cozy_proxmox_informer_last_event_age_seconds{resource}`` (gauge,
   ``informer.last_sync_age()``, ``+Inf`` before the first LIST),
@@ -139,19 +139,19 @@ VLAN_ALLOCATION_RESULTS: tuple[str, ...] = ("allocated", "conflict", "exhausted"
 WORKQUEUE_EVENTS: tuple[str, ...] = ("add", "get", "done", "retry")
 
 NETWORK_WORKQUEUE_NAME = "proxmox-network-networks"
-"""The network controller's queue (keys ``controller.keys.NetworkKey``)."""
+"""The network controller's queue (keys ``controller.watch.keys.NetworkKey``)."""
 
 ZONE_WORKQUEUE_NAME = "proxmox-network-zones"
-"""The zone controller's queue (keys ``controller.keys.ZoneKey``)."""
+"""The zone controller's queue (keys ``controller.watch.keys.ZoneKey``)."""
 
 POD_WORKQUEUE_NAME = "proxmox-network-pods"
-"""The egress-gateway pod controller's queue (keys ``controller.keys.PodKey``)."""
+"""The egress-gateway pod controller's queue (keys ``controller.watch.keys.PodKey``)."""
 
 DEFAULT_WORKQUEUE_NAME = NETWORK_WORKQUEUE_NAME
 
 NAMESPACE_WORKQUEUE_NAME = "proxmox-network-namespaces"
-"""The namespace annotation's queue (:mod:`controller.namespaces`; keys
-``controller.keys.NamespaceKey``)."""
+"""The namespace annotation's queue (:mod:`controller.reconcile.namespaces`; keys
+``controller.watch.keys.NamespaceKey``)."""
 
 _NO_CREATED_TYPES = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
 

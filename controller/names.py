@@ -18,7 +18,7 @@ LABEL_NETWORK_NAMESPACE = "proxmox.cozystack.io/network-namespace"
 LABEL_NETWORK_NAME = "proxmox.cozystack.io/network-name"
 ANNOTATION_NAMESPACE_NETWORKS = "proxmox.cozystack.io/networks"
 ANNOTATION_DELETED_SUBNETS = "proxmox.cozystack.io/deleted-subnets"
-# On a ProxmoxNetworkZone: released IDs held back by the VLAN reuse delay (controller.reuse).
+# On a ProxmoxNetworkZone: released IDs held back by the VLAN reuse delay (controller.rules.reuse).
 ANNOTATION_RELEASED_VLANS = "proxmox.cozystack.io/released-vlans"
 # On a Vlan the controller owns: its network's pool addresses as CIDRs, which the admission
 # policies proxmox-network-{pod,ip}-addresses read (issue 15, item 6; docs/admission.md).

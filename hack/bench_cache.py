@@ -1,5 +1,5 @@
 """Bytes per cached object, per kind, as served less managedFields (the informer's default
-transform) and as projected (controller/projection.py; issue 29).
+transform) and as projected (controller/watch/projection.py; issue 29).
 
     python3 hack/bench_cache.py [--count 2000] [--report docs/performance.md]
 
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from controller.projection import transform_for  # noqa: E402
+from controller.watch.projection import transform_for  # noqa: E402
 from hack import population as pop  # noqa: E402
 from informers.informer import strip_managed_fields  # noqa: E402
 

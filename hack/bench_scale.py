@@ -55,7 +55,7 @@ sys.path.insert(0, str(REPO / "hack"))
 
 import bench  # noqa: E402
 from hack.bed import LocalCluster  # noqa: E402
-from controller.kube import ApiError, KubeWriter  # noqa: E402
+from controller.runtime.kube import ApiError, KubeWriter  # noqa: E402
 from hack import population as pop  # noqa: E402
 
 POPULATION = {"namespaces": 5000, "nodes": 500, "subnets": 2000, "ips": 50000, "addresses": 20000, "machines": 5000}

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from controller.leader import identity_host
+from controller.runtime.leader import identity_host
 
 HACK_DIR = Path(__file__).resolve().parent
 OVERLAY = HACK_DIR / "deploy-overlay"
@@ -33,8 +33,8 @@ NAMESPACE = "proxmox-network-system"
 NAME = "proxmox-network-controller"
 SELECTOR = "app=proxmox-network-controller"
 TESTBED_CONFIGMAP = "proxmox-network-testbed"
-LEASE = "proxmox-network-controller.proxmox.cozystack.io"  # controller.leader.DEFAULT_LEASE_NAME
-LEASE_NAMESPACE = "kube-system"  # controller.leader.DEFAULT_LEASE_NAMESPACE: one Lease per cluster
+LEASE = "proxmox-network-controller.proxmox.cozystack.io"  # controller.runtime.leader.DEFAULT_LEASE_NAME
+LEASE_NAMESPACE = "kube-system"  # controller.runtime.leader.DEFAULT_LEASE_NAMESPACE: one Lease per cluster
 FIELD_MANAGER = "pnc-testbed"
 
 
@@ -165,7 +165,7 @@ class ControllerDeployment:
 
     def holder(self) -> str:
         """The pod that holds the Lease ("" when nobody does): holderIdentity is
-        ``<namespace>/<hostname>_<uuid>`` (controller.leader.default_identity) and a pod's
+        ``<namespace>/<hostname>_<uuid>`` (controller.runtime.leader.default_identity) and a pod's
         hostname is its name."""
         try:
             lease = self.get("lease", "-n", LEASE_NAMESPACE, LEASE)

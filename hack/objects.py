@@ -138,7 +138,7 @@ class Admin:
     def strip_finalizers(self, group: str, version: str, plural: str, name: str, ns: str | None = None) -> None:
         """Remove every finalizer by hand, as an impatient admin would (JSON patch: the
         client drops None values, so a merge patch with ``finalizers: null`` would be a no-op)."""
-        from controller.kube import KubeWriter
+        from controller.runtime.kube import KubeWriter
         from informers import Resource
 
         ops = [{"op": "remove", "path": "/metadata/finalizers"}]

@@ -1,5 +1,5 @@
 """The one exponential backoff of the process: the workqueue's per-key retries
-(``controller.workqueue``), the reflectors' relists and rewatches (``informers.reflector``)
+(``controller.runtime.workqueue``), the reflectors' relists and rewatches (``informers.reflector``)
 and the OVN NB client's reconnects (``ovn.nb``) all wait ``first * 2**failures``, capped.
 
 The reflectors jitter it (client-go's ``wait.Backoff`` with jitter spreads many informers

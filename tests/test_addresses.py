@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.addresses import (
+from controller.rules.addresses import (
     AddressError,
     check_pool_split,
     covered,
@@ -607,7 +607,7 @@ def test_pool_cidrs_cover_exactly_the_pool(ranges):
 
 # -- issue 15, item 3: pool address sets, overlaps, the bucket index, address conflicts ------
 
-from controller.addresses import (  # noqa: E402
+from controller.rules.addresses import (  # noqa: E402
     MAX_BUCKETS,
     WIDE,
     AddressConflict,
@@ -737,7 +737,7 @@ def _pool_specs(draw):
 def test_index_finds_exactly_the_pairwise_overlaps(specs, data):
     """The bucket index (candidates from shared buckets and wide pools, then the exact check)
     agrees with a brute-force pairwise check of address sets."""
-    from controller.network import POOL_INDEXERS, overlap_candidates
+    from controller.reconcile.network import POOL_INDEXERS, overlap_candidates
     from informers import ThreadSafeStore
 
     pools, globals_ = ThreadSafeStore(POOL_INDEXERS), ThreadSafeStore(POOL_INDEXERS)
@@ -813,7 +813,7 @@ def test_address_conflicts_message():
 def test_overlap_lookups_do_not_grow_with_the_number_of_pools(layout):
     """The shapes users have at N=2000 (one big namespace, one big VPC, many pools): a pass
     reads the pools of its own buckets and the wide ones, never all 2000 (counted, not timed)."""
-    from controller.network import POOL_INDEXERS, overlap_candidates
+    from controller.reconcile.network import POOL_INDEXERS, overlap_candidates
     from informers import ThreadSafeStore
 
     n, pools, globals_ = 2000, ThreadSafeStore(POOL_INDEXERS), ThreadSafeStore(POOL_INDEXERS)
@@ -841,13 +841,13 @@ def test_overlap_lookups_do_not_grow_with_the_number_of_pools(layout):
 # -- addresses are unique per VPC (product-decisions.md §10) ---------------------------------
 
 def _ov(name, created, kind="InClusterIPPool"):
-    from controller.addresses import PoolOverlap
+    from controller.rules.addresses import PoolOverlap
 
     return PoolOverlap(kind, name, ((4, 1, 2),), created)
 
 
 def test_an_overlap_with_another_vpcs_network_never_counts_and_within_one_vpc_only_the_later_pool_carries_it():
-    from controller.addresses import split_overlaps
+    from controller.rules.addresses import split_overlaps
 
     own = ("2026-12-06T10:00:00Z", "a/pool")
     older, newer = _ov("b/pool", "2026-12-06T09:00:00Z"), _ov("c/pool", "2026-12-06T11:00:00Z")
@@ -870,7 +870,7 @@ def test_an_overlap_with_another_vpcs_network_never_counts_and_within_one_vpc_on
 
 
 def test_a_pool_of_no_network_is_carried_when_older_and_only_a_warning_when_later():
-    from controller.addresses import split_overlaps
+    from controller.rules.addresses import split_overlaps
 
     own = ("2026-12-06T10:00:00Z", "a/pool")
     old_plain, new_plain = _ov("b/twin", "2026-12-06T09:00:00Z"), _ov("b/late", "2026-12-06T11:00:00Z")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.allocator import (
+from controller.rules.allocator import (
     VLANRangeError,
     candidates,
     parse_vlan_ranges,

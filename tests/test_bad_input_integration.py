@@ -145,7 +145,7 @@ def watch_for_crashes(mgr) -> list[str]:
     """Wrap the reconcilers of a running manager: any exception other than an API error or a
     connection error (which the worker retries as designed) is recorded — that is what the
     worker would log as ``reconcile crashed``."""
-    from controller.kube import ApiError
+    from controller.runtime.kube import ApiError
 
     crashes: list[str] = []
     for attr in ("network_reconciler", "zone_reconciler"):
@@ -421,7 +421,7 @@ def test_pools_that_do_not_fit_their_subnet(bed, controller):
 
 def test_malformed_consumers_hold_nothing_and_crash_nothing(admin, bed, controller):
     """ProxmoxMachines and IPAddresses with references of the wrong shape are no consumers
-    (controller.consumers never raises); a deleting network is released."""
+    (controller.rules.consumers never raises); a deleting network is released."""
     zone, _ = bed.zone(["480"])
     sub, pool = bed.network("n1", zone)
     bed.wait("n1", "Ready", "Ready")

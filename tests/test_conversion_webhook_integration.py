@@ -206,7 +206,7 @@ def hold_lease_elsewhere(admin: Admin) -> None:
 
     from kubernetes import client as k8s
 
-    from controller.leader import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
+    from controller.runtime.leader import DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE
 
     now = dt.datetime.now(dt.timezone.utc)
     k8s.CoordinationV1Api(admin.co.api_client).create_namespaced_lease(DEFAULT_LEASE_NAMESPACE, k8s.V1Lease(

@@ -7,10 +7,10 @@ import datetime as dt
 
 import pytest
 
-from controller.conditions import compute_ready, find, set_condition
-from controller.kube import finalizer_add_patch, finalizer_remove_patch
-from controller.plan_network import set_not_ready
-from controller.selectors import InvalidSelector, matches
+from controller.rules.conditions import compute_ready, find, set_condition
+from controller.runtime.kube import finalizer_add_patch, finalizer_remove_patch
+from controller.plan.network import set_not_ready
+from controller.rules.selectors import InvalidSelector, matches
 
 T0 = dt.datetime(2026, 10, 7, 8, 0, 0, 123456, tzinfo=dt.timezone.utc)
 T1 = dt.datetime(2026, 10, 7, 9, 30, 0, tzinfo=dt.timezone.utc)
@@ -146,13 +146,13 @@ def test_finalizer_patches_never_rewrite_the_list():
     ],
 )
 def test_malformed_machines_are_not_consumers_and_never_raise(machine):
-    from controller.consumers import count_consumers
+    from controller.rules.consumers import count_consumers
 
     assert count_consumers(None, "p", [machine], [{"spec": 3}, "x"], [{}]).busy is False
 
 
 def test_both_capmox_shapes_and_an_object_shaped_pool_list_are_consumers():
-    from controller.consumers import machine_uses_pool
+    from controller.rules.consumers import machine_uses_pool
 
     ref = {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"}
     assert machine_uses_pool({"spec": {"network": {"default": {"ipv6PoolRef": ref}}}}, "p")
@@ -164,7 +164,7 @@ def test_both_capmox_shapes_and_an_object_shaped_pool_list_are_consumers():
 
 def test_doctor_shows_every_condition_that_carries_a_warning_true_or_not():
     # product-decisions.md §10; the failover notes are ovn.planner.failover_note's.
-    from controller.conditions import carries_warning
+    from controller.rules.conditions import carries_warning
     from ovn.planner import failover_note
 
     assert carries_warning({"status": "False", "reason": "NoServingChassis"})

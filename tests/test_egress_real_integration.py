@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 
-from controller.egress import LABEL_GATEWAY
+from controller.reconcile.egress import LABEL_GATEWAY
 from hack.bed import LocalCluster
 from hack.objects import Admin, unique
 from hack.wait import wait_for

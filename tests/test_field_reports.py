@@ -37,8 +37,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from controller import names, namespaces
-from controller.kube import KubeWriter
+from controller import names
+from controller.reconcile import namespaces
+from controller.runtime.kube import KubeWriter
 from informers import Resource
 from hack.audit import write_marker, writes_before
 from hack.bed import LocalCluster, ovsdb_rows

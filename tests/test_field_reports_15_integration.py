@@ -17,8 +17,8 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from controller import names
-from controller.keys import NetworkKey
-from controller.kube import ApiError
+from controller.watch.keys import NetworkKey
+from controller.runtime.kube import ApiError
 from controller.rfc3339 import parse
 from hack.objects import PX, Admin, reason, unique, wait_condition
 from hack.wait import wait_for

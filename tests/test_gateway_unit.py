@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.actions import Event
-from controller.gateway import (
+from controller.plan.actions import Event
+from controller.apply.gateway import (
     NB_GRACE_PERIOD,
     GatewayOutcome,
     gateway_failed,
@@ -21,7 +21,7 @@ from controller.gateway import (
     node_index_provider,
     node_providers,
 )
-from controller.plan_network import requeue_after
+from controller.plan.network import requeue_after
 from ovn import planner
 from tests.support.gateway import FAILOVER_NOTE
 
@@ -170,8 +170,8 @@ def test_a_group_of_fewer_than_three_chassis_written_is_a_warning_event(count, w
 
 # -- the gateway as it serves (product-decisions.md §10) ------------------------------------
 
-from controller.conditions import compute_ready  # noqa: E402
-from controller.gateway import SERVING_SETTLE, serving  # noqa: E402
+from controller.rules.conditions import compute_ready  # noqa: E402
+from controller.apply.gateway import SERVING_SETTLE, serving  # noqa: E402
 from ovn.sb import Binding  # noqa: E402
 
 MEMBERS = ("ch-a", "ch-b", "ch-c")
@@ -276,7 +276,7 @@ def test_gateway_status_writes_the_serving_chassis_and_a_moved_event():
 
 
 def test_the_serving_series_follow_the_status_whatever_step_wrote_it():
-    from controller.plan_network import serving_series
+    from controller.plan.network import serving_series
 
     assigned = {"type": "GatewayReady", "status": "True", "reason": "ChassisAssigned"}
     assert serving_series({"servingChassis": "ch-a"}, assigned) == (True, "ch-a")
@@ -289,7 +289,7 @@ def test_the_serving_series_follow_the_status_whatever_step_wrote_it():
 def test_a_holder_seen_within_the_settle_time_of_the_groups_write_is_left_out_until_it_ends():
     """OVN settles a group just written (its members claim cr- in turn until BFD is up): a
     holder seen then does not reorder the group; after the settle time it is kept on top."""
-    from controller.gateway import settled_serving
+    from controller.apply.gateway import settled_serving
 
     t0 = dt.datetime(2026, 12, 6, 9, 0, tzinfo=dt.timezone.utc)
     assert settled_serving("ch-b", t0, t0 + dt.timedelta(seconds=1), 5.0) == ("", 4.0)
@@ -334,7 +334,7 @@ class _Applier:
     (60.0, True, ""),  # failback: never kept
 ])
 def test_the_gateway_step_hands_the_writer_the_settled_holder_and_the_bounded_mtu(written_ago, failback, serving):
-    from controller.gateway import GatewayStep
+    from controller.apply.gateway import GatewayStep
 
     written = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=written_ago)
     applier = _Applier(written)
@@ -355,7 +355,7 @@ def test_the_gateway_step_hands_the_writer_the_settled_holder_and_the_bounded_mt
     ("ovsdb transact: constraint violation", "write"),
 ])
 def test_nb_failures_have_a_class(text, want):
-    from controller.gateway import failure_class
+    from controller.apply.gateway import failure_class
 
     assert failure_class(text) == want
 
@@ -383,7 +383,7 @@ def test_an_nb_failure_that_changes_class_is_posted_again_naming_the_current_cau
 
 
 def test_the_gateway_step_remembers_the_class_of_the_last_failure_until_a_success():
-    from controller.gateway import GatewayStep
+    from controller.apply.gateway import GatewayStep
     from ovn.nb import NBError
 
     class Failing(_Applier):

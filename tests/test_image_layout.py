@@ -242,7 +242,11 @@ def test_installed_versions_are_exactly_the_constraints(image: Image) -> None:
 def test_the_projects_packages_are_installed(image: Image) -> None:
     site = next(n for n in image.names if re.fullmatch(rf"{VENV}/lib/python3\.\d+/site-packages", n.rstrip("/")))
     site = site.rstrip("/")
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    # Every package of the checkout that pyproject.toml's find includes, sub-packages too.
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = sorted(str(i.parent.relative_to(ROOT)) for top in include if "*" not in top
+                      for i in (ROOT / top).rglob("__init__.py"))
+    assert "controller/plan" in packages and "controller/runtime" in packages
     for pkg in packages:
         assert f"{site}/{pkg}/__init__.py" in image.names, pkg
         # compiled at install: a read-only root filesystem never needs to write bytecode

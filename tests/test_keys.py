@@ -1,13 +1,14 @@
-"""The event → key mapping of ``controller.keys`` (architecture.md, "Manager": the event →
+"""The event → key mapping of ``controller.watch.keys`` (architecture.md, "Manager": the event →
 key table), against real stores with the manager's indexes; no server."""
 
 from __future__ import annotations
 
-from controller import keys, names
-from controller.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
+from controller import names
+from controller.watch import keys
+from controller.watch.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
 from controller.manager import subnet_index_vlan, zone_index_provider
-from controller.network import Listers, network_indexers
-from controller.vlans import vlan_index_provider, vlan_index_provider_id, vlan_index_zone
+from controller.reconcile.network import Listers, network_indexers
+from controller.apply.vlans import vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from informers import ThreadSafeStore
 
 
@@ -165,7 +166,7 @@ def pool_obj(name, addresses, ns=None):
 
 
 def with_pools(l: Listers, pools=(), global_pools=()) -> Listers:
-    from controller.network import POOL_INDEXERS
+    from controller.reconcile.network import POOL_INDEXERS
 
     l.pools, l.global_pools = ThreadSafeStore(POOL_INDEXERS), ThreadSafeStore(POOL_INDEXERS)
     for p in pools:

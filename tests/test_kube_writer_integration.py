@@ -1,4 +1,4 @@
-"""controller.kube against the real kube-apiserver: a failed JSON-patch ``test`` op is told
+"""controller.runtime.kube against the real kube-apiserver: a failed JSON-patch ``test`` op is told
 apart from bad input (issue 15, item 8: "a JSON-patch test op that fails on a concurrent
 change is logged as reason=Invalid status=422, which reads like bad input").
 """
@@ -9,8 +9,8 @@ import pytest
 from controller.main import configure_logging
 
 from controller import names
-from controller.controllers import Controller
-from controller.kube import ApiError, KubeWriter, finalizer_add_patch
+from controller.runtime.worker import Controller
+from controller.runtime.kube import ApiError, KubeWriter, finalizer_add_patch
 from controller.metrics import Metrics
 
 pytestmark = pytest.mark.integration

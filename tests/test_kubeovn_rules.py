@@ -1,4 +1,4 @@
-"""``controller.kubeovn``: Kube-OVN v1.13's own release rule for a deleting Subnet, which
+"""``controller.rules.kubeovn``: Kube-OVN v1.13's own release rule for a deleting Subnet, which
 our finalizer must not bypass (docs/testing.md "What the real peers taught us"). Upstream: kube-ovn v1.13.0
 ``pkg/controller/subnet.go`` ``handleSubnetFinalizer`` (its finalizer is added only to a
 Subnet without finalizers and removed once ``usingIPs == 0``, or ``== 1`` with a U2O
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.kubeovn import KUBE_OVN_FINALIZERS, held_only_by_us, ips_in_use
+from controller.rules.kubeovn import KUBE_OVN_FINALIZERS, held_only_by_us, ips_in_use
 
 
 def subnet(cidr="10.0.0.0/24", finalizers=(), **status):

@@ -1,4 +1,4 @@
-"""Integration tests of controller.leader against the real kube-apiserver (hack/cluster.py).
+"""Integration tests of controller.runtime.leader against the real kube-apiserver (hack/cluster.py).
 
 Each replica is a :class:`LeaderElector` on its own ApiClient as the controller's
 service-account user (RBAC: manifests/rbac/03-leader-election.yaml, Leases in
@@ -16,8 +16,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from controller.kube import ApiError, KubeWriter
-from controller.leader import DEFAULT_LEASE_NAMESPACE, LeaderElector, lease_path
+from controller.runtime.kube import ApiError, KubeWriter
+from controller.runtime.leader import DEFAULT_LEASE_NAMESPACE, LeaderElector, lease_path
 from hack.wait import wait_for
 
 pytestmark = pytest.mark.integration

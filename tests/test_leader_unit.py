@@ -1,4 +1,4 @@
-"""Unit tests of controller.leader (client-go leaderelection semantics on a Lease).
+"""Unit tests of controller.runtime.leader (client-go leaderelection semantics on a Lease).
 
 The Lease API is an in-memory fake that honours resourceVersion (409 on a stale update,
 AlreadyExists on a second create); time is a fake clock moved by hand. Only the two
@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from controller.kube import ApiError
-from controller.leader import (
+from controller.runtime.kube import ApiError
+from controller.runtime.leader import (
     DEFAULT_LEASE_NAME,
     LeaderElector,
     LeaseRecord,

@@ -27,8 +27,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from controller.leader import DEFAULT_LEASE_NAME as LEASE
-from controller.leader import DEFAULT_LEASE_NAMESPACE as LEASE_NAMESPACE
+from controller.runtime.leader import DEFAULT_LEASE_NAME as LEASE
+from controller.runtime.leader import DEFAULT_LEASE_NAMESPACE as LEASE_NAMESPACE
 from hack.bed import CONTROLLER_NAMESPACE, CONTROLLER_SA, LocalCluster
 from hack.controller_process import ControllerProcess
 from hack.objects import Admin, reason, unique, unique_prefix, wait_condition

@@ -12,10 +12,10 @@ no flap may release, move or duplicate a VLAN). The model runs without the OVN s
 hold-down's own rules are a state machine of their own in tests/test_trunk_hold_down.py, and
 tests/test_trunk_flap_integration.py counts the NB writes on the real peers.
 
-What is real: ``controller.network.NetworkReconciler`` (its deletion walk), ``ZoneReconciler``
-(orphan collection), ``controller.vlans.VlanManager`` (allocation under the per-provider
+What is real: ``controller.reconcile.network.NetworkReconciler`` (its deletion walk), ``ZoneReconciler``
+(orphan collection), ``controller.apply.vlans.VlanManager`` (allocation under the per-provider
 lock, the assumed set, ``split_listed_subnets``/``track_timers``/``release``),
-``controller.allocator`` and ``controller.prune`` — and ``controller.kube.KubeWriter``, whose
+``controller.rules.allocator`` and ``controller.rules.prune`` — and ``controller.runtime.kube.KubeWriter``, whose
 transport (``request``) is the only thing replaced: :class:`FakeApiServer` answers the
 same HTTP paths with Kubernetes semantics (409 on a create of a taken name or a stale
 resourceVersion, 422 (no details) on a failed JSON-patch ``test``, finalizers keep a deleted object
@@ -47,9 +47,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from controller import names
-from controller.kube import ApiError, KubeWriter
+from controller.runtime.kube import ApiError, KubeWriter
 from controller.manager import subnet_index_vlan, zone_index_provider
-from controller.network import (
+from controller.reconcile.network import (
     ADDRESS_INDEXERS,
     POOL_INDEXERS,
     Listers,
@@ -57,11 +57,11 @@ from controller.network import (
     index_namespace,
     network_indexers,
 )
-from controller.vlans import (
+from controller.apply.vlans import (
     VlanManager,
     vlan_indexers,
 )
-from controller.zone import ZoneReconciler
+from controller.reconcile.zone import ZoneReconciler
 from informers import Resource, ThreadSafeStore
 
 NS = "tenant"

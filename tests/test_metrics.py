@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.metrics import GO_DEFAULT_BUCKETS, WORKQUEUE_BUCKETS, Metrics
-from controller.workqueue import RateLimitingQueue
+from controller.runtime.workqueue import RateLimitingQueue
 
 WQ = "proxmox-network-networks"  # the network controller's queue, registered by Metrics()
 

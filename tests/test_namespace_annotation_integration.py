@@ -12,7 +12,7 @@ import concurrent.futures as cf
 
 import pytest
 
-from controller.namespaces import NAMESPACE_WRITE_WINDOW
+from controller.reconcile.namespaces import NAMESPACE_WRITE_WINDOW
 from hack.audit import format_writes, write_marker, writes_before
 from hack.objects import Admin, reason, unique
 from hack.wait import wait_for

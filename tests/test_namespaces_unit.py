@@ -1,4 +1,4 @@
-"""The namespace annotation's reconciler (controller/namespaces.py), with no server.
+"""The namespace annotation's reconciler (controller/reconcile/namespaces.py), with no server.
 
 reference-behaviour.md §5.9: the annotation ``proxmox.cozystack.io/networks`` lists the
 sorted ``<bridge>/<vlan>/<ipPool>`` triples of the namespace's networks with a VLAN and a
@@ -21,7 +21,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller import names
-from controller.namespaces import (
+from controller.reconcile.namespaces import (
     NamespaceReconciler,
     contribution,
     desired_value,
@@ -30,11 +30,11 @@ from controller.namespaces import (
     lists_zone_bridge,
     open_pending,
 )
-from controller.gateway import GatewayOutcome
+from controller.apply.gateway import GatewayOutcome
 from ovn.planner import CHASSIS_ASSIGNED, GatewayState
-from controller.network import Listers, NetworkReconciler
-from controller.recent import RecentWrites
-from controller.vlans import VlanManager
+from controller.reconcile.network import Listers, NetworkReconciler
+from controller.runtime.recent import RecentWrites
+from controller.apply.vlans import VlanManager
 from tests.test_lifecycle_model import PLURALS, FakeApiServer, FakeWriter, new_stores
 
 NS = "tenant"
@@ -498,7 +498,7 @@ def test_an_ask_made_while_a_namespace_pass_runs_is_kept_for_the_next_pass():
 
 
 class RecordingGateway:
-    """Stands in for controller.gateway.GatewayStep: records which passes would write the
+    """Stands in for controller.apply.gateway.GatewayStep: records which passes would write the
     network's HA chassis group."""
 
     class _Applier:

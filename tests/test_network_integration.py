@@ -438,8 +438,10 @@ def test_a_self_made_duplicate_already_bound_stays_a_conflict(admin, ctl, provid
         admin.create_zone(zname, provider, ["740-749"])
         for net, other in (("older", "newer"), ("newer", "older")):
             c = wait_reason(admin, ns, net, "VLANConflict")
+            # The Subnet on the other Vlan is named with it (field report S6): only the newer has one.
+            on_it = f' (Subnet "{subs[other]}")' if other == "newer" else ""
             assert reason(c, "VLANAllocated")[2] == (
-                f'VLAN 740 on provider "{provider}" is also held by Vlan "{subs[other]}"')
+                f'VLAN 740 on provider "{provider}" is also held by Vlan "{subs[other]}"{on_it}')
         assert [admin.vlan(s)["spec"]["id"] for s in (subs["older"], subs["newer"])] == [740, 740]
     finally:
         admin.co.delete_cluster_custom_object("kubeovn.io", "v1", "subnets", subs["newer"])

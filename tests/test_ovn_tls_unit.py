@@ -15,7 +15,7 @@ import ovs.stream
 import pytest
 import structlog
 
-from controller.kube import ApiError
+from controller.runtime.kube import ApiError
 from ovn.tls import TLSError, TLSPaths, TLSSource, check_peer, client_context, parse_secret_ref, probe, split_ssl_remote
 from tests.support.pki import CA, SERVER_AUTH, b64, kube_ovn_secret, restore_ovs_ssl  # noqa: F401 (autouse fixture)
 

@@ -30,9 +30,9 @@ import yaml
 from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.gateway import FAILING_SINCE
-from controller.kube import ApiError, KubeWriter
-from controller.leader import DEFAULT_LEASE_NAME, lease_path
+from controller.apply.gateway import FAILING_SINCE
+from controller.runtime.kube import ApiError, KubeWriter
+from controller.runtime.leader import DEFAULT_LEASE_NAME, lease_path
 from controller.metrics import NETWORK_WORKQUEUE_NAME
 from hack.bed import LocalCluster
 from hack.objects import Admin, reason
@@ -44,7 +44,7 @@ from tests.test_gateway_integration import bound_network, private_nb_bed
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
-LEASE_NS = "kube-system"  # controller.leader.DEFAULT_LEASE_NAMESPACE
+LEASE_NS = "kube-system"  # controller.runtime.leader.DEFAULT_LEASE_NAMESPACE
 LEADING_FOR = 60.0  # issue 15: "stays leader for >= 60 s"
 EXIT_WITHIN = 2.0  # issue 15: "SIGTERM with the NB down exits in < 2 s"
 

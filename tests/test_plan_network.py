@@ -2,9 +2,9 @@
 
 Expected reasons and messages are the spec's (reference-behaviour.md §5, §6, §9.2, §9.5;
 product-decisions.md §4, §6-§8), not read off the code. A pass is driven by :func:`drive`,
-``tests.support.plans.drive`` (a tiny stand-in for ``controller.apply.run``): each requested
+``tests.support.plans.drive`` (a tiny stand-in for ``controller.apply.executor.run``): each requested
 read is filled from a dict of canned fresh values (keyed by the action's ``into``) and folded
-with ``controller.apply.fill``; an action already applied in the pass is not applied again.
+with ``controller.apply.executor.fill``; an action already applied in the pass is not applied again.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller import names
-from controller.actions import (
+from controller.plan.actions import (
     AddFinalizer,
     AdoptVlan,
     AllocateVlan,
@@ -43,10 +43,10 @@ from controller.actions import (
     SplitListed,
     WriteStatus,
 )
-from controller.apply import fill
-from controller.consumers import Consumers, count_consumers
-from controller.gateway import GatewayOutcome
-from controller.plan_network import NetworkSnapshot, plan_network
+from controller.apply.executor import fill
+from controller.rules.consumers import Consumers, count_consumers
+from controller.apply.gateway import GatewayOutcome
+from controller.plan.network import NetworkSnapshot, plan_network
 from ovn.planner import GatewayState
 from tests.support import plans
 from tests.support.gateway import assigned
@@ -190,7 +190,7 @@ Pass = plans.Pass[NetworkSnapshot]
 
 
 def drive(s: NetworkSnapshot, canned: dict[str, Any] | None = None, limit: int = 40) -> Pass:
-    """A network pass over ``s``, as ``controller.apply.run(plan_network, s, executor)`` runs it."""
+    """A network pass over ``s``, as ``controller.apply.executor.run(plan_network, s, executor)`` runs it."""
     return plans.drive(plan_network, s, canned, fold=fold, limit=limit)
 
 

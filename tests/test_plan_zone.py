@@ -2,9 +2,9 @@
 
 Expected reasons and messages are the spec's (reference-behaviour.md §8, §8.1, §7;
 product-decisions.md §4.4, §7), not read off the code. A pass is driven by :func:`drive`
-(``tests.support.plans.drive``, a stand-in for ``controller.apply.run``): each requested read
+(``tests.support.plans.drive``, a stand-in for ``controller.apply.executor.run``): each requested read
 is filled from a dict of canned fresh values keyed by the action's ``into`` (``owners[<vlan>]``,
-``fresh[<vlan>]``, ``listed[<vlan>]``) with ``controller.apply.fill``.
+``fresh[<vlan>]``, ``listed[<vlan>]``) with ``controller.apply.executor.fill``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller import names
-from controller.actions import (
+from controller.plan.actions import (
     FAILED,
     Event,
     EventSpec,
@@ -34,7 +34,7 @@ from controller.actions import (
     SplitListed,
     WriteStatus,
 )
-from controller.plan_zone import ZoneSnapshot, plan_zone
+from controller.plan.zone import ZoneSnapshot, plan_zone
 from tests.support import plans
 
 UTC = dt.timezone.utc
@@ -113,7 +113,7 @@ class Pass(plans.Pass[ZoneSnapshot]):
 
 
 def drive(s: ZoneSnapshot, canned: dict[str, Any] | None = None, limit: int = 40) -> Pass:
-    """A zone pass over ``s``, as ``controller.apply.run(plan_zone, s, executor)`` runs it; a zone
+    """A zone pass over ``s``, as ``controller.apply.executor.run(plan_zone, s, executor)`` runs it; a zone
     pass plans only actions :func:`tests.support.plans.fold` knows."""
     return plans.drive(plan_zone, s, canned, result=Pass, limit=limit)
 
@@ -258,7 +258,7 @@ def test_a_terminating_orphan_without_our_finalizer_is_neither_named_nor_touched
 
 
 def test_a_terminating_orphan_with_our_finalizer_is_collected():
-    """A release cut short between its delete and the finalizer's removal (controller.vlans
+    """A release cut short between its delete and the finalizer's removal (controller.apply.vlans
     release order): the Vlan is still ours, and the zone finishes the release."""
     v = vlan("v1", 101, owner=(NS, "net-gone"))
     v["metadata"]["deletionTimestamp"] = "2026-10-07T07:59:00Z"

@@ -1,4 +1,4 @@
-"""The cache projections of controller/projection.py (issue 29) lose nothing a reader reads.
+"""The cache projections of controller/watch/projection.py (issue 29) lose nothing a reader reads.
 
 Two checks per projected kind, on objects shaped as their projects serve them (Kube-OVN
 v1.15's IP and Node annotations, CAPI IPAM v1beta1 addresses and claims, capmox machines in
@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from controller import names
-from controller.addresses import find_address_conflicts, ipaddress_holders, kube_ovn_ip_addresses, pool_spans
-from controller.consumers import PAUSED, count_consumers, machine_pool_refs
-from controller.gateway import gateway_key, node_index_provider, node_providers
-from controller.namespaces import keys_for_namespace
-from controller.network import address_index_pool, ip_index_subnet
-from controller.plan_network import namespace_allowed
-from controller.projection import KEEP, Keys, project, transform_for
+from controller.rules.addresses import find_address_conflicts, ipaddress_holders, kube_ovn_ip_addresses, pool_spans
+from controller.rules.consumers import PAUSED, count_consumers, machine_pool_refs
+from controller.apply.gateway import gateway_key, node_index_provider, node_providers
+from controller.reconcile.namespaces import keys_for_namespace
+from controller.reconcile.network import address_index_pool, ip_index_subnet
+from controller.plan.network import namespace_allowed
+from controller.watch.projection import KEEP, Keys, project, transform_for
 from ovn.planner import trunk_nodes
 
 MANAGED = [{"manager": "kube-ovn-controller", "operation": "Update", "fieldsV1": {"f:spec": {"f:x": {}}}}]
@@ -267,7 +267,7 @@ def test_a_malformed_value_is_kept_as_served_for_its_reader_to_judge():
 
 def test_kinds_the_controller_writes_from_its_cache_are_not_projected():
     """Networks, zones, Vlans and Subnets: their finalizer and annotation patches take their
-    shape from the cached lists (controller/kube.py), which must stay complete."""
+    shape from the cached lists (controller/runtime/kube.py), which must stay complete."""
     for group, plural in [("proxmox.cozystack.io", "proxmoxnetworks"), ("proxmox.cozystack.io", "proxmoxnetworkzones"),
                           ("kubeovn.io", "vlans"), ("kubeovn.io", "subnets"), ("ipam.cluster.x-k8s.io", "inclusterippools")]:
         assert transform_for(group, plural) is None

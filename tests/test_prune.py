@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.rfc3339 import format_utc
-from controller.prune import (
+from controller.rules.prune import (
     DEFAULT_SUBNET_PRUNE_TIMEOUT,
     TrackResult,
     deadline,

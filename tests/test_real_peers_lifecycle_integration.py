@@ -18,7 +18,7 @@ what the tests once assumed: docs/testing.md "What the real peers taught us".
 * a Subnet deleted while Kube-OVN counts IPs in it waits for Kube-OVN's own finalizer, and
   the real pruning of ``Vlan.status.subnets`` releases the VLAN without the timeout; when
   Kube-OVN's finalizer is stripped by hand (v1.13 put none on a Subnet that had ours), ours
-  stays until Kube-OVN's count is zero (the bug this module found, controller/kubeovn.py);
+  stays until Kube-OVN's count is zero (the bug this module found, controller/rules/kubeovn.py);
 * kube-ovn-controller stopped while the Subnet goes: the VLAN is released at the prune
   timeout;
 * a hand-made duplicate Vlan: ``VLANConflict`` naming it; Kube-OVN v1.15 flags both Vlans
@@ -50,7 +50,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from controller import names
-from controller.kube import KubeWriter
+from controller.runtime.kube import KubeWriter
 from hack.audit import write_marker, writes_before
 from hack.bed import ClusterError, LocalCluster, ovsdb_rows, ovsdb_set
 from hack.objects import Admin, reason, unique, wait_condition
@@ -779,7 +779,7 @@ def test_a_subnet_in_the_default_vpc_never_gets_a_group_on_the_cluster_router(be
     assert ha_chassis_groups(bed.nbctl, f"px-ovn-cluster-{sc.sub}") == []
     assert ovsdb_rows(bed.nbctl, "Logical_Router_Port", f"name=ovn-cluster-{sc.sub}")[0]["ha_chassis_group"] == []
     assert port["name"] == f"ovn-cluster-{sc.sub}"
-    # The Event is written after the status (controller.apply), so it is awaited, not read once.
+    # The Event is written after the status (controller.apply.executor), so it is awaited, not read once.
     wait_for(lambda: any(e.type == "Warning" for e in sc.events(ctl, "SubnetInvalid")),
              timeout=WAIT, what="the SubnetInvalid Warning Event")
 
@@ -806,7 +806,7 @@ def test_a_subnet_in_another_tenants_vpc_is_reported_and_served(bed, ctl, world)
     assert reason(obj, "SubnetReady") == ("True", "Ready", f"Kube-OVN reports the subnet Ready; {note}")
     assert reason(obj, "GatewayReady")[:2] == ("True", "ChassisAssigned")
     assert ha_chassis_groups(bed.nbctl, f"px-{vpc}-{sc.sub}") != []
-    # The Event is written after the status (controller.apply): awaited, then counted.
+    # The Event is written after the status (controller.apply.executor): awaited, then counted.
     events = wait_for(lambda: sc.events(ctl, "SubnetInForeignVPC"), timeout=WAIT,
                       what="the SubnetInForeignVPC Warning Event")
     assert len(events) == 1 and events[0].type == "Warning" and events[0].message == note

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from controller.actions import Log, Plan, WriteStatus
-from controller.apply import Executor, run
-from controller.controllers import Controller
+from controller.plan.actions import Log, Plan, WriteStatus
+from controller.apply.executor import Executor, run
+from controller.runtime.worker import Controller
 from controller.manager import Manager
 from controller.metrics import Metrics
-from controller.result import Result, Stopping
+from controller.runtime.result import Result, Stopping
 from controller import names
 
 

@@ -1,10 +1,10 @@
 """Field report R12: a trunk node that leaves the ready set stays in the groups for the
-hold-down (controller.gateway.TrunkHoldDown); back at once; gone at once when the node or its
+hold-down (controller.apply.gateway.TrunkHoldDown); back at once; gone at once when the node or its
 chassis goes. And the pass comes back when the hold-down ends (plan_network requeue)."""
 
 from __future__ import annotations
 
-from controller.gateway import TrunkHoldDown
+from controller.apply.gateway import TrunkHoldDown
 from ovn.planner import CHASSIS_ANNOTATION, TrunkNode
 
 A, B, C = TrunkNode("node-a", "ch-a"), TrunkNode("node-b", "ch-b"), TrunkNode("node-c", "ch-c")

@@ -31,9 +31,9 @@ import pytest
 
 from tests.support.vlans import ensure
 from controller import names
-from controller.kube import KubeWriter
+from controller.runtime.kube import KubeWriter
 from controller.manager import zone_index_provider
-from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
+from controller.apply.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from informers import SharedInformerFactory
 from hack.objects import KUBEOVN, PX, Admin, unique
 from hack.wait import wait_for
@@ -73,7 +73,7 @@ def cleanup(admin: Admin, vlan_names: list[str], zone_names: list[str]) -> None:
     def tolerate(fn, *statuses: int) -> None:
         try:
             fn()
-        except Exception as err:  # controller.kube.ApiError or kubernetes' ApiException
+        except Exception as err:  # controller.runtime.kube.ApiError or kubernetes' ApiException
             if getattr(err, "status", None) not in statuses:
                 raise
 

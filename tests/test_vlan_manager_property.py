@@ -30,9 +30,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.vlans import ensure
-from controller import reuse
-from controller.kube import ApiError
-from controller.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone, vlan_indexers
+from controller.rules import reuse
+from controller.runtime.kube import ApiError
+from controller.apply.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone, vlan_indexers
 from informers import ThreadSafeStore
 
 PROVIDER = "physnet1"

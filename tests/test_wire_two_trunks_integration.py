@@ -81,7 +81,7 @@ def test_with_two_trunk_nodes_the_survivor_does_not_take_over_and_the_network_sa
         assert msg.endswith("; with 2 chassis OVN moves the gateway only while the survivor keeps a BFD session "
                             "with another chassis, so it stays on a failed active chassis: make at least 3 nodes "
                             "of the provider network ready"), msg
-        # The Event is queued after the status is written (controller.apply): awaited, then counted.
+        # The Event is queued after the status is written (controller.apply.executor): awaited, then counted.
         events = wait_for(lambda: [e for e in admin.core.list_namespaced_event(n.ns).items
                                    if e.involved_object.name == n.name and e.reason == "GatewayWithoutFailover"],
                           what="the GatewayWithoutFailover Warning Event")

@@ -1,4 +1,4 @@
-"""Unit tests of controller.workqueue (client-go workqueue semantics).
+"""Unit tests of controller.runtime.workqueue (client-go workqueue semantics).
 
 Time is a fake clock moved by hand; nothing here waits on real time for an
 assertion. Thread tests only join with generous safety timeouts.
@@ -14,7 +14,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from controller.workqueue import (
+from controller.runtime.workqueue import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,

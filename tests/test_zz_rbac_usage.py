@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from controller import names
-from controller.kube import KubeWriter
-from controller.leader import DEFAULT_LEASE_NAMESPACE, LeaderElector
+from controller.runtime.kube import KubeWriter
+from controller.runtime.leader import DEFAULT_LEASE_NAMESPACE, LeaderElector
 from hack.audit import read_events
 from tests.support.controller import running_controller
 from hack.objects import Admin, unique
@@ -72,7 +72,7 @@ def test_rbac_grants_exactly_what_the_code_uses(admin_client, cluster, unique_na
     env = Env(admin, unique_namespace)
     ns, sub = unique_namespace, unique("sub")
     # The reuse delay on (the CLI's default is 10 min; Options' is off): the release records
-    # the ID on the zone, a fresh GET and a patch of the zone (controller/vlans.py). Issue 28:
+    # the ID on the zone, a fresh GET and a patch of the zone (controller/apply/vlans.py). Issue 28:
     # under workers the module of the reuse delay may not share this worker's bed.
     with running_controller(cluster, subnet_prune_timeout=3.0, vlan_reuse_delay=600.0) as ctl:
         ready_network(env, "rbac", sub, "p")

@@ -42,7 +42,7 @@ def rv_of(obj: dict) -> int:
 
 
 def pool_refs(obj: dict) -> list[str]:
-    """Pool names a consumer references, read independently of controller.consumers from the
+    """Pool names a consumer references, read independently of controller.rules.consumers from the
     shapes this harness writes (capmox v1alpha1/v1alpha2 machines, poolRef of IPAM objects)."""
     spec = obj.get("spec") or {}
     out = []

@@ -132,7 +132,7 @@ class PodReplicas:
 
     # -- sampling ---------------------------------------------------------------------
     def _loop(self) -> None:
-        from controller.leader import identity_host
+        from controller.runtime.leader import identity_host
         from hack.deploy import LEASE, LEASE_NAMESPACE, NAMESPACE, SELECTOR, ready
 
         next_memory = 0.0
@@ -276,7 +276,7 @@ class PodReplicas:
 
     # -- faults ---------------------------------------------------------------------------
     def _leader_pod(self, timeout: float = 120.0) -> dict:
-        from controller.leader import identity_host
+        from controller.runtime.leader import identity_host
         from hack.deploy import ready
 
         def find() -> dict | None:

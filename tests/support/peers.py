@@ -27,7 +27,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from controller import names
-from controller.kube import KubeWriter
+from controller.runtime.kube import KubeWriter
 from hack.bed import ClusterError, LocalCluster, pid_state
 from hack.objects import Admin, unique
 from tests.support.controller import running_controller

@@ -1,9 +1,9 @@
 """An in-test plan driver for the pure planners (``plan_network``, ``plan_zone``), no server.
 
-:func:`drive` stands in for ``controller.apply.run`` and :func:`fold` for its
-``controller.apply.Executor``: a requested read is answered from a dict of canned fresh
+:func:`drive` stands in for ``controller.apply.executor.run`` and :func:`fold` for its
+``controller.apply.executor.Executor``: a requested read is answered from a dict of canned fresh
 values keyed by the action's ``into``, a write's result is folded into the snapshot with
-``controller.apply.fill``, and an action already applied in the pass is not applied again.
+``controller.apply.executor.fill``, and an action already applied in the pass is not applied again.
 The driver is generic over the snapshot type; what a kind's own actions fold to is that
 test file's ``fold``, passed in (falling back to :func:`fold`).
 """
@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 
 from controller import names
-from controller.actions import (
+from controller.plan.actions import (
     Get,
     Plan,
     PruneReleasedVlans,
@@ -27,7 +27,7 @@ from controller.actions import (
     SplitListed,
     WriteStatus,
 )
-from controller.apply import fill
+from controller.apply.executor import fill
 
 S = TypeVar("S")
 

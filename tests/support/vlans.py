@@ -1,5 +1,5 @@
 """Drive ``VlanManager`` the way a network pass does: look up, claim or adopt, else
-allocate (the composition ``controller.plan_network`` plans as ``AllocateVlan`` and
+allocate (the composition ``controller.plan.network`` plans as ``AllocateVlan`` and
 ``AdoptVlan``), for tests of the allocator's concurrency without a whole reconciler."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controller.vlans import VlanManager, VlanOutcome, claim_refusal, needs_adoption
+from controller.apply.vlans import VlanManager, VlanOutcome, claim_refusal, needs_adoption
 
 
 def ensure(mgr: VlanManager, network: Mapping[str, Any], zone: Mapping[str, Any]) -> VlanOutcome:

@@ -10,7 +10,7 @@ annotations, managedFields) is dropped before the object reaches the store or a 
 
 Not projected, on purpose: the kinds the controller writes from its cache (ProxmoxNetwork,
 ProxmoxNetworkZone, Vlan, Subnet): their whole status is copied and compared, and the
-finalizer and annotation patches (controller/kube.py) take their shape from the cached
+finalizer and annotation patches (controller/runtime/kube.py) take their shape from the cached
 lists, which must therefore be complete. Pools (their whole spec is compared), ProviderNetworks,
 Vpcs and egress-gateway Pods are few. Fresh reads (before a release, doctor) are never
 projected: they go to the API server.
@@ -24,7 +24,7 @@ from typing import Any, Union
 import attrs
 
 from controller import names
-from controller.consumers import PAUSED
+from controller.rules.consumers import PAUSED
 from ovn.planner import CHASSIS_ANNOTATION, READY_LABEL_SUFFIX
 
 

@@ -1,13 +1,13 @@
 """The vocabulary of plans: what a planner may ask the executor to read or write.
 
-A planner (``controller.plan_network``, ``controller.plan_zone``) is a pure function from
-a snapshot to a :class:`Plan`. The executor (``controller.apply``) applies a plan's actions
+A planner (``controller.plan.network``, ``controller.plan.zone``) is a pure function from
+a snapshot to a :class:`Plan`. The executor (``controller.apply.executor``) applies a plan's actions
 in order, stops at the first failure (the error propagates to the worker, which retries
 with backoff), and folds what each action returned into the snapshot under the field the
 action names (``into``). A plan with ``replan`` set needs those results before it can
 decide further: the runner calls the planner again on the evolved snapshot. An action is a
 value: one the runner has applied in this pass is not applied again when a later plan of
-the same pass repeats it (``controller.apply.run``).
+the same pass repeats it (``controller.apply.executor.run``).
 
 A field that a read has not filled yet holds :data:`UNREAD`; a read that found nothing
 fills ``None``. ``into`` names a snapshot field, or one key of a mapping field as
@@ -78,7 +78,7 @@ class Get:
 @attrs.frozen
 class ListConsumers:
     """Count the consumers of pool ``pool`` in ``namespace`` from fresh LISTs (field report
-    B15): fills a :class:`controller.consumers.Consumers`."""
+    B15): fills a :class:`controller.rules.consumers.Consumers`."""
 
     namespace: str
     pool: str
@@ -160,7 +160,7 @@ class SetPoolCidrs:
 @attrs.frozen
 class PruneReleasedVlans:
     """Write the zone's ``released-vlans`` annotation without its expired entries
-    (controller.reuse; ``value`` None removes it). Fills the patched zone."""
+    (controller.rules.reuse; ``value`` None removes it). Fills the patched zone."""
 
     zone: Mapping[str, Any]
     value: str | None
@@ -240,7 +240,7 @@ class ForgetOverlay:
 class EnsureGateway:
     """Bring the network's HA_Chassis_Group up to date (§9.2; the decision is
     ``ovn.planner.plan_ensure`` on the NB side): fills ``gateway`` with a
-    :class:`controller.gateway.GatewayOutcome`."""
+    :class:`controller.apply.gateway.GatewayOutcome`."""
 
     key: str
     vpc: str

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from controller.listing import SHOWN, first_shown
+from controller.rules.listing import SHOWN, first_shown
 
 POOL_KIND = "InClusterIPPool"
 PROTECT_POOL = "ipam.cluster.x-k8s.io/ProtectPool"

@@ -16,10 +16,10 @@ from typing import Any
 import attrs
 
 from controller import names
-from controller.addresses import IN_CLUSTER_IP_POOL, find_pool_overlaps, pool_name, pool_spans
-from controller.consumers import machine_pool_refs
-from controller.network import overlap_candidates
-from controller.vlans import vlan_index_provider_id, vlan_owner
+from controller.rules.addresses import IN_CLUSTER_IP_POOL, find_pool_overlaps, pool_name, pool_spans
+from controller.rules.consumers import machine_pool_refs
+from controller.reconcile.network import overlap_candidates
+from controller.apply.vlans import vlan_index_provider_id, vlan_owner
 from informers import meta_namespace_key
 
 
@@ -203,7 +203,7 @@ def for_pool_overlap(kind: str, pool: Mapping[str, Any], listers: Any) -> list[N
     ``GlobalInClusterIPPool``): the networks whose pools share an address with it (their
     ``PoolOverlapsPool`` may start or clear). Call it with the old and the new object of an
     update, so both ranges count. The pools come from the overlap index
-    (``controller.network.overlap_candidates``): O(pools in its buckets), not O(pools)."""
+    (``controller.reconcile.network.overlap_candidates``): O(pools in its buckets), not O(pools)."""
     spans = pool_spans(pool.get("spec") if isinstance(pool, Mapping) else None)
     if not spans:
         return []

@@ -40,7 +40,7 @@ A lease request cannot outlive the renew deadline: under :meth:`LeaderElector.ru
 request runs on a short-lived helper thread and is abandoned (counted as a failure) at
 the renew deadline while leading, or ``renew_deadline`` after an acquire attempt began,
 so a hung connection ends leadership on time instead of after the HTTP timeout (30 s in
-:mod:`controller.kube`), and never keeps :meth:`LeaderElector.stop` waiting that long.
+:mod:`controller.runtime.kube`), and never keeps :meth:`LeaderElector.stop` waiting that long.
 An abandoned request may still land; that is safe, since the record it writes only
 delays a takeover. :attr:`LeaderElector.is_leader` also checks the deadline on every
 read.
@@ -61,7 +61,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from controller.kube import ApiError
+from controller.runtime.kube import ApiError
 
 __all__ = [
     "DEFAULT_LEASE_NAME",
@@ -94,7 +94,7 @@ LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
 
 class LeaseWriter(Protocol):
-    """What the elector needs from :class:`controller.kube.KubeWriter`."""
+    """What the elector needs from :class:`controller.runtime.kube.KubeWriter`."""
 
     def request(self, method: str, path: str, body: Any = None,
                 content_type: str = "application/json") -> dict[str, Any]: ...
@@ -177,9 +177,9 @@ def _utc_now() -> datetime:
 class LeaderElector:
     """Elects one leader among replicas through the Lease ``<namespace>/<name>``.
 
-    :param writer: a :class:`controller.kube.KubeWriter` (anything with its ``request``);
+    :param writer: a :class:`controller.runtime.kube.KubeWriter` (anything with its ``request``);
         give the elector its own, so lease writes never count as the controller's writes.
-        Errors are :class:`controller.kube.ApiError`; any error of a request is a failed
+        Errors are :class:`controller.runtime.kube.ApiError`; any error of a request is a failed
         attempt, never raised out of the elector.
     :param namespace: namespace of the Lease (the controller's; RBAC in
         ``manifests/rbac/03-leader-election.yaml``).

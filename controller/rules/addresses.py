@@ -35,7 +35,7 @@ from typing import Any, Union
 import attrs
 
 from controller import reasons
-from controller.listing import first_shown
+from controller.rules.listing import first_shown
 
 IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 AddressRange = tuple[IPAddress, IPAddress]

@@ -1,9 +1,9 @@
 """The executor: applies a plan's actions in order and folds their results into the
-snapshot (see ``controller.actions``).
+snapshot (see ``controller.plan.actions``).
 
 One executor per reconciler kind writes to the API server (through ``KubeWriter``; writes
 of the reconciler's own kind go through its read-your-writes overlay) and hands NB work to
-the NB writer (``controller.gateway.GatewayStep`` over ``ovn.gateway.GatewayApplier``).
+the NB writer (``controller.apply.gateway.GatewayStep`` over ``ovn.gateway.GatewayApplier``).
 Allocation runs under the provider's lock inside ``VlanManager.allocate``. The first action
 that raises stops the pass: nothing after it is applied, and the worker retries the key
 with backoff. Once the process is stopping (``stopping`` set) the next action raises
@@ -23,7 +23,7 @@ import attrs
 import structlog
 
 from controller import names
-from controller.actions import (
+from controller.plan.actions import (
     FAILED,
     AddFinalizer,
     AdoptVlan,
@@ -47,13 +47,13 @@ from controller.actions import (
     SplitListed,
     WriteStatus,
 )
-from controller.consumers import Consumers, count_consumers
-from controller.events import EventRecorder
-from controller.kube import ApiError, KubeWriter, annotation_patch
+from controller.rules.consumers import Consumers, count_consumers
+from controller.runtime.events import EventRecorder
+from controller.runtime.kube import ApiError, KubeWriter, annotation_patch
 from controller.metrics import Metrics
-from controller.recent import RecentWrites
-from controller.result import Result, Stopping
-from controller.vlans import VlanManager
+from controller.runtime.recent import RecentWrites
+from controller.runtime.result import Result, Stopping
+from controller.apply.vlans import VlanManager
 from informers import Resource, meta_namespace_key
 
 log = structlog.get_logger(__name__)
@@ -114,7 +114,7 @@ class Executor:
         (``pools``, ``machines``, ``addresses``, ``claims``), for the fresh consumer count;
         the manager adds kinds that appear later, so it is kept by reference.
     :param namespaces: the namespace annotation's reconciler (``RequestTriple``, ``NetworkGone``).
-    :param gateway: the NB side (``controller.gateway.GatewayStep``), or None.
+    :param gateway: the NB side (``controller.apply.gateway.GatewayStep``), or None.
     :param stopping: set when the process stops; every action after that raises
         :class:`Stopping`.
     """

@@ -19,10 +19,10 @@ import attrs
 import structlog
 
 from controller import names, reasons
-from controller.actions import Event, Log, Metric
-from controller.conditions import FALSE, TRUE, UNKNOWN, find, set_condition
+from controller.plan.actions import Event, Log, Metric
+from controller.rules.conditions import FALSE, TRUE, UNKNOWN, find, set_condition
 from controller.rfc3339 import format_utc, parse
-from controller.events import NORMAL, WARNING, EventRecorder
+from controller.runtime.events import NORMAL, WARNING, EventRecorder
 from controller.metrics import Metrics
 from informers import ThreadSafeStore
 from ovn import planner
@@ -149,7 +149,7 @@ class Serving:
 
     :ivar chassis: the serving chassis to record in ``status.servingChassis``; "" records
         nothing (the stored value stays unless GatewayReady's reason drops it:
-        ``controller.plan_network``'s ``finish``).
+        ``controller.plan.network``'s ``finish``).
     :ivar keep_previous: the stored GatewayReady stays as it is (a binding missing for less
         than the settle time, with the gateway served before).
     :ivar recheck: seconds until the pass must look again (the settle time left), or None.
@@ -176,7 +176,7 @@ def serving(
     the SB binding of ``cr-<lrp>`` (``ovn.sb.Binding``): product-decisions.md §10.
 
     * SB not known: Unknown ``SBUnavailable`` (never False on an SB outage alone; Ready is
-      not decided by it, ``controller.conditions.compute_ready``); an outage already known
+      not decided by it, ``controller.rules.conditions.compute_ready``); an outage already known
       (False ``NoServingChassis``) stays as it was.
     * bound to a member of the group: True ``ChassisAssigned``, the NB message plus the
       serving chassis and its node.
@@ -303,7 +303,7 @@ def gateway_status(
     outcome (§9.2, the grace of §9.5) and, when the SB is read, the router port's ``cr-``
     binding (``binding``, an ``ovn.sb.Binding``; product-decisions.md §10, :func:`serving`),
     set in ``status``/``conds``; the requeue of §5.10 follows from them
-    (``controller.plan_network.requeue_after``).
+    (``controller.plan.network.requeue_after``).
 
     :returns: the Events, log lines and metrics of the outcome, as plan actions; and the
         seconds after which the pass must look at the binding again (None: no need).

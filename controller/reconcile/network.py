@@ -1,9 +1,9 @@
 """ProxmoxNetwork reconcile: observe, plan, apply (reference-behaviour.md §5 and §6).
 
 A pass reads the network and everything it depends on from the caches into a
-:class:`controller.plan_network.NetworkSnapshot`, and runs the pure planner
-(:func:`controller.plan_network.plan_network`) with the executor
-(``controller.apply.Executor``) until the plan settles. This module holds the listers,
+:class:`controller.plan.network.NetworkSnapshot`, and runs the pure planner
+(:func:`controller.plan.network.plan_network`) with the executor
+(``controller.apply.executor.Executor``) until the plan settles. This module holds the listers,
 their index functions and the observer; the rules live in the planner.
 """
 
@@ -16,8 +16,9 @@ from typing import Any
 import attrs
 import structlog
 
-from controller import conditions, kubeovn, names, prune, reasons
-from controller.addresses import (
+from controller import names, reasons
+from controller.rules import conditions, kubeovn, prune
+from controller.rules.addresses import (
     GLOBAL_IN_CLUSTER_IP_POOL,
     IN_CLUSTER_IP_POOL,
     WIDE,
@@ -26,18 +27,18 @@ from controller.addresses import (
     pool_name,
     pool_spans,
 )
-from controller.apply import Executor, run
-from controller.conditions import Clock, utc_now
-from controller.consumers import count_consumers
-from controller.events import EventRecorder
-from controller.gateway import SERVING_SETTLE
-from controller.kube import KubeWriter
+from controller.apply.executor import Executor, run
+from controller.rules.conditions import Clock, utc_now
+from controller.rules.consumers import count_consumers
+from controller.runtime.events import EventRecorder
+from controller.apply.gateway import SERVING_SETTLE
+from controller.runtime.kube import KubeWriter
 from controller.metrics import Metrics
-from controller.namespaces import NamespaceReconciler
-from controller.plan_network import NetworkSnapshot, plan_network
-from controller.recent import RecentWrites
-from controller.result import Result
-from controller.vlans import VlanManager
+from controller.reconcile.namespaces import NamespaceReconciler
+from controller.plan.network import NetworkSnapshot, plan_network
+from controller.runtime.recent import RecentWrites
+from controller.runtime.result import Result
+from controller.apply.vlans import VlanManager
 from informers import Resource, ThreadSafeStore
 
 log = structlog.get_logger(__name__)
@@ -120,7 +121,7 @@ def network_indexers() -> dict[str, Any]:
 
 def pool_index_buckets(pool: Mapping[str, Any]) -> list[str]:
     """Indexer ``buckets`` of InClusterIPPools and GlobalInClusterIPPools: the 256-address
-    buckets their addresses touch, or ``wide`` (:func:`controller.addresses.pool_buckets`
+    buckets their addresses touch, or ``wide`` (:func:`controller.rules.addresses.pool_buckets`
     explains the index and its cost)."""
     return pool_buckets(pool_spans(pool.get("spec")))
 
@@ -158,7 +159,7 @@ def overlap_candidates(
     """``(kind, pool)`` of every pool that may share an address with ``spans``: those in
     the same buckets and the wide ones, from the ``buckets`` index of both stores (every
     pool when ``spans`` is itself wide). The exact check is
-    :func:`controller.addresses.find_pool_overlaps`; a pool may be listed twice."""
+    :func:`controller.rules.addresses.find_pool_overlaps`; a pool may be listed twice."""
     values = pool_buckets(spans)
     out: list[tuple[str, dict[str, Any]]] = []
     for kind, store in ((IN_CLUSTER_IP_POOL, pools), (GLOBAL_IN_CLUSTER_IP_POOL, global_pools)):
@@ -175,7 +176,7 @@ def overlap_candidates(
 class NetworkReconciler:
     """Reconciles one ProxmoxNetwork key ``<namespace>/<name>`` per call.
 
-    :param gateway: the NB side (``controller.gateway.GatewayStep``), or None: GatewayReady
+    :param gateway: the NB side (``controller.apply.gateway.GatewayStep``), or None: GatewayReady
         is then not evaluated past the subnet check, and deletion holds nothing for the NB.
     :param namespaces: the namespace annotation's reconciler (§5.9); a pass whose triple is
         not in the annotation yet asks it for the triple and writes its status only once

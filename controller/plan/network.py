@@ -3,7 +3,7 @@
 
 :func:`plan_network` reads a :class:`NetworkSnapshot` (the listers' objects, the namespace
 annotation, the clock reading of the pass, and the fresh reads and write results of the
-pass so far) and returns a :class:`controller.actions.Plan`. It has no client, no clock of
+pass so far) and returns a :class:`controller.plan.actions.Plan`. It has no client, no clock of
 its own and no I/O. A live network's plan adds our finalizer, allocates or adopts its
 Vlan, derives the whole status again and writes it only when it differs from the stored
 one (so a converged network costs no write). A deleting network walks the release order of
@@ -21,8 +21,9 @@ from typing import Any
 
 import attrs
 
-from controller import allocator, kubeovn, names, reasons, release
-from controller.actions import (
+from controller import names, reasons
+from controller.rules import allocator, kubeovn, release
+from controller.plan.actions import (
     UNREAD,
     AddFinalizer,
     AdoptVlan,
@@ -47,7 +48,7 @@ from controller.actions import (
     WriteStatus,
     unread,
 )
-from controller.addresses import (
+from controller.rules.addresses import (
     IN_CLUSTER_IP_POOL,
     address_conflicts_message,
     check_pool_split,
@@ -62,7 +63,7 @@ from controller.addresses import (
     pool_spans,
     prefix_bits,
 )
-from controller.conditions import (
+from controller.rules.conditions import (
     FALSE,
     TRUE,
     UNKNOWN,
@@ -73,9 +74,9 @@ from controller.conditions import (
     set_condition,
     transition,
 )
-from controller.consumers import Consumers
-from controller.events import NORMAL, WARNING
-from controller.gateway import (
+from controller.rules.consumers import Consumers
+from controller.runtime.events import NORMAL, WARNING
+from controller.apply.gateway import (
     FAILING_SINCE,
     GATEWAY_MTU,
     GROUP_STANDS,
@@ -84,11 +85,11 @@ from controller.gateway import (
     GatewayOutcome,
     gateway_status,
 )
-from controller.namespaces import namespace_triple, split_value
-from controller.prune import go_list
+from controller.reconcile.namespaces import namespace_triple, split_value
+from controller.rules.prune import go_list
 from controller.rfc3339 import format_utc, parse
-from controller.selectors import InvalidSelector, matches
-from controller.vlans import (
+from controller.rules.selectors import InvalidSelector, matches
+from controller.apply.vlans import (
     changed_externally,
     claim_refusal,
     gives_back_duplicate,
@@ -127,7 +128,7 @@ NORMAL_REASONS = frozenset(
 class NetworkSnapshot:
     """What one pass over a network has observed so far.
 
-    Filled by the observer (``controller.network``) from the listers; the fields marked
+    Filled by the observer (``controller.reconcile.network``) from the listers; the fields marked
     "pass" are filled by the executor as the plan's actions run (:data:`UNREAD` until then).
 
     :ivar network: the network (cache with our own writes overlaid), None when NotFound.
@@ -162,7 +163,7 @@ class NetworkSnapshot:
         R12), None when none is held: the pass comes back then.
     :ivar sb_binding: the router port's ``cr-`` binding in the OVN SB (``ovn.sb.Binding``),
         None when the SB is not read (product-decisions.md §10); ``serving_settle`` the
-        seconds a missing binding is let pass (``controller.gateway.serving``).
+        seconds a missing binding is let pass (``controller.apply.gateway.serving``).
     """
 
     key: str
@@ -572,7 +573,7 @@ class _Live:
 
     def pool_cidrs_step(self, vlan: Mapping[str, Any]) -> None:
         """Issue 15, item 6: the network's own Vlan carries its pool's addresses as CIDRs
-        (annotation ``proxmox.cozystack.io/pool-cidrs``, :func:`controller.addresses.pool_cidrs`),
+        (annotation ``proxmox.cozystack.io/pool-cidrs``, :func:`controller.rules.addresses.pool_cidrs`),
         which the admission policies ``proxmox-network-{pod,ip}-addresses`` read with the
         Vlan as their param (docs/admission.md). Written only when it differs, so a converged
         pass writes nothing; not while the pool is absent from the cache (its last addresses
@@ -728,11 +729,11 @@ class _Live:
     def pool_step(self, subnet: Mapping[str, Any] | None) -> None:
         """§5.6, then issue 15 item 3. IPPoolReady, first failure wins: ``PoolNotFound``;
         Unknown ``SubnetUnavailable``; the split checks of
-        :func:`controller.addresses.check_pool_split` (the pool's own fields and its place
+        :func:`controller.rules.addresses.check_pool_split` (the pool's own fields and its place
         in the Subnet, ending with ``PoolOverlapsSubnet``); ``PoolOverlapsPool`` (another
         pool shares addresses); ``AddressConflict`` (a Kube-OVN IP holds one now); True
         ``PoolExhausted``; True ``Ready``. ``PoolOverlapsPool`` follows product-decisions.md §10
-        (:func:`controller.addresses.split_overlaps`): False on the pool that came later, True
+        (:func:`controller.rules.addresses.split_overlaps`): False on the pool that came later, True
         (a warning, before ``PoolExhausted``) on a pool that a later pool of no network
         overlaps. The pool's own faults come first: until they are
         fixed its addresses are not the ones it will hand out. The two clashes follow in the
@@ -879,7 +880,7 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
     1. no consumer (the caches, then fresh LISTs: B15); 2. the Subnet gone (fresh GET; our
     Subnet finalizer goes once Kube-OVN deletes it); 3. the network's groups gone from the
     NB; 4. the Vlan released once Kube-OVN lists no subnet on it, or the newest prune timer
-    ran out (:func:`controller.release.release_step`); 5. our finalizer removed.
+    ran out (:func:`controller.rules.release.release_step`); 5. our finalizer removed.
     """
     net: Mapping[str, Any] = s.network  # type: ignore[assignment]
     meta, spec = net["metadata"], net.get("spec") or {}

@@ -24,9 +24,9 @@ from typing import Any
 
 import structlog
 
-from controller.conditions import utc_now
+from controller.rules.conditions import utc_now
 from controller.rfc3339 import format_utc
-from controller.kube import ApiError, KubeWriter
+from controller.runtime.kube import ApiError, KubeWriter
 from informers import Resource
 
 log = structlog.get_logger(__name__)

@@ -1,8 +1,8 @@
 """ProxmoxNetworkZone reconcile: observe, plan, apply (reference-behaviour.md §8).
 
 A pass reads the zone, the Vlans of its provider and label, the networks and Subnets that
-bear on orphan collection into a :class:`controller.plan_zone.ZoneSnapshot` (caches only)
-and runs the pure planner :func:`controller.plan_zone.plan_zone` with the executor until
+bear on orphan collection into a :class:`controller.plan.zone.ZoneSnapshot` (caches only)
+and runs the pure planner :func:`controller.plan.zone.plan_zone` with the executor until
 the plan settles.
 """
 
@@ -12,17 +12,18 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from controller import names, prune
-from controller.apply import Executor, run
-from controller.conditions import Clock, utc_now
-from controller.events import EventRecorder
-from controller.kube import KubeWriter
+from controller import names
+from controller.rules import prune
+from controller.apply.executor import Executor, run
+from controller.rules.conditions import Clock, utc_now
+from controller.runtime.events import EventRecorder
+from controller.runtime.kube import KubeWriter
 from controller.metrics import Metrics
-from controller.network import Listers
-from controller.plan_zone import ZoneSnapshot, plan_zone
-from controller.recent import RecentWrites
-from controller.result import Result
-from controller.vlans import VlanManager, vlan_owner
+from controller.reconcile.network import Listers
+from controller.plan.zone import ZoneSnapshot, plan_zone
+from controller.runtime.recent import RecentWrites
+from controller.runtime.result import Result
+from controller.apply.vlans import VlanManager, vlan_owner
 
 
 class ZoneReconciler:

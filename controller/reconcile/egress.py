@@ -16,9 +16,9 @@ from typing import Any
 
 import structlog
 
-from controller.events import NORMAL, EventRecorder
-from controller.kube import ApiError, KubeWriter
-from controller.network import Result
+from controller.runtime.events import NORMAL, EventRecorder
+from controller.runtime.kube import ApiError, KubeWriter
+from controller.reconcile.network import Result
 from informers import Resource, ThreadSafeStore
 
 log = structlog.get_logger(__name__)

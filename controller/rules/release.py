@@ -16,7 +16,8 @@ from typing import Any
 
 import attrs
 
-from controller import names, prune
+from controller import names
+from controller.rules import prune
 
 WAIT_LIVE, WAIT_PRUNE, RELEASE = "WaitLive", "WaitPrune", "Release"
 

@@ -32,7 +32,7 @@ never sees that network, and admission would keep honouring the triple, so the m
 a departure cannot be what decides; product-decisions.md §5 item 6, chaos short form).
 Any other namespace's annotation is left alone.
 
-Without a queue (``enqueue=None``, as when a :class:`controller.network.NetworkReconciler`
+Without a queue (``enqueue=None``, as when a :class:`controller.reconcile.network.NetworkReconciler`
 is used on its own) an ask runs the namespace pass at once on the caller's thread, which is
 the reference's synchronous "add"; those passes are serialised by one lock, because there is
 no queue to hand out one namespace at a time.
@@ -49,9 +49,9 @@ from typing import Any
 import structlog
 
 from controller import names
-from controller.kube import ApiError, KubeWriter
-from controller.recent import RecentWrites
-from controller.result import Result
+from controller.runtime.kube import ApiError, KubeWriter
+from controller.runtime.recent import RecentWrites
+from controller.runtime.result import Result
 from informers import ThreadSafeStore, meta_namespace_key
 
 log = structlog.get_logger(__name__)

@@ -4,7 +4,7 @@
 Counts come from the synced Vlan cache (indexes ``provider`` and ``zone``) instead of an
 API list per pass (product-decisions.md §4.4). An orphaned Vlan (no owner label, or the
 owning network NotFound in the cache and then on the API server) is collected by the same
-release rule a network deletion uses (:func:`controller.release.release_step`), decided on
+release rule a network deletion uses (:func:`controller.rules.release.release_step`), decided on
 fresh reads, and only when it carries our finalizer: an orphan without it was never made or
 adopted by a network and is named in ``Ready``'s message and counted as an orphan, never
 deleted (product-decisions.md §8, issue 26 item 7).
@@ -20,8 +20,9 @@ from typing import Any
 
 import attrs
 
-from controller import allocator, kubeovn, names, reasons, release, reuse
-from controller.actions import (
+from controller import names, reasons
+from controller.rules import allocator, kubeovn, release, reuse
+from controller.plan.actions import (
     Event,
     EventSpec,
     Get,
@@ -35,11 +36,11 @@ from controller.actions import (
     SplitListed,
     WriteStatus,
 )
-from controller.conditions import FALSE, TRUE, set_condition, transition
-from controller.events import NORMAL, WARNING
-from controller.prune import go_list
+from controller.rules.conditions import FALSE, TRUE, set_condition, transition
+from controller.runtime.events import NORMAL, WARNING
+from controller.rules.prune import go_list
 from controller.rfc3339 import format_utc
-from controller.vlans import taken_over, vlan_owner
+from controller.apply.vlans import taken_over, vlan_owner
 
 ZONE_RESYNC = 600.0  # §8 step 11
 

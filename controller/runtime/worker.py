@@ -1,9 +1,9 @@
 """One controller per kind: its rate-limited queue, its workers and its reconcile.
 
 A :class:`Controller` owns a ``RateLimitingQueue`` named after its kind (the ``name``
-label of the ``workqueue_*`` series) holding keys of one type (``controller.keys``).
+label of the ``workqueue_*`` series) holding keys of one type (``controller.watch.keys``).
 Each worker takes a key, runs the reconcile, and on success forgets the key's backoff and
-requeues it as the :class:`controller.result.Result` asks; on any failure the key is
+requeues it as the :class:`controller.runtime.result.Result` asks; on any failure the key is
 retried with the queue's backoff (client-go's ``processNextWorkItem``).
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 import structlog
 import urllib3
 
-from controller.kube import ApiError
+from controller.runtime.kube import ApiError
 from controller.metrics import Metrics
-from controller.result import Result, Stopping
-from controller.workqueue import RateLimitingQueue
+from controller.runtime.result import Result, Stopping
+from controller.runtime.workqueue import RateLimitingQueue
 
 log = structlog.get_logger(__name__)
 

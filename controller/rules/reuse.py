@@ -10,7 +10,7 @@ time of the release). A restart reads it back, so it neither drops nor extends a
 changing the flag affects later releases only. Every zone on the provider counts, since
 zones sharing a provider share its IDs.
 
-Pure functions over plain values; the writer is ``controller.vlans.VlanManager.release``
+Pure functions over plain values; the writer is ``controller.apply.vlans.VlanManager.release``
 (adds an entry before the Vlan goes) and the zone planner (drops expired entries).
 """
 

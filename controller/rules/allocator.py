@@ -2,7 +2,7 @@
 
 Everything here is a function of its arguments (zone spec, the Vlans on the provider, the
 zones sharing the provider); the side that creates Vlans, holds the per-provider lock and
-keeps the "assumed" set lives in :mod:`controller.vlans`.
+keeps the "assumed" set lives in :mod:`controller.apply.vlans`.
 
 Rules: ``reference-behaviour.md`` §4 (parsing, used set, pins, static assignments, lowest
 free ID, messages) and ``product-decisions.md`` §4.4 (cache + assumed set instead of an

@@ -23,9 +23,10 @@ from typing import Any
 import attrs
 import structlog
 
-from controller import allocator, names, reasons, reuse
-from controller.conditions import utc_now
-from controller.kube import ApiError, KubeWriter, annotation_patch, finalizer_add_patch
+from controller import names, reasons
+from controller.rules import allocator, reuse
+from controller.rules.conditions import utc_now
+from controller.runtime.kube import ApiError, KubeWriter, annotation_patch, finalizer_add_patch
 from informers import ThreadSafeStore
 
 log = structlog.get_logger(__name__)
@@ -529,7 +530,7 @@ class VlanManager:
         return VlanOutcome(vlan=created, allocated=True)
 
     def hold_for_reuse(self, vlan: Mapping[str, Any]) -> None:
-        """Record the Vlan's ID on its zone as held until now + ``reuse_delay`` (controller.reuse).
+        """Record the Vlan's ID on its zone as held until now + ``reuse_delay`` (controller.rules.reuse).
 
         The zone is the Vlan's zone label, else the first zone (by name) on its provider;
         none: nothing can allocate from the provider, nothing to record. A guarded JSON

@@ -1,0 +1,1 @@
+"""The I/O side of a pass."""

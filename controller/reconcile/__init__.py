@@ -1,0 +1,1 @@
+"""One reconciler per kind: observe, then run the plan through the executor."""

@@ -1,0 +1,1 @@
+"""Pure domain rules: no I/O, no clock reading, no threads."""

@@ -1,0 +1,1 @@
+"""Product-agnostic machinery: the client-go and controller-runtime analogues."""

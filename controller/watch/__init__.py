@@ -1,0 +1,1 @@
+"""What the caches hold and which keys an event means."""
