@@ -22,10 +22,10 @@ from controller.rules import prune
 from controller.rules.conditions import carries_warning, find
 from controller.config import load_api_client, parse_duration
 from controller.rules.consumers import count_consumers
-from controller.apply.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
+from controller.plan.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
 from controller.runtime.kube import ApiError, KubeWriter
 from controller.manager import OPTIONAL_KINDS, discover
-from informers import Resource
+from informers.resource import Resource
 from ovn.nb import NBError, jsonrpc_call, parse_addresses
 from ovn.tls import TLSSource
 

@@ -1,50 +1,15 @@
-"""The ``proxmox-network-controller`` console script: signal handlers first, then the
-program (:func:`controller.main.main`).
+"""The ``proxmox-network-controller`` console script: the signal handlers of
+:mod:`controller.runtime.signals` first, then the program (:func:`controller.main.main`).
 
-In a container the controller is PID 1, and PID 1 ignores a SIGTERM for which it has no
-handler: a pod deleted while it was still importing would run on until the kubelet kills it
-at the end of its grace period (30 s), leading meanwhile (seen in the pods chaos run: a
-replica deleted by a rollout 6 s after its start took the lease and was SIGKILLed 31 s
-later). So the handlers are installed before anything heavy is imported. Standard library
-only, on purpose.
-
-A handler does no I/O and takes no lock: it records the signal and sets the stop event from
-a thread of its own (``Event.set`` takes the event's lock, which the interrupted main thread
-may hold inside ``Event.wait``; a log write could re-enter the stream the main thread is
-writing to).
-
-The main thread waits for the stop event only through :func:`wait`: CPython runs a Python
-signal handler in the main thread, at its next bytecode, while the kernel may deliver a
-process-directed SIGTERM to any thread; a main thread blocked in a plain ``Event.wait()``
-is then never woken to run it (seen: no exit 30 s after SIGTERM, the main thread in
-``stop.wait()``, the handler never run, once in 16 runs under load).
+In a container the controller is PID 1, and PID 1 ignores a SIGTERM it has no handler for:
+a pod deleted while the process still imports would run on until the kubelet kills it at the
+end of its grace period. So the handlers are installed before anything heavy is imported,
+and this module imports only the standard library and :mod:`controller.runtime.signals`.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
-import time
-
-SIGNAL_POLL = 0.25  # seconds: the longest a pending signal handler waits for the main thread
-
-
-class SignalStop:
-    """``event`` is set once SIGTERM or SIGINT arrives; ``received`` names the first one."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.received = ""
-
-    def install(self) -> "SignalStop":
-        """Install the handlers (main thread only, as :func:`signal.signal` requires)."""
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-        return self
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self.received = self.received or signal.Signals(signum).name
-        threading.Thread(target=self.event.set, name="signal", daemon=True).start()
+from controller.runtime.signals import SignalStop
 
 
 def main() -> int:
@@ -55,17 +20,3 @@ def main() -> int:
     return program.main(signals=stop)
 
 
-def wait(event: threading.Event, timeout: float | None = None) -> bool:
-    """``event.wait(timeout)`` for the main thread: in slices of at most :data:`SIGNAL_POLL`
-    seconds, so a signal the kernel delivered to another thread has its Python handler run
-    (by this thread, between two slices) within that time.
-
-    :param timeout: seconds, or None to wait until the event is set.
-    :returns: True once the event is set; False when ``timeout`` passed first."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        step = SIGNAL_POLL if deadline is None else min(SIGNAL_POLL, deadline - time.monotonic())
-        if step <= 0:
-            return event.is_set()
-        if event.wait(step):
-            return True

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import structlog
 
-from controller.entry import SignalStop, wait
+from controller.runtime.signals import SignalStop, wait
 from controller.credentials import RotatingTokenApiClient
 from controller.config import (
     load_api_client_and_source,
@@ -336,7 +336,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         elector_thread.start()
     else:
         started_leading()
-    wait(stop)  # never a plain stop.wait(): controller.entry says why
+    wait(stop)  # never a plain stop.wait(): controller.runtime.signals says why
     if signals.received:
         log.info("stopping", signal=signals.received)
     exit_by = time.monotonic() + EXIT_BUDGET

@@ -27,18 +27,11 @@ from controller.rules import kubeovn
 from controller.runtime.worker import Controller
 from controller.watch.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
 from controller.reconcile.egress import LABEL_GATEWAY, PODS, EgressGatewayPodReconciler
-from controller.entry import wait
+from controller.runtime.signals import wait
 from controller.runtime.events import EventRecorder
-from controller.apply.gateway import (
-    COLLECT_PERIOD,
-    NB_GRACE_PERIOD,
-    SERVING_SETTLE,
-    GatewayCollector,
-    GatewayStep,
-    networks_for_node,
-    node_index_provider,
-    subnet_index_vpc,
-)
+from controller.apply.gateway import COLLECT_PERIOD, GatewayCollector, GatewayStep
+from controller.watch.indexes import networks_for_node, node_index_provider, subnet_index_vpc
+from controller.plan.gateway import NB_GRACE_PERIOD, SERVING_SETTLE
 from controller.runtime.kube import ApiError, KubeWriter
 from controller.metrics import (
     NAMESPACE_WORKQUEUE_NAME,
@@ -47,25 +40,24 @@ from controller.metrics import (
     ZONE_WORKQUEUE_NAME,
     Metrics,
 )
-from controller.reconcile.namespaces import NAMESPACE_WRITE_WINDOW, NamespaceReconciler, keys_for_namespace, keys_for_network
+from controller.reconcile.namespaces import NAMESPACE_WRITE_WINDOW, NamespaceReconciler
+from controller.watch.keys import keys_for_namespace, keys_for_network
 from controller.watch.projection import transform_for
 from controller.rules.kubeovn import KUBE_OVN_STALE_AFTER
 from controller.rules.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from controller.runtime.recent import RecentWrites
 from controller.rules.addresses import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
-from controller.reconcile.network import (
+from controller.reconcile.network import NetworkReconciler
+from controller.watch.indexes import (
     ADDRESS_INDEXERS,
     IP_INDEXERS,
     POOL_INDEXERS,
     Listers,
-    NetworkReconciler,
     index_namespace,
     network_indexers,
 )
-from controller.apply.vlans import (
-    VlanManager,
-    vlan_indexers,
-)
+from controller.apply.vlans import VlanManager
+from controller.watch.indexes import vlan_indexers
 from controller.reconcile.zone import ZoneReconciler
 from informers.backoff import Backoff
 from informers import Resource, SharedInformerFactory, meta_namespace_key
@@ -159,7 +151,7 @@ CLUSTER_KINDS = {
     # Which namespaces a VPC is for (spec.namespaces): a Subnet in another's VPC is reported (R2).
     "vpcs": ("kubeovn.io", "vpcs", ("v1",), "Vpc"),
 }
-# Indexes of the optional kinds' stores (controller.reconcile.network.Listers); others: "namespace".
+# Indexes of the optional kinds' stores (controller.watch.indexes.Listers); others: "namespace".
 OPTIONAL_INDEXERS = {
     "pools": POOL_INDEXERS,
     "addresses": ADDRESS_INDEXERS,
@@ -612,7 +604,7 @@ class Manager:
             except (ApiError, OSError, urllib3.exceptions.HTTPError) as err:
                 delay = backoff.next_delay()
                 log.error("API discovery failed; retrying", error=str(err) or repr(err), retry_in=round(delay, 1))
-                if wait(cancel, delay):  # the main thread's wait: controller.entry says why
+                if wait(cancel, delay):  # the main thread's wait: controller.runtime.signals says why
                     return False
         if self.events is not None:
             self.events.start()

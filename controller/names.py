@@ -6,7 +6,7 @@ rename them (``product-decisions.md`` §1).
 
 from __future__ import annotations
 
-from informers import Resource
+from informers.resource import Resource
 
 GROUP = "proxmox.cozystack.io"
 VERSION = "v1alpha1"
@@ -45,3 +45,6 @@ PROVIDER_NETWORKS = Resource("kubeovn.io", "v1", "provider-networks", namespaced
 NAMESPACES = Resource("", "v1", "namespaces", namespaced=False, kind="Namespace", metadata_only=True)
 NODES = Resource("", "v1", "nodes", namespaced=False, kind="Node", metadata_only=True)
 SECRETS = Resource("", "v1", "secrets", namespaced=True, kind="Secret")
+
+
+NORMAL, WARNING = "Normal", "Warning"

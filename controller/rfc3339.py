@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
+import datetime as _dt
+from collections.abc import Callable
 
 # Go's time.Parse(time.RFC3339, s) grammar: four-digit year; two-digit month, day, minute
 # and second; a one- or two-digit hour; an optional fraction after "." or ","; "Z" or a
@@ -76,3 +78,10 @@ def _days_in(year: int, month: int) -> int:
         leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
         return 29 if leap else 28
     return 30 if month in (4, 6, 9, 11) else 31
+
+
+Clock = Callable[[], _dt.datetime]
+
+
+def utc_now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)

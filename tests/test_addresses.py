@@ -737,7 +737,7 @@ def _pool_specs(draw):
 def test_index_finds_exactly_the_pairwise_overlaps(specs, data):
     """The bucket index (candidates from shared buckets and wide pools, then the exact check)
     agrees with a brute-force pairwise check of address sets."""
-    from controller.reconcile.network import POOL_INDEXERS, overlap_candidates
+    from controller.watch.indexes import POOL_INDEXERS, overlap_candidates
     from informers import ThreadSafeStore
 
     pools, globals_ = ThreadSafeStore(POOL_INDEXERS), ThreadSafeStore(POOL_INDEXERS)
@@ -813,7 +813,7 @@ def test_address_conflicts_message():
 def test_overlap_lookups_do_not_grow_with_the_number_of_pools(layout):
     """The shapes users have at N=2000 (one big namespace, one big VPC, many pools): a pass
     reads the pools of its own buckets and the wide ones, never all 2000 (counted, not timed)."""
-    from controller.reconcile.network import POOL_INDEXERS, overlap_candidates
+    from controller.watch.indexes import POOL_INDEXERS, overlap_candidates
     from informers import ThreadSafeStore
 
     n, pools, globals_ = 2000, ThreadSafeStore(POOL_INDEXERS), ThreadSafeStore(POOL_INDEXERS)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.entry import SignalStop
+from controller.runtime.signals import SignalStop
 from hack.wait import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,11 +70,11 @@ def test_the_image_init_stops_the_controller_on_a_sigterm_sent_as_it_starts(tmp_
 def test_a_sigterm_the_kernel_gives_another_thread_still_stops_a_main_thread_waiting_for_it():
     """CPython runs a Python handler only in the main thread; a SIGTERM delivered to another
     thread (here by ``pthread_kill``, as the kernel may for a process-directed one) must
-    still wake a main thread that waits for the stop event (controller.entry.wait). With a
+    still wake a main thread that waits for the stop event (controller.runtime.signals.wait). With a
     plain ``Event.wait()`` it is never run (the CI failure: no exit 30 s after SIGTERM)."""
     code = (
         "import signal, sys, threading, time\n"
-        "from controller.entry import SignalStop, wait\n"
+        "from controller.runtime.signals import SignalStop, wait\n"
         "stop = SignalStop().install()\n"
         "def other():\n"
         "    time.sleep(0.2)\n"
@@ -90,7 +90,7 @@ def test_a_sigterm_the_kernel_gives_another_thread_still_stops_a_main_thread_wai
 def test_wait_returns_false_at_its_timeout_and_true_once_set():
     import threading
 
-    from controller.entry import wait
+    from controller.runtime.signals import wait
 
     e = threading.Event()
     assert wait(e, timeout=0.05) is False

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client as k8s
 
 from controller.watch.keys import NetworkKey
-from controller.apply.gateway import FAILING_SINCE
+from controller.plan.gateway import FAILING_SINCE
 from tests.support.controller import running_controller
 from hack.objects import Admin, reason, unique
 from tests.support.ovsdb import NBServer, ha_chassis_groups

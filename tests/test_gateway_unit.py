@@ -11,16 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.plan.actions import Event
-from controller.apply.gateway import (
-    NB_GRACE_PERIOD,
-    GatewayOutcome,
-    gateway_failed,
-    gateway_key,
-    gateway_status,
-    networks_for_node,
-    node_index_provider,
-    node_providers,
-)
+from controller.watch.indexes import gateway_key, networks_for_node, node_index_provider, node_providers
+from controller.plan.gateway import NB_GRACE_PERIOD, GatewayOutcome, gateway_failed, gateway_status
 from controller.plan.network import requeue_after
 from ovn import planner
 from tests.support.gateway import FAILOVER_NOTE
@@ -171,7 +163,7 @@ def test_a_group_of_fewer_than_three_chassis_written_is_a_warning_event(count, w
 # -- the gateway as it serves (product-decisions.md §10) ------------------------------------
 
 from controller.rules.conditions import compute_ready  # noqa: E402
-from controller.apply.gateway import SERVING_SETTLE, serving  # noqa: E402
+from controller.plan.gateway import SERVING_SETTLE, serving
 from ovn.sb import Binding  # noqa: E402
 
 MEMBERS = ("ch-a", "ch-b", "ch-c")
@@ -289,7 +281,7 @@ def test_the_serving_series_follow_the_status_whatever_step_wrote_it():
 def test_a_holder_seen_within_the_settle_time_of_the_groups_write_is_left_out_until_it_ends():
     """OVN settles a group just written (its members claim cr- in turn until BFD is up): a
     holder seen then does not reorder the group; after the settle time it is kept on top."""
-    from controller.apply.gateway import settled_serving
+    from controller.plan.gateway import settled_serving
 
     t0 = dt.datetime(2026, 12, 6, 9, 0, tzinfo=dt.timezone.utc)
     assert settled_serving("ch-b", t0, t0 + dt.timedelta(seconds=1), 5.0) == ("", 4.0)
@@ -355,7 +347,7 @@ def test_the_gateway_step_hands_the_writer_the_settled_holder_and_the_bounded_mt
     ("ovsdb transact: constraint violation", "write"),
 ])
 def test_nb_failures_have_a_class(text, want):
-    from controller.apply.gateway import failure_class
+    from controller.plan.gateway import failure_class
 
     assert failure_class(text) == want
 

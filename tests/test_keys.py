@@ -7,8 +7,8 @@ from controller import names
 from controller.watch import keys
 from controller.watch.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
 from controller.manager import subnet_index_vlan, zone_index_provider
-from controller.reconcile.network import Listers, network_indexers
-from controller.apply.vlans import vlan_index_provider, vlan_index_provider_id, vlan_index_zone
+from controller.watch.indexes import Listers, network_indexers
+from controller.watch.indexes import vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from informers import ThreadSafeStore
 
 
@@ -166,7 +166,7 @@ def pool_obj(name, addresses, ns=None):
 
 
 def with_pools(l: Listers, pools=(), global_pools=()) -> Listers:
-    from controller.reconcile.network import POOL_INDEXERS
+    from controller.watch.indexes import POOL_INDEXERS
 
     l.pools, l.global_pools = ThreadSafeStore(POOL_INDEXERS), ThreadSafeStore(POOL_INDEXERS)
     for p in pools:

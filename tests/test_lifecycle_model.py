@@ -49,18 +49,16 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from controller import names
 from controller.runtime.kube import ApiError, KubeWriter
 from controller.manager import subnet_index_vlan, zone_index_provider
-from controller.reconcile.network import (
+from controller.reconcile.network import NetworkReconciler
+from controller.watch.indexes import (
     ADDRESS_INDEXERS,
     POOL_INDEXERS,
     Listers,
-    NetworkReconciler,
     index_namespace,
     network_indexers,
 )
-from controller.apply.vlans import (
-    VlanManager,
-    vlan_indexers,
-)
+from controller.apply.vlans import VlanManager
+from controller.watch.indexes import vlan_indexers
 from controller.reconcile.zone import ZoneReconciler
 from informers import Resource, ThreadSafeStore
 

@@ -21,18 +21,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller import names
-from controller.reconcile.namespaces import (
-    NamespaceReconciler,
-    contribution,
-    desired_value,
-    keys_for_namespace,
-    keys_for_network,
-    lists_zone_bridge,
-    open_pending,
-)
-from controller.apply.gateway import GatewayOutcome
+from controller.reconcile.namespaces import NamespaceReconciler
+from controller.watch.keys import keys_for_namespace, keys_for_network
+from controller.rules.annotation import contribution, desired_value, lists_zone_bridge, open_pending
+from controller.plan.gateway import GatewayOutcome
 from ovn.planner import CHASSIS_ASSIGNED, GatewayState
-from controller.reconcile.network import Listers, NetworkReconciler
+from controller.reconcile.network import NetworkReconciler
+from controller.watch.indexes import Listers
 from controller.runtime.recent import RecentWrites
 from controller.apply.vlans import VlanManager
 from tests.test_lifecycle_model import PLURALS, FakeApiServer, FakeWriter, new_stores

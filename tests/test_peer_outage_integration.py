@@ -30,7 +30,7 @@ import yaml
 from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.apply.gateway import FAILING_SINCE
+from controller.plan.gateway import FAILING_SINCE
 from controller.runtime.kube import ApiError, KubeWriter
 from controller.runtime.leader import DEFAULT_LEASE_NAME, lease_path
 from controller.metrics import NETWORK_WORKQUEUE_NAME

@@ -45,7 +45,7 @@ from controller.plan.actions import (
 )
 from controller.apply.executor import fill
 from controller.rules.consumers import Consumers, count_consumers
-from controller.apply.gateway import GatewayOutcome
+from controller.plan.gateway import GatewayOutcome
 from controller.plan.network import NetworkSnapshot, plan_network
 from ovn.planner import GatewayState
 from tests.support import plans

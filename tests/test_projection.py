@@ -23,9 +23,9 @@ import pytest
 from controller import names
 from controller.rules.addresses import find_address_conflicts, ipaddress_holders, kube_ovn_ip_addresses, pool_spans
 from controller.rules.consumers import PAUSED, count_consumers, machine_pool_refs
-from controller.apply.gateway import gateway_key, node_index_provider, node_providers
-from controller.reconcile.namespaces import keys_for_namespace
-from controller.reconcile.network import address_index_pool, ip_index_subnet
+from controller.watch.indexes import gateway_key, node_index_provider, node_providers
+from controller.watch.keys import keys_for_namespace
+from controller.watch.indexes import address_index_pool, ip_index_subnet
 from controller.plan.network import namespace_allowed
 from controller.watch.projection import KEEP, Keys, project, transform_for
 from ovn.planner import trunk_nodes

@@ -33,7 +33,8 @@ from tests.support.vlans import ensure
 from controller import names
 from controller.runtime.kube import KubeWriter
 from controller.manager import zone_index_provider
-from controller.apply.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone
+from controller.apply.vlans import VlanManager
+from controller.watch.indexes import vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from informers import SharedInformerFactory
 from hack.objects import KUBEOVN, PX, Admin, unique
 from hack.wait import wait_for

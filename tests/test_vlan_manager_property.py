@@ -32,7 +32,13 @@ from hypothesis import strategies as st
 from tests.support.vlans import ensure
 from controller.rules import reuse
 from controller.runtime.kube import ApiError
-from controller.apply.vlans import VlanManager, vlan_index_provider, vlan_index_provider_id, vlan_index_zone, vlan_indexers
+from controller.apply.vlans import VlanManager
+from controller.watch.indexes import (
+    vlan_index_provider,
+    vlan_index_provider_id,
+    vlan_index_zone,
+    vlan_indexers,
+)
 from informers import ThreadSafeStore
 
 PROVIDER = "physnet1"

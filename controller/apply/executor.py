@@ -54,7 +54,7 @@ from controller.metrics import Metrics
 from controller.runtime.recent import RecentWrites
 from controller.runtime.result import Result, Stopping
 from controller.apply.vlans import VlanManager
-from informers import Resource, meta_namespace_key
+from informers.resource import Resource, meta_namespace_key
 
 log = structlog.get_logger(__name__)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from informers import Resource
+from informers.resource import Resource
 
 
 class _Unread:
@@ -240,7 +240,7 @@ class ForgetOverlay:
 class EnsureGateway:
     """Bring the network's HA_Chassis_Group up to date (§9.2; the decision is
     ``ovn.planner.plan_ensure`` on the NB side): fills ``gateway`` with a
-    :class:`controller.apply.gateway.GatewayOutcome`."""
+    :class:`controller.plan.gateway.GatewayOutcome`."""
 
     key: str
     vpc: str

@@ -67,16 +67,16 @@ from controller.rules.conditions import (
     FALSE,
     TRUE,
     UNKNOWN,
-    Clock,
     compute_ready,
     find,
     remove_condition,
     set_condition,
     transition,
 )
+from controller.rfc3339 import Clock
 from controller.rules.consumers import Consumers
-from controller.runtime.events import NORMAL, WARNING
-from controller.apply.gateway import (
+from controller.names import NORMAL, WARNING
+from controller.plan.gateway import (
     FAILING_SINCE,
     GATEWAY_MTU,
     GROUP_STANDS,
@@ -85,11 +85,11 @@ from controller.apply.gateway import (
     GatewayOutcome,
     gateway_status,
 )
-from controller.reconcile.namespaces import namespace_triple, split_value
+from controller.rules.annotation import namespace_triple, split_value
 from controller.rules.prune import go_list
 from controller.rfc3339 import format_utc, parse
 from controller.rules.selectors import InvalidSelector, matches
-from controller.apply.vlans import (
+from controller.rules.vlan_claims import (
     changed_externally,
     claim_refusal,
     gives_back_duplicate,
@@ -163,7 +163,7 @@ class NetworkSnapshot:
         R12), None when none is held: the pass comes back then.
     :ivar sb_binding: the router port's ``cr-`` binding in the OVN SB (``ovn.sb.Binding``),
         None when the SB is not read (product-decisions.md §10); ``serving_settle`` the
-        seconds a missing binding is let pass (``controller.apply.gateway.serving``).
+        seconds a missing binding is let pass (``controller.plan.gateway.serving``).
     """
 
     key: str

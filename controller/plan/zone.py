@@ -37,10 +37,10 @@ from controller.plan.actions import (
     WriteStatus,
 )
 from controller.rules.conditions import FALSE, TRUE, set_condition, transition
-from controller.runtime.events import NORMAL, WARNING
+from controller.names import NORMAL, WARNING
 from controller.rules.prune import go_list
 from controller.rfc3339 import format_utc
-from controller.apply.vlans import taken_over, vlan_owner
+from controller.rules.vlan_claims import taken_over, vlan_owner
 
 ZONE_RESYNC = 600.0  # §8 step 11
 

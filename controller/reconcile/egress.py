@@ -16,10 +16,12 @@ from typing import Any
 
 import structlog
 
-from controller.runtime.events import NORMAL, EventRecorder
+from controller.runtime.events import EventRecorder
+from controller.names import NORMAL
 from controller.runtime.kube import ApiError, KubeWriter
 from controller.reconcile.network import Result
-from informers import Resource, ThreadSafeStore
+from informers.resource import Resource
+from informers.store import ThreadSafeStore
 
 log = structlog.get_logger(__name__)
 

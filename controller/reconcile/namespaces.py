@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
@@ -52,7 +52,9 @@ from controller import names
 from controller.runtime.kube import ApiError, KubeWriter
 from controller.runtime.recent import RecentWrites
 from controller.runtime.result import Result
-from informers import ThreadSafeStore, meta_namespace_key
+from informers.resource import meta_namespace_key
+from informers.store import ThreadSafeStore
+from controller.rules.annotation import desired_value, lists_zone_bridge, open_pending
 
 log = structlog.get_logger(__name__)
 
@@ -61,94 +63,6 @@ NAMESPACE_WRITE_WINDOW = 1.0  # at most one pass (so one patch) per namespace pe
 
 
 # -- pure pieces ------------------------------------------------------------------------------
-
-
-def namespace_triple(net: Mapping[str, Any]) -> str | None:
-    """``<bridge>/<vlan>/<ipPool>`` of a network with a VLAN and a bridge (§5.9)."""
-    st = net.get("status") or {}
-    vlan, bridge = st.get("vlan"), st.get("bridge")
-    if not vlan or not bridge:
-        return None
-    return f"{bridge}/{vlan}/{(net.get('spec') or {}).get('ipPool', '')}"
-
-
-def contribution(net: Mapping[str, Any]) -> str | None:
-    """The triple ``net`` puts in the full sync (§5.9): None without a VLAN or a bridge, and
-    for a Terminating network that no longer carries our finalizer."""
-    meta = net.get("metadata") or {}
-    if meta.get("deletionTimestamp") and names.FINALIZER not in (meta.get("finalizers") or []):
-        return None
-    return namespace_triple(net)
-
-
-def split_value(value: str | None) -> list[str]:
-    """The annotation's triples (an absent or empty value is the empty list)."""
-    return value.split(",") if value else []
-
-
-def lists_zone_bridge(value: str | None, bridges: Iterable[str]) -> bool:
-    """Whether the annotation ``value`` lists a triple whose bridge is one of ``bridges``
-    (the zones' ``spec.bridge``): only this controller writes such a triple."""
-    on = set(bridges)
-    return any(t.split("/", 1)[0] in on for t in split_value(value) if "/" in t)
-
-
-def open_pending(networks: Mapping[str, Mapping[str, Any]], pending: Mapping[str, str]) -> dict[str, str]:
-    """The pending adds still needed: those of networks in ``networks`` (by key) that are
-    not Terminating without our finalizer and whose own status does not show the triple
-    yet. A pending add of a network gone from the cache is needed by nobody."""
-    out = {}
-    for key, triple in pending.items():
-        net = networks.get(key)
-        if net is None:
-            continue
-        meta = net.get("metadata") or {}
-        if meta.get("deletionTimestamp") and names.FINALIZER not in (meta.get("finalizers") or []):
-            continue
-        if contribution(net) == triple:
-            continue
-        out[key] = triple
-    return out
-
-
-def desired_value(networks: Iterable[Mapping[str, Any]], pending: Iterable[str] = ()) -> str:
-    """The annotation's value: the §5.9 full sync over ``networks`` plus the ``pending``
-    triples (pass them through :func:`open_pending` first, so a network whose status already
-    shows its triple is not counted twice). Sorted, joined with ``,``; duplicates kept."""
-    triples = [t for t in (contribution(n) for n in networks) if t]
-    triples += list(pending)
-    return ",".join(sorted(triples))
-
-
-def keys_for_network(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
-    """Namespace keys a ProxmoxNetwork event asks for (``old`` None: added, ``new`` None:
-    deleted): its namespace when what it contributes to the annotation changed."""
-    obj = new if new is not None else old
-    if obj is None:
-        return []
-    ns = (obj.get("metadata") or {}).get("namespace")
-    if not ns:
-        return []
-    before = contribution(old) if old is not None else None
-    after = contribution(new) if new is not None else None
-    return [ns] if before != after else []
-
-
-def keys_for_namespace(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
-    """Namespace keys a Namespace event asks for: an added namespace, and one whose
-    annotation changed (a hand edit is repaired at once). A deletion asks for nothing."""
-    if new is None:
-        return []
-    name = (new.get("metadata") or {}).get("name")
-    if not name:
-        return []
-    if old is None:
-        return [name]
-
-    def value(o: Mapping[str, Any]) -> Any:
-        return ((o.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_NAMESPACE_NETWORKS)
-
-    return [name] if value(old) != value(new) else []
 
 
 # -- the reconciler ---------------------------------------------------------------------------

@@ -10,28 +10,20 @@ their index functions and the observer; the rules live in the planner.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 import structlog
 
-from controller import names, reasons
-from controller.rules import conditions, kubeovn, prune
-from controller.rules.addresses import (
-    GLOBAL_IN_CLUSTER_IP_POOL,
-    IN_CLUSTER_IP_POOL,
-    WIDE,
-    Span,
-    pool_buckets,
-    pool_name,
-    pool_spans,
-)
+from controller import names
+from controller.rules import kubeovn, prune
+from controller.rules.addresses import IN_CLUSTER_IP_POOL, pool_name, pool_spans
 from controller.apply.executor import Executor, run
-from controller.rules.conditions import Clock, utc_now
+from controller.rfc3339 import Clock, utc_now
 from controller.rules.consumers import count_consumers
 from controller.runtime.events import EventRecorder
-from controller.apply.gateway import SERVING_SETTLE
+from controller.plan.gateway import SERVING_SETTLE
 from controller.runtime.kube import KubeWriter
 from controller.metrics import Metrics
 from controller.reconcile.namespaces import NamespaceReconciler
@@ -39,138 +31,15 @@ from controller.plan.network import NetworkSnapshot, plan_network
 from controller.runtime.recent import RecentWrites
 from controller.runtime.result import Result
 from controller.apply.vlans import VlanManager
-from informers import Resource, ThreadSafeStore
+from informers.resource import Resource
+from controller.watch.indexes import Listers, in_namespace, overlap_candidates
 
 log = structlog.get_logger(__name__)
 
-@attrs.define
-class Listers:
-    """The shared caches one pass reads (all synced before any worker starts).
 
-    ``machines``, ``addresses`` and ``claims`` are None when the API server does not
-    serve those kinds (capmox or CAPI IPAM not installed): they then hold nothing. So are
-    ``global_pools`` (GlobalInClusterIPPool: its CRD comes with the IPAM provider) and
-    ``kube_ovn_ips`` (Kube-OVN ``IP``, ``ips.kubeovn.io``) and ``vpcs`` (Kube-OVN ``Vpc``).
-
-    Indexes read here besides ``namespace``: ``buckets`` on both pool stores
-    (:func:`pool_index_buckets`), ``subnet`` on ``kube_ovn_ips`` (:func:`ip_index_subnet`),
-    ``ippool`` on ``addresses`` (:func:`address_index_pool`).
-    """
-
-    networks: ThreadSafeStore
-    zones: ThreadSafeStore
-    vlans: ThreadSafeStore
-    namespaces: ThreadSafeStore
-    provider_networks: ThreadSafeStore
-    subnets: ThreadSafeStore | None = None
-    pools: ThreadSafeStore | None = None
-    machines: ThreadSafeStore | None = None
-    addresses: ThreadSafeStore | None = None
-    claims: ThreadSafeStore | None = None
-    global_pools: ThreadSafeStore | None = None
-    kube_ovn_ips: ThreadSafeStore | None = None
-    vpcs: ThreadSafeStore | None = None
-
-
-def in_namespace(store: ThreadSafeStore | None, ns: str) -> list[dict[str, Any]]:
-    """Objects of a namespaced store in ``ns`` (index ``namespace``)."""
-    return [] if store is None else store.by_index("namespace", ns)
-
-
-def index_namespace(obj: Mapping[str, Any]) -> list[str]:
-    """Indexer ``namespace``."""
-    ns = (obj.get("metadata") or {}).get("namespace")
-    return [ns] if ns else []
-
-
-def network_index_zone(net: Mapping[str, Any]) -> list[str]:
-    """Indexer ``zone``: ``spec.zone`` of a ProxmoxNetwork."""
-    z = (net.get("spec") or {}).get("zone")
-    return [z] if isinstance(z, str) and z else []
-
-
-def network_index_exhausted(net: Mapping[str, Any]) -> list[str]:
-    """Indexer ``exhausted``: ``spec.zone`` of a network whose ``VLANAllocated`` reason is
-    ``ZoneExhausted`` (it waits for an ID to come free on the zone's provider; keys.py
-    queues these, and only these, when one does)."""
-    cond = conditions.find((net.get("status") or {}).get("conditions"), names.VLAN_ALLOCATED)
-    if cond is None or cond.get("reason") != reasons.ZONE_EXHAUSTED:
-        return []
-    return network_index_zone(net)
-
-
-def network_index_subnet(net: Mapping[str, Any]) -> list[str]:
-    """Indexer ``subnet``: ``spec.subnet`` of a ProxmoxNetwork."""
-    s = (net.get("spec") or {}).get("subnet")
-    return [s] if isinstance(s, str) and s else []
-
-
-def network_index_pool(net: Mapping[str, Any]) -> list[str]:
-    """Indexer ``ippool``: ``<namespace>/<spec.ipPool>``."""
-    p = (net.get("spec") or {}).get("ipPool")
-    ns = (net.get("metadata") or {}).get("namespace")
-    return [f"{ns}/{p}"] if isinstance(p, str) and p and ns else []
-
-
-def network_indexers() -> dict[str, Any]:
-    """The indexes of the ProxmoxNetwork cache, by name (the manager's informer and any
-    store standing in for it)."""
-    return {"zone": network_index_zone, "exhausted": network_index_exhausted, "subnet": network_index_subnet,
-            "ippool": network_index_pool, "namespace": index_namespace}
-
-
-def pool_index_buckets(pool: Mapping[str, Any]) -> list[str]:
-    """Indexer ``buckets`` of InClusterIPPools and GlobalInClusterIPPools: the 256-address
-    buckets their addresses touch, or ``wide`` (:func:`controller.rules.addresses.pool_buckets`
-    explains the index and its cost)."""
-    return pool_buckets(pool_spans(pool.get("spec")))
-
-
-def ip_index_subnet(ip: Mapping[str, Any]) -> list[str]:
-    """Indexer ``subnet`` of Kube-OVN IPs: ``spec.subnet`` (none for a malformed spec)."""
-    spec = ip.get("spec")
-    s = spec.get("subnet") if isinstance(spec, Mapping) else None
-    return [s] if isinstance(s, str) and s else []
-
-
-def address_index_pool(obj: Mapping[str, Any]) -> list[str]:
-    """Indexer ``ippool`` of IPAddresses: ``<namespace>/<spec.poolRef.name>`` for a poolRef
-    of kind InClusterIPPool (the key of ``network_index_pool``)."""
-    ns = (obj.get("metadata") or {}).get("namespace")
-    spec = obj.get("spec")
-    ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
-    if not (ns and isinstance(ref, Mapping) and ref.get("kind") == IN_CLUSTER_IP_POOL):
-        return []
-    name = ref.get("name")
-    return [f"{ns}/{name}"] if isinstance(name, str) and name else []
-
-
-POOL_INDEXERS = {"namespace": index_namespace, "buckets": pool_index_buckets}
 """Indexers of the InClusterIPPool and GlobalInClusterIPPool stores."""
-ADDRESS_INDEXERS = {"namespace": index_namespace, "ippool": address_index_pool}
 """Indexers of the IPAddress store."""
-IP_INDEXERS = {"subnet": ip_index_subnet}
 """Indexers of the Kube-OVN IP store."""
-
-
-def overlap_candidates(
-    pools: ThreadSafeStore | None, global_pools: ThreadSafeStore | None, spans: Sequence[Span]
-) -> list[tuple[str, dict[str, Any]]]:
-    """``(kind, pool)`` of every pool that may share an address with ``spans``: those in
-    the same buckets and the wide ones, from the ``buckets`` index of both stores (every
-    pool when ``spans`` is itself wide). The exact check is
-    :func:`controller.rules.addresses.find_pool_overlaps`; a pool may be listed twice."""
-    values = pool_buckets(spans)
-    out: list[tuple[str, dict[str, Any]]] = []
-    for kind, store in ((IN_CLUSTER_IP_POOL, pools), (GLOBAL_IN_CLUSTER_IP_POOL, global_pools)):
-        if store is None or not values:
-            continue
-        if values == [WIDE]:
-            out += [(kind, p) for p in store.list()]
-            continue
-        for v in (*values, WIDE):
-            out += [(kind, p) for p in store.by_index("buckets", v)]
-    return out
 
 
 class NetworkReconciler:

@@ -15,15 +15,16 @@ from typing import Any
 from controller import names
 from controller.rules import prune
 from controller.apply.executor import Executor, run
-from controller.rules.conditions import Clock, utc_now
+from controller.rfc3339 import Clock, utc_now
 from controller.runtime.events import EventRecorder
 from controller.runtime.kube import KubeWriter
 from controller.metrics import Metrics
-from controller.reconcile.network import Listers
+from controller.watch.indexes import Listers
 from controller.plan.zone import ZoneSnapshot, plan_zone
 from controller.runtime.recent import RecentWrites
 from controller.runtime.result import Result
-from controller.apply.vlans import VlanManager, vlan_owner
+from controller.apply.vlans import VlanManager
+from controller.rules.vlan_claims import vlan_owner
 
 
 class ZoneReconciler:

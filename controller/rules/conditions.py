@@ -8,21 +8,15 @@ observedGeneration are overwritten.
 
 from __future__ import annotations
 
-import datetime as _dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from controller import names
 from controller.rfc3339 import format_utc
 from ovn.planner import failover_note
+from controller.rfc3339 import Clock, utc_now
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
-
-Clock = Callable[[], _dt.datetime]
-
-
-def utc_now() -> _dt.datetime:
-    return _dt.datetime.now(_dt.timezone.utc)
 
 
 def find(conditions: Sequence[dict[str, Any]] | None, ctype: str) -> dict[str, Any] | None:

@@ -24,10 +24,10 @@ from typing import Any
 
 import structlog
 
-from controller.rules.conditions import utc_now
+from controller.rfc3339 import utc_now
 from controller.rfc3339 import format_utc
 from controller.runtime.kube import ApiError, KubeWriter
-from informers import Resource
+from informers.resource import Resource
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +35,6 @@ EVENTS = Resource("", "v1", "events", namespaced=True, kind="Event")
 COMPONENT = "proxmox-network-controller"
 AGGREGATE_WINDOW = 600.0  # seconds an identical Event is counted instead of re-created
 MAX_PENDING = 10000
-NORMAL, WARNING = "Normal", "Warning"
 
 
 def involved(obj: Mapping[str, Any]) -> dict[str, Any]:

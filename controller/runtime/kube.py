@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 from kubernetes import client as k8s
 
-from informers import Resource
+from informers.resource import Resource
 
 log = structlog.get_logger(__name__)
 

@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from informers import ThreadSafeStore, meta_namespace_key
+from informers.resource import meta_namespace_key
+from informers.store import ThreadSafeStore
 
 
 class RecentWrites:

@@ -18,9 +18,11 @@ import attrs
 from controller import names
 from controller.rules.addresses import IN_CLUSTER_IP_POOL, find_pool_overlaps, pool_name, pool_spans
 from controller.rules.consumers import machine_pool_refs
-from controller.reconcile.network import overlap_candidates
-from controller.apply.vlans import vlan_index_provider_id, vlan_owner
-from informers import meta_namespace_key
+from controller.watch.indexes import overlap_candidates
+from controller.watch.indexes import vlan_index_provider_id
+from controller.rules.annotation import contribution
+from controller.rules.vlan_claims import vlan_owner
+from informers.resource import meta_namespace_key
 
 
 @attrs.frozen(order=True)
@@ -203,7 +205,7 @@ def for_pool_overlap(kind: str, pool: Mapping[str, Any], listers: Any) -> list[N
     ``GlobalInClusterIPPool``): the networks whose pools share an address with it (their
     ``PoolOverlapsPool`` may start or clear). Call it with the old and the new object of an
     update, so both ranges count. The pools come from the overlap index
-    (``controller.reconcile.network.overlap_candidates``): O(pools in its buckets), not O(pools)."""
+    (``controller.watch.indexes.overlap_candidates``): O(pools in its buckets), not O(pools)."""
     spans = pool_spans(pool.get("spec") if isinstance(pool, Mapping) else None)
     if not spans:
         return []
@@ -246,3 +248,34 @@ def for_kube_ovn_ip(ip: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
     """A Kube-OVN IP changed: the networks naming its Subnet (their ``AddressConflict``)."""
     sub = (ip.get("spec") or {}).get("subnet") if isinstance(ip.get("spec"), Mapping) else None
     return _networks(listers, "subnet", sub) if isinstance(sub, str) and sub else []
+
+
+def keys_for_network(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
+    """Namespace keys a ProxmoxNetwork event asks for (``old`` None: added, ``new`` None:
+    deleted): its namespace when what it contributes to the annotation changed."""
+    obj = new if new is not None else old
+    if obj is None:
+        return []
+    ns = (obj.get("metadata") or {}).get("namespace")
+    if not ns:
+        return []
+    before = contribution(old) if old is not None else None
+    after = contribution(new) if new is not None else None
+    return [ns] if before != after else []
+
+
+def keys_for_namespace(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
+    """Namespace keys a Namespace event asks for: an added namespace, and one whose
+    annotation changed (a hand edit is repaired at once). A deletion asks for nothing."""
+    if new is None:
+        return []
+    name = (new.get("metadata") or {}).get("name")
+    if not name:
+        return []
+    if old is None:
+        return [name]
+
+    def value(o: Mapping[str, Any]) -> Any:
+        return ((o.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_NAMESPACE_NETWORKS)
+
+    return [name] if value(old) != value(new) else []

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controller.apply.vlans import VlanManager, VlanOutcome, claim_refusal, needs_adoption
+from controller.apply.vlans import VlanManager
+from controller.rules.vlan_claims import VlanOutcome, claim_refusal, needs_adoption
 
 
 def ensure(mgr: VlanManager, network: Mapping[str, Any], zone: Mapping[str, Any]) -> VlanOutcome:
