@@ -4,7 +4,8 @@ until when, from what the cluster holds now (read-only; any user that can read t
 It re-derives the controller's view from the API server: the network's conditions, the
 zone, the Vlan (its ``status.subnets`` and the ``deleted-subnets`` prune timers), the Subnet,
 the pool and, for a deleting network, the consumers that hold it (reference-behaviour.md §5,
-§6, §7). It never writes.
+§6, §7); and the addresses machines on a network's VLAN hold from other pools (field report
+S4). It never writes.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import argparse
 import datetime as _dt
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from controller import names, prune, reasons, rfc3339
 from controller.conditions import carries_warning, find
 from controller.config import load_api_client, parse_duration
 from controller.consumers import count_consumers
+from controller.foreign import find_foreign_addresses, foreign_address_message
 from controller.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
 from controller.kube import ApiError, KubeWriter
 from controller.manager import OPTIONAL_KINDS, discover
@@ -73,13 +75,38 @@ def _serving(st: dict[str, Any], gw: dict[str, Any] | None, now: _dt.datetime) -
     return []
 
 
+def _foreign(net: dict[str, Any], in_namespace: Callable[[str], list[dict[str, Any]]]) -> list[str]:
+    """Field report S4: a warning line for each address a machine's NIC on the network holds
+    from another pool, outside the network's subnet (``controller.foreign``), judged on the
+    bridge, VLAN and CIDR the network's status shows."""
+    meta, spec, st = net["metadata"], net.get("spec") or {}, net.get("status") or {}
+    cidr, vid = str(st.get("cidr") or ""), st.get("vlan")
+    if not cidr:
+        return []
+    vid = vid if isinstance(vid, int) and not isinstance(vid, bool) and vid else None
+    found = find_foreign_addresses(str(spec.get("ipPool") or ""), cidr, str(st.get("bridge") or ""), vid,
+                                   in_namespace("machines"), in_namespace("claims"), in_namespace("addresses"))
+    return [f"  warning: {foreign_address_message(meta['name'], vid, cidr, f)}" for f in found]
+
+
 def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dict[str, Resource | None],
-            now: _dt.datetime | None = None) -> list[str]:
+            now: _dt.datetime | None = None, lists: dict[tuple[str, str], list[dict[str, Any]]] | None = None
+            ) -> list[str]:
     """Lines describing one network: its state, the step it waits on, and until when; the
     serving chassis; every condition that carries a warning, True or not
-    (``controller.conditions.carries_warning``)."""
+    (``controller.conditions.carries_warning``); addresses of other pools on its VLAN.
+
+    :param lists: the namespace's machines, claims and addresses by ``(kind, namespace)``, read
+        once for every network of a namespace (``_run``); read here when absent."""
     meta, spec, st = net["metadata"], net.get("spec") or {}, net.get("status") or {}
     ns, name = meta["namespace"], meta["name"]
+    lists = {} if lists is None else lists
+
+    def in_namespace(key: str) -> list[dict[str, Any]]:
+        if (key, ns) not in lists:
+            lists[(key, ns)] = _list(w, kinds.get(key), ns)
+        return lists[(key, ns)]
+
     conds = st.get("conditions") or []
     ready = find(conds, names.READY) or {}
     head = f"{ns}/{name}: Ready={ready.get('status', '?')} ({ready.get('reason', 'not evaluated yet')})"
@@ -91,8 +118,8 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
     if meta.get("deletionTimestamp"):
         lines.append(f"  deleting since {meta['deletionTimestamp']}; release order: consumers, Subnet, gateway, Vlan")
         pool = _get(w, kinds["pools"], str(spec.get("ipPool")), ns) if kinds.get("pools") else None
-        c = count_consumers(pool, str(spec.get("ipPool")), _list(w, kinds.get("machines"), ns),
-                            _list(w, kinds.get("addresses"), ns), _list(w, kinds.get("claims"), ns))
+        c = count_consumers(pool, str(spec.get("ipPool")), in_namespace("machines"), in_namespace("addresses"),
+                            in_namespace("claims"))
         if c.busy:
             lines.append("  waits on: consumers — " + c.message(str(spec.get("ipPool")), int(st.get("vlan") or 0),
                                                              str(spec.get("subnet")), limit=0))
@@ -123,6 +150,7 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
         else:
             lines.append(f"  OVN NB failing since an unreadable time {failing!r}")
     lines += _serving(st, find(conds, names.GATEWAY_READY), now or _dt.datetime.now(_dt.timezone.utc))
+    lines += _foreign(net, in_namespace)
     for c in conds:
         if c.get("type") == names.READY or not carries_warning(c):
             continue
@@ -172,6 +200,7 @@ def _run(w: KubeWriter, args: argparse.Namespace, prune: float) -> int:
     if not nets:
         print("no ProxmoxNetworks found")
         return 0
+    lists: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for net in sorted(nets, key=lambda n: (n["metadata"]["namespace"], n["metadata"]["name"])):
-        print("\n".join(explain(w, net, prune, kinds)))
+        print("\n".join(explain(w, net, prune, kinds, lists=lists)))
     return 0

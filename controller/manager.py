@@ -53,7 +53,9 @@ from controller.recent import RecentWrites
 from controller.addresses import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
 from controller.network import (
     ADDRESS_INDEXERS,
+    CLAIM_INDEXERS,
     IP_INDEXERS,
+    MACHINE_INDEXERS,
     POOL_INDEXERS,
     Listers,
     NetworkReconciler,
@@ -152,6 +154,8 @@ CLUSTER_KINDS = {
 OPTIONAL_INDEXERS = {
     "pools": POOL_INDEXERS,
     "addresses": ADDRESS_INDEXERS,
+    "machines": MACHINE_INDEXERS,
+    "claims": CLAIM_INDEXERS,
     "global_pools": POOL_INDEXERS,
     "kube_ovn_ips": IP_INDEXERS,
 }

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import structlog
 
-from controller import conditions, kubeovn, names, prune, reasons
+from controller import allocator, conditions, kubeovn, names, prune, reasons
 from controller.addresses import (
     GLOBAL_IN_CLUSTER_IP_POOL,
     IN_CLUSTER_IP_POOL,
@@ -29,6 +29,7 @@ from controller.addresses import (
 from controller.apply import Executor, run
 from controller.conditions import Clock, utc_now
 from controller.consumers import count_consumers
+from controller.foreign import machine_index_keys, owner_machines
 from controller.events import EventRecorder
 from controller.gateway import SERVING_SETTLE
 from controller.kube import KubeWriter
@@ -53,7 +54,9 @@ class Listers:
 
     Indexes read here besides ``namespace``: ``buckets`` on both pool stores
     (:func:`pool_index_buckets`), ``subnet`` on ``kube_ovn_ips`` (:func:`ip_index_subnet`),
-    ``ippool`` on ``addresses`` (:func:`address_index_pool`).
+    ``ippool`` on ``addresses`` (:func:`address_index_pool`), ``network_device`` on
+    ``machines`` (:func:`controller.foreign.machine_index_keys`), ``machine`` on ``claims``
+    (:func:`claim_index_machine`).
     """
 
     networks: ThreadSafeStore
@@ -144,12 +147,23 @@ def address_index_pool(obj: Mapping[str, Any]) -> list[str]:
     return [f"{ns}/{name}"] if isinstance(name, str) and name else []
 
 
+def claim_index_machine(claim: Mapping[str, Any]) -> list[str]:
+    """Indexer ``machine`` of IPAddressClaims: ``<namespace>/<machine>`` for each
+    ProxmoxMachine an ownerReference names (capmox owns the claims it makes)."""
+    ns = (claim.get("metadata") or {}).get("namespace")
+    return [f"{ns}/{m}" for m in owner_machines(claim)] if ns else []
+
+
 POOL_INDEXERS = {"namespace": index_namespace, "buckets": pool_index_buckets}
 """Indexers of the InClusterIPPool and GlobalInClusterIPPool stores."""
 ADDRESS_INDEXERS = {"namespace": index_namespace, "ippool": address_index_pool}
 """Indexers of the IPAddress store."""
 IP_INDEXERS = {"subnet": ip_index_subnet}
 """Indexers of the Kube-OVN IP store."""
+MACHINE_INDEXERS = {"namespace": index_namespace, "network_device": machine_index_keys}
+"""Indexers of the ProxmoxMachine store."""
+CLAIM_INDEXERS = {"namespace": index_namespace, "machine": claim_index_machine}
+"""Indexers of the IPAddressClaim store."""
 
 
 def overlap_candidates(
@@ -251,6 +265,33 @@ class NetworkReconciler:
                 out[name] = frozenset(vpcs)
         return out
 
+    def on_network(self, ns: str, pool: str, bridge: str, vid: int | None) -> tuple[
+            tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+        """The machines of ``ns`` with a NIC that references ``pool`` or is on ``bridge`` with
+        VLAN ``vid``, the claims they own and the IPAddresses of those claims (field report S4;
+        indexes ``network_device`` and ``machine``, no namespace scan)."""
+        if self.l.machines is None:
+            return (), (), ()
+        wanted = [f"{ns}/pool/{pool}"] if pool else []
+        if bridge and vid is not None:
+            wanted.append(f"{ns}/vlan/{bridge}/{vid}")
+        machines: dict[str, dict[str, Any]] = {}
+        for value in wanted:
+            for m in self.l.machines.by_index("network_device", value):
+                machines.setdefault(str(m["metadata"]["name"]), m)
+        if not machines or self.l.claims is None:
+            return tuple(machines.values()), (), ()
+        claims = [c for m in machines for c in self.l.claims.by_index("machine", f"{ns}/{m}")]
+        addresses: list[dict[str, Any]] = []
+        if self.l.addresses is not None:
+            for c in claims:
+                ref = (c.get("status") or {}).get("addressRef") if isinstance(c.get("status"), Mapping) else None
+                name = (ref.get("name") if isinstance(ref, Mapping) else None) or c["metadata"]["name"]
+                a = self.l.addresses.get(f"{ns}/{name}")
+                if a is not None:
+                    addresses.append(a)
+        return tuple(machines.values()), tuple(claims), tuple(addresses)
+
     def observe(self, key: str) -> NetworkSnapshot:
         """Everything a pass over ``key`` reads from the caches (no API call)."""
         net = self.recent.get(key)
@@ -290,6 +331,9 @@ class NetworkReconciler:
         own = pool_spans(pool.get("spec")) if pool is not None else ()
         others = tuple(overlap_candidates(self.l.pools, self.l.global_pools, own))
         on_vlan = self.l.subnets.by_index("vlan", sname) if sname and self.l.subnets is not None else []
+        machines, claims, addresses = self.on_network(
+            ns, pname, str(((zone or {}).get("spec") or {}).get("bridge") or ""),
+            allocator.vlan_id(vlan) if vlan is not None else None)
         return attrs.evolve(
             base,
             zone=zone,
@@ -309,6 +353,9 @@ class NetworkReconciler:
                           if own and sname and self.l.kube_ovn_ips is not None else ()),
             pool_addresses=(tuple(self.l.addresses.by_index("ippool", f"{ns}/{pname}"))
                             if own and self.l.addresses is not None else ()),
+            machines=machines,
+            machine_claims=claims,
+            machine_addresses=addresses,
             annotation=self.namespaces.value(ns),
             trunk=trunk,
             trunk_recheck=trunk_recheck,

@@ -51,10 +51,11 @@ from controller.kube import ApiError, KubeWriter
 from controller.manager import subnet_index_vlan, zone_index_provider
 from controller.network import (
     ADDRESS_INDEXERS,
+    CLAIM_INDEXERS,
+    MACHINE_INDEXERS,
     POOL_INDEXERS,
     Listers,
     NetworkReconciler,
-    index_namespace,
     network_indexers,
 )
 from controller.vlans import (
@@ -331,9 +332,9 @@ def new_stores() -> dict[str, ThreadSafeStore]:
         "provider_networks": ThreadSafeStore(),
         "subnets": ThreadSafeStore({"vlan": subnet_index_vlan}),
         "pools": ThreadSafeStore(POOL_INDEXERS),
-        "machines": ThreadSafeStore({"namespace": index_namespace}),
+        "machines": ThreadSafeStore(MACHINE_INDEXERS),
         "addresses": ThreadSafeStore(ADDRESS_INDEXERS),
-        "claims": ThreadSafeStore({"namespace": index_namespace}),
+        "claims": ThreadSafeStore(CLAIM_INDEXERS),
     }
 
 
