@@ -4,7 +4,8 @@ until when, from what the cluster holds now (read-only; any user that can read t
 It re-derives the controller's view from the API server: the network's conditions, the
 zone, the Vlan (its ``status.subnets`` and the ``deleted-subnets`` prune timers), the Subnet,
 the pool and, for a deleting network, the consumers that hold it (reference-behaviour.md §5,
-§6, §7). It never writes.
+§6, §7); and the addresses machines on a network's VLAN hold from other pools (field report
+S4). It never writes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from controller.rules import prune
 from controller.rules.conditions import carries_warning, find
 from controller.config import load_api_client, parse_duration
 from controller.rules.consumers import count_consumers
+from controller.plan.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
+from controller.runtime.kube import ApiError, KubeWriter
+from controller.rules.consumers import count_consumers
+from controller.rules.foreign import find_foreign_addresses, foreign_address_message
 from controller.plan.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
 from controller.runtime.kube import ApiError, KubeWriter
 from controller.manager import OPTIONAL_KINDS, discover
@@ -134,13 +139,39 @@ def _serving(st: dict[str, Any], gw: dict[str, Any] | None, now: _dt.datetime) -
     return []
 
 
+def _foreign(net: dict[str, Any], in_namespace: Callable[[str], list[dict[str, Any]]]) -> list[str]:
+    """Field report S4: a warning line for each address a machine's NIC on the network holds
+    from another pool, outside the network's subnet (``controller.rules.foreign``), judged on the
+    bridge, VLAN and CIDR the network's status shows."""
+    meta, spec, st = net["metadata"], net.get("spec") or {}, net.get("status") or {}
+    cidr, vid = str(st.get("cidr") or ""), st.get("vlan")
+    if not cidr:
+        return []
+    vid = vid if isinstance(vid, int) and not isinstance(vid, bool) and vid else None
+    found = find_foreign_addresses(str(spec.get("ipPool") or ""), cidr, str(st.get("bridge") or ""), vid,
+                                   in_namespace("machines"), in_namespace("claims"), in_namespace("addresses"))
+    return [f"  warning: {foreign_address_message(meta['name'], vid, cidr, f)}" for f in found]
+
+
 def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dict[str, Resource | None],
-            now: _dt.datetime | None = None, localnets: Localnets | None = None) -> list[str]:
+            now: _dt.datetime | None = None, localnets: Localnets | None = None,
+            lists: dict[tuple[str, str], list[dict[str, Any]]] | None = None) -> list[str]:
     """Lines describing one network: its state, the step it waits on, and until when; the
     serving chassis; every condition that carries a warning, True or not
-    (``controller.rules.conditions.carries_warning``)."""
+    (``controller.rules.conditions.carries_warning``); addresses of other pools on its VLAN;
+    with ``localnets``, the NB's localnet ports on its VLAN when it is in VLANConflict.
+
+    :param lists: the namespace's machines, claims and addresses by ``(kind, namespace)``, read
+        once for every network of a namespace (``_run``); read here when absent."""
     meta, spec, st = net["metadata"], net.get("spec") or {}, net.get("status") or {}
     ns, name = meta["namespace"], meta["name"]
+    lists = {} if lists is None else lists
+
+    def in_namespace(key: str) -> list[dict[str, Any]]:
+        if (key, ns) not in lists:
+            lists[(key, ns)] = _list(w, kinds.get(key), ns)
+        return lists[(key, ns)]
+
     conds = st.get("conditions") or []
     ready = find(conds, names.READY) or {}
     head = f"{ns}/{name}: Ready={ready.get('status', '?')} ({ready.get('reason', 'not evaluated yet')})"
@@ -152,8 +183,8 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
     if meta.get("deletionTimestamp"):
         lines.append(f"  deleting since {meta['deletionTimestamp']}; release order: consumers, Subnet, gateway, Vlan")
         pool = _get(w, kinds["pools"], str(spec.get("ipPool")), ns) if kinds.get("pools") else None
-        c = count_consumers(pool, str(spec.get("ipPool")), _list(w, kinds.get("machines"), ns),
-                            _list(w, kinds.get("addresses"), ns), _list(w, kinds.get("claims"), ns))
+        c = count_consumers(pool, str(spec.get("ipPool")), in_namespace("machines"), in_namespace("addresses"),
+                            in_namespace("claims"))
         if c.busy:
             lines.append("  waits on: consumers — " + c.message(str(spec.get("ipPool")), int(st.get("vlan") or 0),
                                                              str(spec.get("subnet")), limit=0))
@@ -185,6 +216,7 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
             lines.append(f"  OVN NB failing since an unreadable time {failing!r}")
     lines += _serving(st, find(conds, names.GATEWAY_READY), now or _dt.datetime.now(_dt.timezone.utc))
     lines += _localnet_lines(w, net, localnets)
+    lines += _foreign(net, in_namespace)
     for c in conds:
         if c.get("type") == names.READY or not carries_warning(c):
             continue
@@ -245,6 +277,7 @@ def _run(w: KubeWriter, args: argparse.Namespace, prune: float) -> int:
             TLSSource(lambda ns, name: w.get(names.SECRETS, name, ns), args.ovn_tls_secret,
                       tempfile.mkdtemp(prefix="pnc-doctor-tls-")).material()
         localnets = nb_localnets(args.ovn_nb_address)
+    lists: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for net in sorted(nets, key=lambda n: (n["metadata"]["namespace"], n["metadata"]["name"])):
-        print("\n".join(explain(w, net, prune, kinds, localnets=localnets)))
+        print("\n".join(explain(w, net, prune, kinds, localnets=localnets, lists=lists)))
     return 0

@@ -50,7 +50,9 @@ from controller.rules.addresses import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_
 from controller.reconcile.network import NetworkReconciler
 from controller.watch.indexes import (
     ADDRESS_INDEXERS,
+    CLAIM_INDEXERS,
     IP_INDEXERS,
+    MACHINE_INDEXERS,
     POOL_INDEXERS,
     Listers,
     index_namespace,
@@ -155,6 +157,8 @@ CLUSTER_KINDS = {
 OPTIONAL_INDEXERS = {
     "pools": POOL_INDEXERS,
     "addresses": ADDRESS_INDEXERS,
+    "machines": MACHINE_INDEXERS,
+    "claims": CLAIM_INDEXERS,
     "global_pools": POOL_INDEXERS,
     "kube_ovn_ips": IP_INDEXERS,
 }

@@ -90,6 +90,9 @@ GATEWAY_GROUP_UPDATED = "GatewayGroupUpdated"
 GATEWAY_WITHOUT_FAILOVER = "GatewayWithoutFailover"
 # Normal, when the chassis that serves a network's router port changes (an OVN failover).
 GATEWAY_MOVED = "GatewayMoved"
+# Warning, once per machine, NIC and address: a NIC on the network holds an address of another
+# pool outside the network's subnet (field report S4, capmox#868; controller.rules.foreign).
+FOREIGN_ADDRESS_ON_NETWORK = "ForeignAddressOnNetwork"
 
 __all__ = [n for n in dir() if n.isupper()] + [
     "CHASSIS_ASSIGNED", "FOREIGN_GROUP", "NO_TRUNK_NODES", "ROUTER_PORT_MISSING",

@@ -52,6 +52,8 @@ from controller.manager import subnet_index_vlan, zone_index_provider
 from controller.reconcile.network import NetworkReconciler
 from controller.watch.indexes import (
     ADDRESS_INDEXERS,
+    CLAIM_INDEXERS,
+    MACHINE_INDEXERS,
     POOL_INDEXERS,
     Listers,
     index_namespace,
@@ -329,9 +331,9 @@ def new_stores() -> dict[str, ThreadSafeStore]:
         "provider_networks": ThreadSafeStore(),
         "subnets": ThreadSafeStore({"vlan": subnet_index_vlan}),
         "pools": ThreadSafeStore(POOL_INDEXERS),
-        "machines": ThreadSafeStore({"namespace": index_namespace}),
+        "machines": ThreadSafeStore(MACHINE_INDEXERS),
         "addresses": ThreadSafeStore(ADDRESS_INDEXERS),
-        "claims": ThreadSafeStore({"namespace": index_namespace}),
+        "claims": ThreadSafeStore(CLAIM_INDEXERS),
     }
 
 

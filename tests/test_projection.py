@@ -28,6 +28,15 @@ from controller.watch.keys import keys_for_namespace
 from controller.watch.indexes import address_index_pool, ip_index_subnet
 from controller.plan.network import namespace_allowed
 from controller.watch.projection import KEEP, Keys, project, transform_for
+from controller.rules.addresses import find_address_conflicts, ipaddress_holders, kube_ovn_ip_addresses, pool_spans
+from controller.rules.consumers import PAUSED, count_consumers, machine_pool_refs
+from controller.rules.foreign import find_foreign_addresses, machine_devices, machine_index_keys
+from controller.watch.indexes import gateway_key, node_index_provider, node_providers
+from controller.watch.keys import keys_for_namespace
+from controller.watch.indexes import claim_index_machine
+from controller.watch.indexes import address_index_pool, ip_index_subnet
+from controller.plan.network import namespace_allowed
+from controller.watch.projection import KEEP, Keys, project, transform_for
 from ovn.planner import trunk_nodes
 
 MANAGED = [{"manager": "kube-ovn-controller", "operation": "Update", "fieldsV1": {"f:spec": {"f:x": {}}}}]
@@ -192,6 +201,36 @@ MACHINE_V1A2 = {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha2", "kind"
                     "conditions": [{"type": "Ready", "status": "False", "reason": "Waiting"}]}}
 
 
+# Field report S4: capmox v0.8's claim of the cluster pool on m2's net0, and its address.
+CL_REF = {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "cl-v4-icip"}
+CLAIM_V08 = {"apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddressClaim",
+             "metadata": {"name": "m2-net0-00-inet", "namespace": "tenant-a", "uid": "u-c3", "resourceVersion": "7",
+                          "finalizers": ["ipam.cluster.x-k8s.io/ReleaseAddress"],
+                          "labels": {"topology.kubernetes.io/proxmox-zone": "default"},
+                          "annotations": {"ipam.capmox.cluster.x-k8s.io/pool-ref-counter": "0",
+                                          "ipam.capmox.cluster.x-k8s.io/default-gateway": "true"},
+                          "ownerReferences": [{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha2",
+                                               "kind": "ProxmoxMachine", "name": "m2", "uid": "u-m2",
+                                               "controller": True}],
+                          "managedFields": MANAGED},
+             "spec": {"poolRef": CL_REF},
+             "status": {"addressRef": {"name": "m2-net0-00-inet"},
+                        "conditions": [{"type": "Ready", "status": "True", "reason": "Allocated"}]}}
+ADDRESS_V08 = {"apiVersion": "ipam.cluster.x-k8s.io/v1beta1", "kind": "IPAddress",
+               "metadata": {"name": "m2-net0-00-inet", "namespace": "tenant-a", "uid": "u-a3", "resourceVersion": "8",
+                            "finalizers": ["ipam.cluster.x-k8s.io/ProtectAddress"],
+                            "ownerReferences": [{"apiVersion": "ipam.cluster.x-k8s.io/v1beta1",
+                                                 "kind": "IPAddressClaim", "name": "m2-net0-00-inet", "uid": "u-c3",
+                                                 "controller": True}],
+                            "managedFields": MANAGED},
+               "spec": {"address": "10.0.50.3", "prefix": 24, "gateway": "10.0.50.1", "poolRef": CL_REF,
+                        "claimRef": {"name": "m2-net0-00-inet"}}}
+
+
+def _foreign(machines: list, claims: list, addresses: list) -> Any:
+    return find_foreign_addresses("pool", "10.1.0.0/24", "vmbr1", 1001, machines, claims, addresses)
+
+
 def _spans() -> Any:
     return pool_spans(POOL["spec"])
 
@@ -216,11 +255,16 @@ READERS: list[tuple[tuple[str, str], dict, list[Callable[[Any], Any]]]] = [
     (("ipam.cluster.x-k8s.io", "ipaddresses"), ADDRESS, [
         address_index_pool, lambda a: ipaddress_holders([a]), lambda a: _consumers([], [a], []),
         lambda a: find_address_conflicts(_spans(), [IP], [a])]),
-    (("ipam.cluster.x-k8s.io", "ipaddressclaims"), CLAIM, [lambda c: _consumers([], [], [c])]),
+    (("ipam.cluster.x-k8s.io", "ipaddresses"), ADDRESS_V08, [
+        lambda a: _foreign([MACHINE_V1A2], [CLAIM_V08], [a])]),
+    (("ipam.cluster.x-k8s.io", "ipaddressclaims"), CLAIM, [lambda c: _consumers([], [], [c]), claim_index_machine]),
+    (("ipam.cluster.x-k8s.io", "ipaddressclaims"), CLAIM_V08, [
+        claim_index_machine, lambda c: _foreign([MACHINE_V1A2], [c], [ADDRESS_V08])]),
     (("infrastructure.cluster.x-k8s.io", "proxmoxmachines"), MACHINE_V1A1,
-     [machine_pool_refs, lambda m: _consumers([m], [], [CLAIM])]),
+     [machine_pool_refs, lambda m: _consumers([m], [], [CLAIM]), machine_devices, machine_index_keys]),
     (("infrastructure.cluster.x-k8s.io", "proxmoxmachines"), MACHINE_V1A2,
-     [machine_pool_refs, lambda m: _consumers([m], [], [])]),
+     [machine_pool_refs, lambda m: _consumers([m], [], []), machine_devices, machine_index_keys,
+      lambda m: _foreign([m], [CLAIM_V08], [ADDRESS_V08])]),
 ]
 IDS = [f"{k[1]}-{obj['metadata']['name']}" for k, obj, _ in READERS]
 

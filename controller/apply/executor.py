@@ -41,6 +41,7 @@ from controller.plan.actions import (
     ReleaseGateway,
     ReleaseVlan,
     RemoveFinalizer,
+    ReportOnce,
     RequestTriple,
     SetPoolCidrs,
     SetPruneTimers,
@@ -144,6 +145,9 @@ class Executor:
         self.consumer_resources = consumer_resources if consumer_resources is not None else {}
         self.namespaces = namespaces
         self.gateway = gateway
+        # ReportOnce: network key -> (its UID, the keys posted and still reported).
+        self._reported: dict[str, tuple[str, frozenset[str]]] = {}
+        self._reported_lock = threading.Lock()
 
     def __call__(self, action: Any, s: Any) -> Any:
         if self.stopping is not None and self.stopping.is_set():
@@ -292,11 +296,28 @@ class Executor:
             self.events.event(a.obj, a.type, a.reason, a.message)
         return s
 
+    def _ReportOnce(self, a: ReportOnce, s: Any) -> Any:
+        keys = frozenset(k for k, _ in a.events)
+        with self._reported_lock:
+            uid, before = self._reported.get(a.network, ("", frozenset()))
+            if uid != a.uid:
+                before = frozenset()
+            if keys:
+                self._reported[a.network] = (a.uid, keys)
+            else:
+                self._reported.pop(a.network, None)
+        for key, event in a.events:
+            if key not in before:
+                self._Event(event, s)
+        return s
+
     def _RequestTriple(self, a: RequestTriple, s: Any) -> Any:
         self.namespaces.want(a.namespace, a.key, a.triple)
         return attrs.evolve(s, annotation=self.namespaces.value(a.namespace), requested=True)
 
     def _NetworkGone(self, a: NetworkGone, s: Any) -> Any:
+        with self._reported_lock:
+            self._reported.pop(a.key, None)
         if self.gateway is not None:
             self.gateway.applier.forget(a.key)
         if self.namespaces is not None:

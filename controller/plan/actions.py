@@ -210,6 +210,19 @@ class Event:
 
 
 @attrs.frozen
+class ReportOnce:
+    """Warnings posted once each while they hold (field report S4): of ``events``, ``(key,
+    Event)`` pairs, the executor posts the Events whose key it has not posted for network
+    ``network`` (its key; ``uid`` tells a network made again under that name from the old one)
+    since the key was last missing from a report, and forgets the keys missing from this one.
+    The memory is the process's: after a restart or a leader change each is posted once more."""
+
+    network: str
+    uid: str
+    events: tuple[tuple[str, Event], ...] = ()
+
+
+@attrs.frozen
 class RequestTriple:
     """Ask the namespace annotation's reconciler for ``triple`` (§5.9 step 8); fills
     ``annotation`` with the annotation's value after asking, and ``requested``."""
@@ -281,8 +294,8 @@ class Log:
 
 Action = (
     Get | ListConsumers | SplitListed | AddFinalizer | RemoveFinalizer | AllocateVlan | AdoptVlan
-    | SetPruneTimers | SetPoolCidrs | ReleaseVlan | WriteStatus | Event | RequestTriple | NetworkGone | ForgetOverlay
-    | EnsureGateway | ReleaseGateway | Metric | Log
+    | SetPruneTimers | SetPoolCidrs | ReleaseVlan | WriteStatus | Event | ReportOnce | RequestTriple | NetworkGone
+    | ForgetOverlay | EnsureGateway | ReleaseGateway | Metric | Log
 )
 
 
@@ -298,4 +311,5 @@ class Plan:
     @property
     def writes(self) -> tuple[Any, ...]:
         """The actions that change the cluster or the NB (not reads, Events, metrics, logs)."""
-        return tuple(a for a in self.actions if not isinstance(a, (Get, ListConsumers, SplitListed, Event, Metric, Log)))
+        return tuple(a for a in self.actions
+                     if not isinstance(a, (Get, ListConsumers, SplitListed, Event, ReportOnce, Metric, Log)))

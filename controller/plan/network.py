@@ -41,6 +41,7 @@ from controller.plan.actions import (
     ReleaseGateway,
     ReleaseVlan,
     RemoveFinalizer,
+    ReportOnce,
     RequestTriple,
     SetPoolCidrs,
     SetPruneTimers,
@@ -76,6 +77,7 @@ from controller.rules.conditions import (
 from controller.rfc3339 import Clock
 from controller.rules.consumers import Consumers
 from controller.names import NORMAL, WARNING
+from controller.rules.foreign import find_foreign_addresses, foreign_address_message
 from controller.plan.gateway import (
     FAILING_SINCE,
     GATEWAY_MTU,
@@ -154,6 +156,10 @@ class NetworkSnapshot:
     :ivar kube_ovn_ips: the Kube-OVN IPs of ``spec.subnet`` (cache).
     :ivar pool_addresses: the IPAddresses whose ``spec.poolRef`` names ``pool`` (cache).
     :ivar consumers: the pool's consumers counted from the caches.
+    :ivar machines: the ProxmoxMachines of the namespace with a NIC that references ``pool``
+        or is on the zone's bridge with the network's VLAN (cache; field report S4).
+    :ivar machine_claims: the IPAddressClaims those machines own (cache).
+    :ivar machine_addresses: the IPAddresses of those claims (cache).
     :ivar owns_group: the NB cache holds an HA_Chassis_Group owned by this network (read
         for a deleting network only; §6 step 3 releases then even without ``status.vlan``).
     :ivar annotation: the namespace annotation's value (None: no Namespace).
@@ -189,6 +195,9 @@ class NetworkSnapshot:
     kube_ovn_ips: tuple[Mapping[str, Any], ...] = ()
     pool_addresses: tuple[Mapping[str, Any], ...] = ()
     consumers: Consumers = attrs.field(factory=Consumers)
+    machines: tuple[Mapping[str, Any], ...] = ()
+    machine_claims: tuple[Mapping[str, Any], ...] = ()
+    machine_addresses: tuple[Mapping[str, Any], ...] = ()
     owns_group: bool = False
     annotation: str | None = None
     trunk: tuple[Any, ...] = ()
@@ -547,6 +556,7 @@ class _Live:
 
         subnet = self.subnet_step(vname)
         self.pool_step(subnet)
+        self.foreign_step(subnet, bridge, vid)
         if s.manage_gateway:
             if subnet is None:
                 set_condition(conds, names.GATEWAY_READY, UNKNOWN, reasons.SUBNET_UNAVAILABLE,
@@ -796,6 +806,25 @@ class _Live:
                           f"all {usage['total']} addresses of the pool are allocated; new machines will wait", gen, clock)
             return
         set_condition(conds, names.IPPOOL_READY, TRUE, reasons.READY, "pool lies inside the subnet's excludeIps", gen, clock)
+
+    def foreign_step(self, subnet: Mapping[str, Any] | None, bridge: str, vid: int | None) -> None:
+        """Field report S4 (capmox#868): an address a machine's NIC on the network holds from
+        another pool, outside the Subnet's CIDR, is a Warning Event on the network, once per
+        machine, NIC and address (:class:`ReportOnce`). Report only: no condition changes,
+        and such an address holds nothing (only objects naming the network's pool do). Looked
+        at once the Subnet is bound (its CIDR says what is outside); each such pass reports
+        the whole set, so an address gone and back is posted again."""
+        if subnet is None:
+            return
+        s = self.s
+        cidr = str((subnet.get("spec") or {}).get("cidrBlock") or "")
+        found = find_foreign_addresses(str(self.spec.get("ipPool") or ""), cidr, bridge, vid, s.machines,
+                                       s.machine_claims, s.machine_addresses)
+        events = tuple(
+            (f.key, Event(self.net, WARNING, reasons.FOREIGN_ADDRESS_ON_NETWORK,
+                          foreign_address_message(self.name, vid, cidr, f)))
+            for f in found)
+        self.actions.append(ReportOnce(s.key, str(self.net["metadata"].get("uid") or ""), events))
 
     def no_default_vpc_gateway(self, subnet: Mapping[str, Any]) -> Plan | None:
         """Field report R2: no group on a router port of the default VPC; one the network

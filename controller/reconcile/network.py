@@ -25,6 +25,8 @@ from controller.rules.consumers import count_consumers
 from controller.runtime.events import EventRecorder
 from controller.plan.gateway import SERVING_SETTLE
 from controller.runtime.kube import KubeWriter
+from controller.rules import allocator
+from controller.rules.foreign import machine_index_keys, owner_machines
 from controller.metrics import Metrics
 from controller.reconcile.namespaces import NamespaceReconciler
 from controller.plan.network import NetworkSnapshot, plan_network
@@ -35,11 +37,6 @@ from informers.resource import Resource
 from controller.watch.indexes import Listers, in_namespace, overlap_candidates
 
 log = structlog.get_logger(__name__)
-
-
-"""Indexers of the InClusterIPPool and GlobalInClusterIPPool stores."""
-"""Indexers of the IPAddress store."""
-"""Indexers of the Kube-OVN IP store."""
 
 
 class NetworkReconciler:
@@ -134,6 +131,33 @@ class NetworkReconciler:
                 out[vname] = tuple(sorted(str(o["metadata"]["name"]) for o in self.l.subnets.by_index("vlan", vname)))
         return out
 
+    def on_network(self, ns: str, pool: str, bridge: str, vid: int | None) -> tuple[
+            tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+        """The machines of ``ns`` with a NIC that references ``pool`` or is on ``bridge`` with
+        VLAN ``vid``, the claims they own and the IPAddresses of those claims (field report S4;
+        indexes ``network_device`` and ``machine``, no namespace scan)."""
+        if self.l.machines is None:
+            return (), (), ()
+        wanted = [f"{ns}/pool/{pool}"] if pool else []
+        if bridge and vid is not None:
+            wanted.append(f"{ns}/vlan/{bridge}/{vid}")
+        machines: dict[str, dict[str, Any]] = {}
+        for value in wanted:
+            for m in self.l.machines.by_index("network_device", value):
+                machines.setdefault(str(m["metadata"]["name"]), m)
+        if not machines or self.l.claims is None:
+            return tuple(machines.values()), (), ()
+        claims = [c for m in machines for c in self.l.claims.by_index("machine", f"{ns}/{m}")]
+        addresses: list[dict[str, Any]] = []
+        if self.l.addresses is not None:
+            for c in claims:
+                ref = (c.get("status") or {}).get("addressRef") if isinstance(c.get("status"), Mapping) else None
+                name = (ref.get("name") if isinstance(ref, Mapping) else None) or c["metadata"]["name"]
+                a = self.l.addresses.get(f"{ns}/{name}")
+                if a is not None:
+                    addresses.append(a)
+        return tuple(machines.values()), tuple(claims), tuple(addresses)
+
     def observe(self, key: str) -> NetworkSnapshot:
         """Everything a pass over ``key`` reads from the caches (no API call)."""
         net = self.recent.get(key)
@@ -174,6 +198,9 @@ class NetworkReconciler:
         others = tuple(overlap_candidates(self.l.pools, self.l.global_pools, own))
         on_vlan = self.l.subnets.by_index("vlan", sname) if sname and self.l.subnets is not None else []
         holders = self.vlans.holders_of(vlan, zone)
+        machines, claims, addresses = self.on_network(
+            ns, pname, str(((zone or {}).get("spec") or {}).get("bridge") or ""),
+            allocator.vlan_id(vlan) if vlan is not None else None)
         return attrs.evolve(
             base,
             zone=zone,
@@ -194,6 +221,9 @@ class NetworkReconciler:
                           if own and sname and self.l.kube_ovn_ips is not None else ()),
             pool_addresses=(tuple(self.l.addresses.by_index("ippool", f"{ns}/{pname}"))
                             if own and self.l.addresses is not None else ()),
+            machines=machines,
+            machine_claims=claims,
+            machine_addresses=addresses,
             annotation=self.namespaces.value(ns),
             trunk=trunk,
             trunk_recheck=trunk_recheck,

@@ -390,6 +390,33 @@ def prefix_bits(cidr: str) -> int | None:
         return None
 
 
+def parse_address(text: str) -> tuple[int, int, str] | None:
+    """``(family, value, text as Go prints it)`` of one address (``netip.ParseAddr`` after
+    Go's ``strings.TrimSpace``), or None when it does not parse."""
+    try:
+        addr = _parse_addr(_go_trim(_text(text)))
+    except _NetipError:
+        return None
+    return addr.version, int(addr), _go_addr_string(addr)
+
+
+def in_cidr_block(cidr_block: str, family: int, value: int) -> bool | None:
+    """Whether the address ``(family, value)`` lies in a Kube-OVN ``cidrBlock`` (one CIDR, or
+    a dual-stack ``"<v4 CIDR>,<v6 CIDR>"``; each parsed like ``netip.ParsePrefix``); None when
+    no CIDR of it parses (nothing can be said)."""
+    parsed = False
+    for part in _text(cidr_block).split(","):
+        try:
+            addr, bits = _parse_prefix(_go_trim(part))
+        except _NetipError:
+            continue
+        parsed = True
+        first, last = _masked(addr, bits)
+        if addr.version == family and first <= value <= last:
+            return True
+    return False if parsed else None
+
+
 def check_pool_split(
     subnet_cidr: str,
     subnet_gateway: str,

@@ -23,6 +23,7 @@ from controller.rules.addresses import (
     pool_buckets,
     pool_spans,
 )
+from controller.rules.foreign import machine_index_keys, owner_machines
 from controller.rules.vlan_claims import edited
 from informers.store import ThreadSafeStore
 from ovn import planner
@@ -126,7 +127,9 @@ class Listers:
 
     Indexes read here besides ``namespace``: ``buckets`` on both pool stores
     (:func:`pool_index_buckets`), ``subnet`` on ``kube_ovn_ips`` (:func:`ip_index_subnet`),
-    ``ippool`` on ``addresses`` (:func:`address_index_pool`).
+    ``ippool`` on ``addresses`` (:func:`address_index_pool`), ``network_device`` on
+    ``machines`` (:func:`controller.rules.foreign.machine_index_keys`), ``machine`` on ``claims``
+    (:func:`claim_index_machine`).
     """
 
     networks: ThreadSafeStore
@@ -217,13 +220,27 @@ def address_index_pool(obj: Mapping[str, Any]) -> list[str]:
     return [f"{ns}/{name}"] if isinstance(name, str) and name else []
 
 
+def claim_index_machine(claim: Mapping[str, Any]) -> list[str]:
+    """Indexer ``machine`` of IPAddressClaims: ``<namespace>/<machine>`` for each
+    ProxmoxMachine an ownerReference names (capmox owns the claims it makes)."""
+    ns = (claim.get("metadata") or {}).get("namespace")
+    return [f"{ns}/{m}" for m in owner_machines(claim)] if ns else []
+
+
 POOL_INDEXERS = {"namespace": index_namespace, "buckets": pool_index_buckets}
+"""Indexers of the InClusterIPPool and GlobalInClusterIPPool stores."""
 
 
 ADDRESS_INDEXERS = {"namespace": index_namespace, "ippool": address_index_pool}
+"""Indexers of the IPAddress store."""
 
 
 IP_INDEXERS = {"subnet": ip_index_subnet}
+"""Indexers of the Kube-OVN IP store."""
+MACHINE_INDEXERS = {"namespace": index_namespace, "network_device": machine_index_keys}
+"""Indexers of the ProxmoxMachine store."""
+CLAIM_INDEXERS = {"namespace": index_namespace, "machine": claim_index_machine}
+"""Indexers of the IPAddressClaim store."""
 
 
 def overlap_candidates(

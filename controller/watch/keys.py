@@ -23,6 +23,13 @@ from controller.watch.indexes import vlan_index_provider_id
 from controller.rules.annotation import contribution
 from controller.rules.vlan_claims import vlan_owner
 from informers.resource import meta_namespace_key
+from controller.rules.addresses import IN_CLUSTER_IP_POOL, find_pool_overlaps, pool_name, pool_spans
+from controller.rules.consumers import machine_pool_refs
+from controller.rules.foreign import machine_devices, owner_machines
+from controller.watch.indexes import overlap_candidates
+from controller.watch.indexes import vlan_index_provider_id
+from controller.rules.vlan_claims import vlan_owner
+from informers import meta_namespace_key
 
 
 @attrs.frozen(order=True)
@@ -187,17 +194,59 @@ def for_subnet(subnet: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey
 
 def for_pool_user(kind: str, obj: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
     """A pool (``pools``), an address or claim (``addresses``, ``claims``: by ``spec.poolRef``)
-    or a machine (``machines``: by its pool references) changed: the networks of those pools."""
+    or a machine (``machines``: by its pool references) changed: the networks of those pools.
+
+    Field report S4: a claim or address of a machine is also one of the networks its NICs are
+    on (:func:`for_machine`), whichever pool it names: an address of another pool on the
+    network's VLAN is reported on the network (``controller.rules.foreign``)."""
     ns = str((obj.get("metadata") or {}).get("namespace") or "")
+    if kind == "machines":
+        return for_machine(obj, listers)
     if kind == "pools":
         pools: Iterable[str] = [_name(obj)]
-    elif kind == "machines":
-        pools = [str(r["name"]) for r in machine_pool_refs(obj) if r.get("name")]
     else:
         spec = obj.get("spec")
         ref = spec.get("poolRef") if isinstance(spec, Mapping) else None
         pools = [str(ref["name"])] if isinstance(ref, Mapping) and ref.get("name") else []
-    return [k for p in pools for k in _networks(listers, "ippool", f"{ns}/{p}")]
+    out = [k for p in pools for k in _networks(listers, "ippool", f"{ns}/{p}")]
+    if kind in ("claims", "addresses"):
+        for machine in _machines_of(kind, obj, ns, listers):
+            out += [k for k in for_machine(machine, listers) if k not in out]
+    return out
+
+
+def for_machine(machine: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
+    """A ProxmoxMachine changed: the networks of the pools it references, and the networks of
+    its namespace whose bridge and VLAN one of its NICs is on (field report S4)."""
+    ns = str((machine.get("metadata") or {}).get("namespace") or "")
+    pools = [str(r["name"]) for r in machine_pool_refs(machine) if r.get("name")]
+    out: list[NetworkKey] = []
+    for p in pools:
+        out += [k for k in _networks(listers, "ippool", f"{ns}/{p}") if k not in out]
+    tagged = {(d.bridge, d.vlan) for d in machine_devices(machine) if d.bridge and d.vlan is not None}
+    if tagged and ns:
+        for net in listers.networks.by_index("namespace", ns):
+            st = net.get("status") if isinstance(net.get("status"), Mapping) else {}
+            key = NetworkKey.of(net)
+            if (st.get("bridge"), st.get("vlan")) in tagged and key not in out:
+                out.append(key)
+    return out
+
+
+def _machines_of(kind: str, obj: Mapping[str, Any], ns: str, listers: Any) -> list[Mapping[str, Any]]:
+    """The cached machines owning a claim, or the claim an address names (``spec.claimRef``)."""
+    if listers.machines is None or not ns:
+        return []
+    claim: Mapping[str, Any] | None = obj
+    if kind == "addresses":
+        spec = obj.get("spec")
+        ref = spec.get("claimRef") if isinstance(spec, Mapping) else None
+        name = ref.get("name") if isinstance(ref, Mapping) else None
+        claim = listers.claims.get(f"{ns}/{name}") if name and listers.claims is not None else None
+    if claim is None:
+        return []
+    found = (listers.machines.get(f"{ns}/{m}") for m in owner_machines(claim))
+    return [m for m in found if m is not None]
 
 
 def for_pool_overlap(kind: str, pool: Mapping[str, Any], listers: Any) -> list[NetworkKey]:

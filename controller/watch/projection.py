@@ -78,14 +78,17 @@ KEEP: dict[tuple[str, str], Keep] = {
     # plan_network.namespace_allowed (any label a zone selector names), namespaces.py
     ("", "namespaces"): _kind({"labels": True,
                                "annotations": Keys(lambda k: k == names.ANNOTATION_NAMESPACE_NETWORKS)}),
-    # consumers.holders_of / count_consumers, addresses.ipaddress_holders, network.address_index_pool
+    # consumers.holders_of / count_consumers, addresses.ipaddress_holders, network.address_index_pool,
+    # foreign.find_foreign_addresses
     ("ipam.cluster.x-k8s.io", "ipaddresses"): _kind({"finalizers": True, "annotations": Keys(lambda k: k == PAUSED)},
                                                      spec={"address": True, "poolRef": True, "claimRef": True}),
-    # consumers.holders_of / count_consumers, keys.for_pool_user
+    # consumers.holders_of / count_consumers, keys.for_pool_user, network.claim_index_machine,
+    # foreign.find_foreign_addresses
     ("ipam.cluster.x-k8s.io", "ipaddressclaims"): _kind({"finalizers": True, "ownerReferences": True,
                                                          "annotations": Keys(lambda k: k == PAUSED)},
                                                         spec={"poolRef": True}, status={"addressRef": True}),
-    # consumers.machine_pool_refs (both capmox shapes) and _failed, keys.for_pool_user
+    # consumers.machine_pool_refs (both capmox shapes) and _failed, keys.for_pool_user,
+    # foreign.machine_devices / machine_index_keys / find_foreign_addresses
     ("infrastructure.cluster.x-k8s.io", "proxmoxmachines"): _kind(
         {"finalizers": True, "annotations": Keys(lambda k: k == PAUSED)},
         spec={"network": True},
