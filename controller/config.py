@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
+import struct
 from pathlib import Path
 
 import durationpy
@@ -58,6 +60,22 @@ def parse_tls_secret(value: str) -> tuple[str, str]:
 # default pool (5 x CPUs) would discard connections under load.
 CONNECTION_POOL_SIZE = 64
 
+ABORTIVE_CLOSE = (socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+"""``SO_LINGER`` on with a zero timeout: closing the socket (or the process dying, which
+closes it) resets the connection and drops whatever the kernel has not delivered yet.
+
+Field report S3: with the ordinary close, a request sent while the API server was out of
+reach stays in the kernel's send queue and is retransmitted after the process has died,
+until the path heals; a write the old leader sent before its renew deadline could then land
+after the new leader had acted (seen on loopback in a network namespace: the bytes arrived
+when the link came back, seconds after the sender had closed the socket). With this option
+the death of the process ends everything it sent but not yet delivered. Bytes the server's
+kernel already received are not recalled (a TCP reset does not drop them); those arrived
+before the process died, so before a standby could take over."""
+
+SOCKET_OPTIONS = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1), ABORTIVE_CLOSE]
+"""Options of every API connection: urllib3's default (``TCP_NODELAY``) and :data:`ABORTIVE_CLOSE`."""
+
 
 def load_api_client(kubeconfig: str | None) -> k8s.ApiClient:
     """An ApiClient from ``kubeconfig``, else the in-cluster config, else ``~/.kube/config``."""
@@ -88,6 +106,7 @@ def load_api_client_and_source(kubeconfig: str | None) -> tuple[k8s.ApiClient, s
             source = "default kubeconfig"
             token_file = _token_file(os.path.expanduser(KUBE_CONFIG_DEFAULT_LOCATION.split(os.pathsep)[0]))
     cfg.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    cfg.socket_options = list(SOCKET_OPTIONS)
     if token_file is not None:
         return RotatingTokenApiClient(cfg, TokenFile(token_file)), source
     if kubeconfig and _static_credentials(kubeconfig):

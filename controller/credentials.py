@@ -96,7 +96,11 @@ class RotatingTokenApiClient(k8s.ApiClient):
         configuration.api_key["BearerToken"] = self.token.header()
 
     def call_api(self, method, url, header_params=None, body=None, post_params=None,  # type: ignore[override]
-                 _request_timeout=None):
+                 _request_timeout=None, before_retry: Callable[[], None] | None = None):
+        """The generated client's ``call_api``, retried once with the renewed token after a
+        401. ``before_retry`` is called before that second send and may raise to refuse it
+        (the leader fence of a write, :class:`controller.runtime.kube.KubeWriter`): a 401 means the
+        first was not carried out, and the retry is a new send."""
         response = super().call_api(method, url, header_params=header_params, body=body, post_params=post_params,
                                     _request_timeout=_request_timeout)
         if response.status != 401:
@@ -105,6 +109,8 @@ class RotatingTokenApiClient(k8s.ApiClient):
         if not self.token.renew(sent):
             return response
         response.read()  # drain: the connection goes back to the pool
+        if before_retry is not None:
+            before_retry()
         headers = dict(header_params or {}, authorization=self.token.header())
         return super().call_api(method, url, header_params=headers, body=body, post_params=post_params,
                                 _request_timeout=_request_timeout)

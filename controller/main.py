@@ -28,13 +28,16 @@ from controller.config import (
 )
 from controller.apply.gateway import DEFAULT_TRUNK_HOLD_DOWN
 from controller.runtime.kube import KubeWriter
+from controller.runtime.events import EventRecorder
 from controller.runtime.leader import (
     DEFAULT_LEASE_NAME,
     DEFAULT_LEASE_NAMESPACE,
+    HardDeadline,
     LeaderElector,
     default_identity,
     identity_namespace,
 )
+from controller.runtime.result import LostLeadership
 from controller.reasons import LEADER_LOCK_HELD_ELSEWHERE
 from controller.manager import Manager, Options
 from controller.metrics import Metrics
@@ -227,6 +230,11 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         return 1
     # Which credentials run this process: a pod's own service account ("in-cluster") or a file.
     log.info("kubernetes client configured", source=source, server=api.configuration.host)
+    release = os.environ.get("POD_NAMESPACE", "")
+    identity = default_identity(release)
+    # The audit log tells the replicas apart by their holder identity (field report S3: no
+    # write of an old leader after its renew deadline is checked there).
+    api.user_agent = f"proxmox-network-controller ({identity})"
     options = Options(
         manage_gateway=args.manage_gateway_chassis,
         workers=args.workers,
@@ -245,8 +253,17 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
     metrics = Metrics()
     if isinstance(api, RotatingTokenApiClient):
         api.token.on_unauthorized = metrics.api_unauthorized.inc
+    elector: LeaderElector | None = None
+
+    def fence() -> None:
+        """Field report S3: every write the controller sends (API and OVN NB) is checked
+        here just before it leaves the process; refused unless this replica leads."""
+        if elector is None:
+            raise LostLeadership("not the leader: leader election has not started; the write was not sent")
+        elector.fence()
+
     try:
-        manager = Manager(api, options, metrics)
+        manager = Manager(api, options, metrics, fence=fence if args.leader_elect else None)
     except Exception as err:  # a bug in wiring; the constructor talks to no server
         log.error("unable to start manager", error=repr(err))
         return 1
@@ -254,10 +271,12 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
     signals = signals or SignalStop().install()
     stop = signals.event
     lost = threading.Event()
-    elector: LeaderElector | None = None
+    hard_deadline: HardDeadline | None = None
 
     def started_leading() -> None:
         log.info("started leading; starting workers")
+        if hard_deadline is not None:
+            hard_deadline.start()  # S3: gone before a standby can act, whatever holds the process
         metrics.set_leader(True)
         manager.start_workers()
 
@@ -309,9 +328,15 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         manager.stop()
         return 0
     elector_thread = None
+    notices: EventRecorder | None = None
     if args.leader_elect:
         namespace = args.leader_election_namespace or DEFAULT_LEASE_NAMESPACE
-        release = os.environ.get("POD_NAMESPACE", "")
+        lease_writer = KubeWriter(api)  # the elector's own, unfenced: the Lease is how leading is decided
+        if manager.events is not None:
+            # The one write a standby makes (an Event on the Lease): through the elector's
+            # writer, as the controller's own (Events included) are fenced to the leader.
+            notices = EventRecorder(lease_writer)
+            notices.start()
 
         def new_holder(holder: str, lease: dict) -> None:
             # One allocator per cluster (product-decisions §9): a replica of another release
@@ -322,16 +347,17 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
             message = (f'the leader lock, Lease {namespace}/{DEFAULT_LEASE_NAME}, is held by {holder} of the release in '
                        f'namespace "{other}": this replica of namespace "{release}" waits; one allocator per cluster')
             log.warning("another release holds the leader lock; waiting", holder=holder, release=other)
-            if manager.events is not None:
-                manager.events.event(lease, "Warning", LEADER_LOCK_HELD_ELSEWHERE, message)
+            if notices is not None:
+                notices.event(lease, "Warning", LEADER_LOCK_HELD_ELSEWHERE, message)
 
         elector = LeaderElector(
-            KubeWriter(api), namespace, identity=default_identity(release),
+            lease_writer, namespace, identity=identity,
             on_started_leading=started_leading, on_stopped_leading=stopped_leading,
             # B11/B13: a leader whose work loop died or whose caches went stale lets go.
             healthy=lambda: manager.healthy() and manager.caches_fresh(),
             on_new_holder=new_holder,
         )
+        hard_deadline = HardDeadline(elector)
         elector_thread = threading.Thread(target=elector.run, name="leader-election", daemon=True)
         elector_thread.start()
     else:
@@ -343,9 +369,15 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
     if elector is not None:
         elector.stop_acquiring()  # a standby stopping must not take over (issue 17: rollouts)
     stopped = manager.stop()
+    if notices is not None:
+        notices.stop(min(0.2, max(0.0, exit_by - time.monotonic())))
     if elector is not None and elector_thread is not None:
         # Released only once no pass can write: a standby takes over at once. A pass still
-        # running (a peer hanging) may write after the release, so the lease expires instead.
+        # running (a peer hanging) sends nothing more once leadership ends (the fence), but
+        # a request or NB transaction it already sent may still be carried out when the
+        # peer wakes, and must not land after a standby that took over at once had acted:
+        # so the lease expires instead, and the hard deadline ends the process before it
+        # does (field report S3).
         if not stopped:
             log.error("a worker is still running; the lease is left to expire", leaseDuration=elector.lease_duration)
         elector.stop(release=stopped)

@@ -219,12 +219,19 @@ class Manager:
 
     The constructor talks to no server: API discovery of the optional kinds runs in
     :meth:`start_informers` (and at every resync, for kinds installed later).
+
+    :param fence: the leader fence (field report S3; ``controller.main``): checked just
+        before every write the controller sends, to the API server (its Events included)
+        and to OVN NB; it raises ``controller.runtime.result.LostLeadership`` once this process no
+        longer holds the Lease. None: no leader election, every write is sent.
     """
 
-    def __init__(self, api_client: k8s.ApiClient, options: Options, metrics: Metrics | None = None) -> None:
+    def __init__(self, api_client: k8s.ApiClient, options: Options, metrics: Metrics | None = None,
+                 fence: Callable[[], None] | None = None) -> None:
         self.options = options
         self.metrics = metrics or Metrics()
-        self.writer = KubeWriter(api_client)
+        self.fence = fence
+        self.writer = KubeWriter(api_client, fence=fence)
         self._stop = threading.Event()  # set first thing in stop(): passes end at their next action
         self.factory = SharedInformerFactory(api_client)
         f = self.factory
@@ -314,7 +321,7 @@ class Manager:
             options.ovn_nb_address, enqueue=lambda key: nets.add(NetworkKey.parse(key)), tls_source=tls_source,
             on_commit=self.metrics.gateway_nb_transaction,
             enqueue_after=lambda key, delay: nets.queue.add_after(NetworkKey.parse(key), delay),
-            clear_mtu=options.overlay_mtu > 0,
+            clear_mtu=options.overlay_mtu > 0, fence=self.fence,
         )
         self.collector = GatewayCollector(applier, self._network_exists, self.metrics, options.gateway_collect_period)
         sb = None

@@ -91,6 +91,10 @@ class GatewayApplier:
         around it (to record its plans, or to edit the NB between plan and commit).
     :param clear_mtu: a released group takes its ports' ``options:gateway_mtu`` with it (off
         when the controller leaves the option alone: ``--overlay-mtu=0``).
+    :param fence: checked right before each write transaction is sent (``ovn.nb.NBClient``):
+        the leader fence of field report S3. What it raises (``LostLeadership``) comes out
+        of :meth:`ensure`, :meth:`release` and :meth:`collect` as is, not as an
+        :class:`NBError`: losing the lease is not an NB failure.
     """
 
     def __init__(
@@ -106,6 +110,7 @@ class GatewayApplier:
         lost_delay: float = LOST_DELAY,
         plan: Callable[..., planner.NBPlan] = planner.plan_ensure,
         clear_mtu: bool = True,
+        fence: Callable[[], None] | None = None,
     ) -> None:
         self.plan = plan
         self.clear_mtu = clear_mtu
@@ -138,6 +143,7 @@ class GatewayApplier:
             indexes=[self.lrp_by_name, self.lrp_by_group, self.group_by_name, self.group_by_network,
                      self.group_by_chassis],
             tls_source=tls_source,
+            fence=fence,
         )
 
     def _committed(self, op: str) -> None:

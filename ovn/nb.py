@@ -28,6 +28,17 @@ own handshake so a bad certificate gets the clear message of
 reference-behaviour.md §11, and while python-ovs is reconnecting on its own the
 Secret is re-read at most every ``BACKOFF_MAX`` seconds, so a rotated Secret is
 picked up without a restart.
+
+Writes and leadership (field report S3): with a ``fence`` every transaction that would
+change something is checked with it on the owner thread right before ``commit()`` hands it
+to the socket; a refusal aborts it unsent. Every connection of the IDL is closed abortively
+(``SO_LINGER`` 0, :func:`abortive_close`): when the process dies (or python-ovs drops a
+connection) a transaction still in the kernel's send queue is dropped, not retransmitted to
+a server that comes back later. A transaction the server's kernel already holds is beyond
+recall: a stopped ``ovsdb-server`` (SIGSTOP) commits it when it resumes, whether the client
+closed, reset or died meanwhile (seen with this build's ``ovsdb-server``; python-ovs says as
+much of ``Transaction.abort``). It arrived before anything a later leader sends, and that
+leader plans on top of it (its writes are guarded by ``wait`` operations).
 """
 
 from __future__ import annotations
@@ -35,6 +46,8 @@ from __future__ import annotations
 import concurrent.futures
 import errno
 import os
+import socket
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -76,6 +89,29 @@ ERROR = ovs.db.idl.Transaction.ERROR
 NOT_LOCKED = ovs.db.idl.Transaction.NOT_LOCKED
 ABORTED = ovs.db.idl.Transaction.ABORTED
 TIMED_OUT = "timed out"
+
+
+ABORTIVE_CLOSE = (socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+"""``SO_LINGER`` on, zero timeout (as ``controller.config.ABORTIVE_CLOSE`` for the API):
+closing resets the connection and drops what the kernel has not delivered."""
+
+
+def abortive_close(idl: ovs.db.idl.Idl, last: Any = None) -> Any:
+    """Set :data:`ABORTIVE_CLOSE` on the socket of ``idl``'s current connection (or of the
+    one it is opening) unless it is ``last`` (the socket this returned the time before, so
+    each socket is set once). python-ovs opens a new socket at each reconnect, so this runs
+    after every ``Idl.run`` and before every commit. Returns the socket looked at."""
+    sess = getattr(idl, "_session", None)
+    stream = getattr(getattr(sess, "rpc", None), "stream", None) or getattr(sess, "stream", None)
+    sock = getattr(stream, "socket", None)
+    if sock is None:
+        return last
+    if sock is not last:
+        try:
+            sock.setsockopt(*ABORTIVE_CLOSE)
+        except (OSError, AttributeError):
+            pass  # a socket already closed, or a kind without the option
+    return sock
 
 
 class NBError(Exception):
@@ -359,8 +395,13 @@ class NBClient:
         label: str = "OVN NB",
         conditions: Mapping[str, list] | None = None,
         tls_recheck: float = BACKOFF_MAX,
+        fence: Callable[[], None] | None = None,
     ) -> None:
         """
+        :param fence: called on the owner thread just before a transaction is committed
+            (handed to the socket); it raises to refuse it, and the transaction is aborted
+            unsent and the error raised from :meth:`transact`. ``controller.main`` gives the
+            leader fence (``controller.runtime.leader.LeaderElector.fence``, field report S3).
         :param database: the OVSDB database monitored; ``tables`` its tables and columns
             (default: the NB's ``TABLES``); ``label`` names it in errors and the thread.
         :param conditions: ``{table: OVSDB condition}`` monitored with ``monitor_cond``
@@ -392,6 +433,8 @@ class NBClient:
         self.tls_recheck = tls_recheck
         self._server_absent = False  # the last probe could not even connect
         self.leader_only = leader_only
+        self.fence = fence
+        self._abortive: Any = None  # the socket last set to close abortively
         self.probe_interval_ms = probe_interval_ms
         self.dial_timeout = dial_timeout
         self._queue: list[tuple[Callable[[], Any], concurrent.futures.Future]] = []
@@ -497,6 +540,11 @@ class NBClient:
         transaction: a pass queued behind a hung one ends at its own deadline (issue 26 item
         7: three passes behind a hung transaction ended at 7.5 s, past the 5 s bound), and a
         transaction whose deadline passed in the queue is not sent at all.
+
+        With a ``fence`` (constructor), it is called right before the commit; what it
+        raises is raised here and nothing was sent. A transaction that was sent and timed
+        out is aborted here but may still be carried out by the server (python-ovs
+        ``Transaction.abort``): its outcome is unknown, as for ``TRY_AGAIN``.
         """
         deadline = time.monotonic() + timeout
 
@@ -511,6 +559,13 @@ class NBClient:
                 txn.abort()
                 return TxnResult(TIMED_OUT, f"no commit reply within {timeout:g}s (queued behind another "
                                  "transaction; not sent)", value)
+            if self.fence is not None:
+                try:
+                    self.fence()  # S3: the last moment before the transaction leaves the process
+                except BaseException:
+                    txn.abort()
+                    raise
+            self._abortive = abortive_close(idl, self._abortive)
             status = txn.commit()
             while status == ovs.db.idl.Transaction.INCOMPLETE:
                 left = deadline - time.monotonic()
@@ -702,6 +757,7 @@ class NBClient:
         try:
             while not self._stop.is_set():
                 idl.run()
+                self._abortive = abortive_close(idl, self._abortive)
                 self._publish(idl)
                 self._drain_wake()
                 self._run_pending()

@@ -35,10 +35,11 @@ class CuttableWriter(KubeWriter):
         self.cut = False
         self.puts = 0
 
-    def request(self, method, path, body=None, content_type="application/json", query=None) -> dict[str, Any]:
+    def request(self, method, path, body=None, content_type="application/json", query=None,
+                timeout=None) -> dict[str, Any]:
         if self.cut:
             raise ConnectionRefusedError("test: partitioned from the API server")
-        out = super().request(method, path, body, content_type, query)
+        out = super().request(method, path, body, content_type, query, timeout)
         if method == "PUT":
             self.puts += 1
         return out

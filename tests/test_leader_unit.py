@@ -15,6 +15,7 @@ import socket
 import re
 import threading
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -24,6 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from controller.runtime.kube import ApiError
 from controller.runtime.leader import (
     DEFAULT_LEASE_NAME,
+    EXIT_LEASE_EXPIRED,
+    HardDeadline,
     LeaderElector,
     LeaseRecord,
     DEFAULT_LEASE_NAMESPACE,
@@ -33,6 +36,7 @@ from controller.runtime.leader import (
     format_micro_time,
     lease_path,
 )
+from controller.runtime.result import LostLeadership, Stopping
 from tests.support.clock import FakeClock
 from hack.wait import wait_for
 
@@ -112,6 +116,7 @@ class FakeClient:
         self.lose = 0
         self.hang: threading.Event | None = None
         self.requests: list[str] = []
+        self.timeouts: list[tuple[float, float] | None] = []  # the HTTP timeout each request was given
         self.hooks: list[list] = []  # [requests to skip, "before"|"after", callback]
 
     def meddle(self, skip: int, where: str, fn) -> None:
@@ -123,8 +128,10 @@ class FakeClient:
                 self.hooks.remove(hook)
                 hook[2]()
 
-    def request(self, method: str, path: str, body=None, content_type: str = "application/json") -> dict:
+    def request(self, method: str, path: str, body=None, content_type: str = "application/json",
+                timeout: tuple[float, float] | None = None) -> dict:
         self.requests.append(method)
+        self.timeouts.append(timeout)
         if self.hang is not None:
             self.hang.wait()
         try:
@@ -662,6 +669,9 @@ def test_run_leads_and_release_on_stop_ends_the_thread():
     assert not t.is_alive()
     assert rec.started == 1 and rec.stopped == 1
     assert api.spec()["holderIdentity"] == ""
+    # S3 / nsx-operator#1558: every request's own HTTP timeout ends by the renew deadline
+    # (connect, read), never the client's default of 30 s.
+    assert client.timeouts and all(t is not None and 0 < t[0] <= t[1] <= a.renew_deadline for t in client.timeouts)
 
 
 def test_run_hung_renew_ends_leadership_by_the_deadline():
@@ -845,3 +855,141 @@ TwoElectors.TestCase.settings = settings(
     max_examples=500, stateful_step_count=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_two_electors_never_both_lead = TwoElectors.TestCase
+
+
+# -- S3: the write fence and the hard deadline ------------------------------------------
+
+def test_the_fence_lets_writes_through_only_while_leading():
+    api, clock = FakeLeaseApi(), FakeClock()
+    seed_lease(api, "b")
+    a, client, rec = make(api, clock, "a")
+    a.step()
+    with pytest.raises(LostLeadership, match="this replica does not hold the lease; the write was not sent"):
+        a.fence()
+    clock.advance(15)
+    a.step()
+    assert a.is_leader
+    a.fence()  # leading: returns
+    client.fail = 10**6
+    clock.advance(9.99)
+    a.fence()
+    # At the renew deadline the fence refuses, before the elector's thread has noticed.
+    clock.advance(0.01)
+    with pytest.raises(LostLeadership, match=r"the renew deadline has passed \(the last successful renew began "
+                                             r"10.0s ago, deadline 10s\)"):
+        a.fence()
+    assert not a.finished and rec.stopped == 0
+    a.step()
+    with pytest.raises(LostLeadership, match=r"leadership ended \(renew deadline exceeded\)"):
+        a.fence()
+    assert issubclass(LostLeadership, Stopping)  # the worker drops the key, no retry
+
+
+def test_the_fence_refuses_while_stepping_down():
+    api, clock = FakeLeaseApi(), FakeClock()
+    a, client, rec = lead(api, clock)
+    seen = []
+    client.meddle(0, "before", lambda: seen.append(pytest.raises(LostLeadership, a.fence)))
+    a.stop()
+    a.step()  # the release: the fence already refuses while its request is on the way
+    assert seen and rec.stopped == 1
+    with pytest.raises(LostLeadership, match=r"leadership ended \(stopped\)"):
+        a.fence()
+
+
+class Exit:
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+
+    def __call__(self, code: int) -> None:
+        self.codes.append(code)
+
+
+def test_hard_deadline_ends_the_process_at_lease_duration_less_the_margin():
+    api, clock = FakeLeaseApi(), FakeClock()
+    a, client, rec = lead(api, clock)
+    exit_ = Exit()
+    hard = HardDeadline(a, exit=exit_)
+    assert hard.margin == 1.0 and hard.age == 14.0
+    # While renewing, the deadline moves with each renew.
+    for _ in range(5):
+        clock.advance(2)
+        a.step()
+        assert hard.check() == 14.0 and not exit_.codes
+    # The API goes away: leadership ends at 10 s, the process is still there at 14 s.
+    client.fail = 10**6
+    for _ in range(5):
+        clock.advance(2)
+        a.step()
+    assert a.finished and rec.stopped == 1 and a.last_renew_age() == 10
+    assert hard.check() == pytest.approx(4.0) and not exit_.codes
+    clock.advance(3.99)
+    assert hard.check() == pytest.approx(0.01) and not exit_.codes
+    clock.advance(0.01)
+    assert hard.check() == math.inf
+    assert exit_.codes == [EXIT_LEASE_EXPIRED] and hard.fired
+    assert hard.check() == math.inf and exit_.codes == [EXIT_LEASE_EXPIRED]  # once
+
+
+def test_hard_deadline_waits_for_a_first_lease_and_keeps_within_the_lease():
+    api, clock = FakeLeaseApi(), FakeClock()
+    seed_lease(api, "b")
+    a, _, _ = make(api, clock, "a", lease_duration=6, renew_deadline=5, retry_period=1)
+    exit_ = Exit()
+    hard = HardDeadline(a, exit=exit_)
+    assert hard.margin == 0.5 and hard.age == 5.5  # at most half of the 1 s between the two
+    assert hard.remaining() is None and hard.check() == a.retry_period
+    clock.advance(100)
+    assert hard.check() == a.retry_period and not exit_.codes  # never led: nothing to end
+    with pytest.raises(ValueError):
+        HardDeadline(a, margin=1.0)  # not after the renew deadline
+
+
+def test_hard_deadline_on_a_real_process_whose_main_thread_is_stuck(tmp_path):
+    """The real thing: ``os._exit`` with the distinct status and one log line, from a process
+    whose main thread never returns (a stop step that blocks, cilium#42920), at lease
+    duration less the margin after its last renew, and not before the renew deadline."""
+    import json
+    import subprocess
+    import sys
+    import time as _time
+
+    script = tmp_path / "stuck.py"
+    script.write_text(f"""
+import threading, time, sys, json
+sys.path[:0] = [{str(Path(__file__).resolve().parents[1])!r}]
+from controller.main import configure_logging
+from controller.runtime.leader import LeaderElector, HardDeadline
+from tests.test_leader_unit import FakeLeaseApi, FakeClient, NS
+configure_logging("info", "json")
+api = FakeLeaseApi()
+client = FakeClient(api)
+hard = None
+def started():
+    hard.start()
+el = LeaderElector(client, NS, identity="a", lease_duration=3, renew_deadline=2, retry_period=0.2,
+                   on_started_leading=started, on_stopped_leading=lambda: None)
+hard = HardDeadline(el)
+threading.Thread(target=el.run, name="leader-election", daemon=True).start()
+while not el.is_leader:
+    time.sleep(0.01)
+time.sleep(0.5)
+client.fail = 10**9  # the API server goes away
+threading.Event().wait()  # the main thread never returns
+""")
+    started = _time.monotonic()
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                          cwd=str(Path(__file__).resolve().parents[1]))
+    took = _time.monotonic() - started
+    assert proc.returncode == EXIT_LEASE_EXPIRED, proc.stdout + proc.stderr
+    lines = [json.loads(ln) for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("{")]
+    exits = [ln for ln in lines if ln.get("event") == "lease expired with the process still running; exiting at once"]
+    assert len(exits) == 1, lines
+    line = exits[0]
+    assert line["level"] == "critical" and line["exitCode"] == EXIT_LEASE_EXPIRED
+    # lease 3 s, renew deadline 2 s: the margin is 0.5 s, so 2.5 s after the last renew began.
+    assert 2.5 <= line["lastRenewAge"] < 3.0
+    assert line["leaseDuration"] == 3 and line["renewDeadline"] == 2
+    assert "MainThread" in line["threads"] and "leader-election" not in line["threads"]  # run() has ended
+    assert any(ln.get("event") == "leadership lost" for ln in lines)
+    assert took < 30

@@ -27,6 +27,7 @@ import structlog
 from controller.rfc3339 import utc_now
 from controller.rfc3339 import format_utc
 from controller.runtime.kube import ApiError, KubeWriter
+from controller.runtime.result import LostLeadership
 from informers.resource import Resource
 
 log = structlog.get_logger(__name__)
@@ -112,6 +113,10 @@ class EventRecorder:
                 if item is None:
                     return
                 self._post(*item)
+            except LostLeadership:
+                # S3: an Event queued while leading is not posted once the Lease is lost.
+                self.dropped += 1
+                log.info("event not posted: leadership lost", reason=item[2] if item else "")
             except Exception:  # an Event is never worth a dead thread
                 log.exception("could not record event")
             finally:

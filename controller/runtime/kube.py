@@ -13,12 +13,13 @@ list position and value, never by a merge patch of the whole list
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 from kubernetes import client as k8s
 
+from controller.credentials import RotatingTokenApiClient
 from informers.resource import Resource
 
 log = structlog.get_logger(__name__)
@@ -132,10 +133,18 @@ class KubeWriter:
 
     ``writes`` counts the write requests sent (create/update/patch/delete), for logs and
     the steady-state checks.
+
+    :param fence: called just before every write request is handed to the HTTP client (and
+        before the one retry after a 401); it raises to refuse the write, which is then not
+        sent at all. ``controller.main`` passes the leader fence
+        (:meth:`controller.runtime.leader.LeaderElector.fence`, field report S3): once the renew
+        deadline has passed, no create, update, patch or delete leaves the process. Reads
+        are never fenced. None: every write is sent (no leader election, tests).
     """
 
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    def __init__(self, api_client: k8s.ApiClient, fence: Callable[[], None] | None = None) -> None:
         self.api = api_client
+        self.fence = fence
         self.writes = 0
 
     # -- transport ---------------------------------------------------------------
@@ -146,9 +155,15 @@ class KubeWriter:
         body: Any = None,
         content_type: str = "application/json",
         query: list[tuple[str, str]] | None = None,
+        timeout: tuple[float, float] | None = None,
     ) -> dict[str, Any]:
-        if method != "GET":
-            self.writes += 1
+        """One request. ``timeout``: (connect, read) seconds, :data:`REQUEST_TIMEOUT` when
+        None (the leader elector bounds its own by the renew deadline).
+
+        :raises controller.runtime.result.LostLeadership: (or whatever the fence raises) for a write
+            the fence refused; nothing was sent.
+        """
+        write = method != "GET"
         try:
             m, url, headers, body_out, post = self.api.param_serialize(
                 method=method,
@@ -158,8 +173,15 @@ class KubeWriter:
                 body=body,
                 auth_settings=["BearerToken"],
             )
+            fence = self.fence if write else None
+            if fence is not None:
+                fence()  # S3: the last moment before the request leaves the process
+            if write:
+                self.writes += 1
+            retry_fenced = fence is not None and isinstance(self.api, RotatingTokenApiClient)
+            extra = {"before_retry": fence} if retry_fenced else {}
             resp = self.api.call_api(m, url, header_params=headers, body=body_out, post_params=post,
-                                     _request_timeout=REQUEST_TIMEOUT)
+                                     _request_timeout=timeout or REQUEST_TIMEOUT, **extra)
             data = resp.read()
         except k8s.ApiException as exc:
             raise _api_error(exc) from None

@@ -41,14 +41,50 @@ request runs on a short-lived helper thread and is abandoned (counted as a failu
 the renew deadline while leading, or ``renew_deadline`` after an acquire attempt began,
 so a hung connection ends leadership on time instead of after the HTTP timeout (30 s in
 :mod:`controller.runtime.kube`), and never keeps :meth:`LeaderElector.stop` waiting that long.
-An abandoned request may still land; that is safe, since the record it writes only
-delays a takeover. :attr:`LeaderElector.is_leader` also checks the deadline on every
-read.
+The request's own HTTP timeout is the time left until that deadline too, so the helper
+thread and its connection end with it (vmware-tanzu/nsx-operator#1558: a renew inheriting
+the client's 120 s timeout let a standby take over while the old leader still believed it
+led). A renew that is slow but answers within the deadline keeps the lease (S3's slow-API
+variant; home-operations/kopiur#324 is the opposite failure: giving up on the first slow
+call). An abandoned request may still land; that is safe, since the record it writes only
+delays a takeover (and a stale one is refused by its resourceVersion).
+:attr:`LeaderElector.is_leader` also checks the deadline on every read.
+
+**No write after the renew deadline** (field report S3; cilium/cilium#42920: an operator
+whose stop hook blocked past the hard deadline kept writing, and two operators gave two
+CiliumNodes one PodCIDR). The renew deadline ends leadership ``renew_deadline`` after the
+start of the last successful renew; a standby can take the Lease no earlier than
+``lease_duration`` after it saw that renew, on its own clock, so no earlier than
+``lease_duration`` after the renew started. Two rules keep the old leader's writes before
+that moment:
+
+* **The fence.** :meth:`LeaderElector.fence` raises
+  :class:`controller.runtime.result.LostLeadership` unless :attr:`LeaderElector.is_leader`.
+  ``controller.main`` gives it to every writer: :class:`controller.runtime.kube.KubeWriter` calls
+  it just before each create, update, patch or delete is handed to the HTTP client, and
+  ``ovn.nb.NBClient`` just before each transaction is committed to its socket. A refused
+  write is not sent; the worker drops its key without a retry (the process is exiting).
+* **The hard deadline.** :class:`HardDeadline` ends the process with ``os._exit``
+  (:data:`EXIT_LEASE_EXPIRED`, after one log line) if it is still alive ``lease_duration``
+  less a margin (1 s by default) after the start of the last successful renew: whatever
+  holds it (a worker inside a request to a hung peer, a stop step that blocks), it is gone
+  before a standby can act, with its sockets. Those close abortively
+  (``controller.config.ABORTIVE_CLOSE``, ``ovn.nb.ABORTIVE_CLOSE``), so a request the
+  kernel has not delivered yet dies with it instead of being retransmitted later.
+
+What neither can recall: a request the peer's kernel already received before the process
+died. A stopped ovsdb-server (SIGSTOP) commits such a transaction when it resumes; it
+arrived before anything the new leader sends, and the new leader plans on top of it. And a
+process frozen between the fence and the send (SIGSTOP of the controller itself, a paused
+VM) sends once when it thaws, before its watchdog runs; only a fencing token checked by the
+server would close that, and neither kube-apiserver nor OVSDB checks one for these writes
+(resourceVersion preconditions and OVSDB ``wait`` guards narrow what such a write can do).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import random
 import socket
 import threading
@@ -61,11 +97,14 @@ from typing import Any, Protocol
 
 import structlog
 
-from controller.runtime.kube import ApiError
+from controller.runtime.kube import REQUEST_TIMEOUT, ApiError
+from controller.runtime.result import LostLeadership
 
 __all__ = [
     "DEFAULT_LEASE_NAME",
     "DEFAULT_LEASE_NAMESPACE",
+    "EXIT_LEASE_EXPIRED",
+    "HardDeadline",
     "JITTER_FACTOR",
     "LeaderElector",
     "LeaseRecord",
@@ -92,12 +131,23 @@ JITTER_FACTOR = 1.2
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
+EXIT_LEASE_EXPIRED = 3
+"""Exit status of a process ended by :class:`HardDeadline` (1 is the ordinary exit after
+losing leadership, 2 a command-line error)."""
+
+HARD_DEADLINE_MARGIN = 1.0
+"""Seconds before ``lease_duration`` (after the start of the last successful renew) at which
+:class:`HardDeadline` ends the process: time for its thread to wake and log (at most half of
+``lease_duration - renew_deadline``)."""
+
 
 class LeaseWriter(Protocol):
-    """What the elector needs from :class:`controller.runtime.kube.KubeWriter`."""
+    """What the elector needs from :class:`controller.runtime.kube.KubeWriter`. Under
+    :meth:`LeaderElector.run` requests also get ``timeout=(connect, read)`` seconds, bounded
+    by the renew deadline."""
 
     def request(self, method: str, path: str, body: Any = None,
-                content_type: str = "application/json") -> dict[str, Any]: ...
+                content_type: str = "application/json", **kwargs: Any) -> dict[str, Any]: ...
 
 
 def lease_path(namespace: str, name: str | None = None) -> str:
@@ -304,6 +354,27 @@ class LeaderElector:
         rec = self._observed
         return rec.holder if rec else None
 
+    def fence(self) -> None:
+        """The write fence of field report S3 (module docstring): returns while this process
+        leads (:attr:`is_leader`: the lease held and the renew deadline not passed), else
+        raises. Give it to every writer, to be called just before a write is sent.
+
+        :raises controller.runtime.result.LostLeadership: not leading; the message says why.
+        """
+        with self._lock:
+            leading = self._leading and not self._stepping_down and self._last_renew is not None
+            age = None if self._last_renew is None else self._clock() - self._last_renew
+            if leading and age is not None and age < self.renew_deadline:
+                return
+        if leading:
+            why = (f"the renew deadline has passed (the last successful renew began {age:.1f}s ago, "
+                   f"deadline {self.renew_deadline:g}s)")
+        elif self._held:
+            why = f"leadership ended ({self._lost_reason or 'stepping down'})"
+        else:
+            why = "this replica does not hold the lease"
+        raise LostLeadership(f"not the leader: {why}; the write was not sent")
+
     def last_renew_age(self) -> float | None:
         """Seconds (our clock) since the start of the last successful acquire or renew,
         or None if the lease was never acquired. For liveness and metrics."""
@@ -468,10 +539,13 @@ class LeaderElector:
             raise TimeoutError("no time left for a lease request")
         box: dict[str, Any] = {}
         done = threading.Event()
+        # The HTTP timeout ends with the deadline too (nsx-operator#1558): the helper thread
+        # and its connection do not outlive the attempt by the client's default (30 s).
+        http_timeout = (min(REQUEST_TIMEOUT[0], timeout), timeout)
 
         def target() -> None:
             try:
-                box["value"] = self.writer.request(method, path, body, "application/json")
+                box["value"] = self.writer.request(method, path, body, "application/json", timeout=http_timeout)
             except BaseException as exc:  # handed to the caller
                 box["error"] = exc
             finally:
@@ -571,3 +645,85 @@ class LeaderElector:
         self._observe(written, own_write=True)
         self._log.info("released lease")
         return True
+
+
+class HardDeadline:
+    """Ends the process when it outlives its lease (field report S3, cilium/cilium#42920).
+
+    Once the process has led, if it is still alive ``lease_duration`` less ``margin``
+    seconds after the start of its last successful renew, it logs one line (``lease expired
+    with the process still running; exiting at once``, naming the threads still there) and
+    calls ``exit(EXIT_LEASE_EXPIRED)`` (``os._exit``: no cleanup, no stop step that could
+    block). At that age the renew deadline has long passed (the ordinary exit after losing
+    leadership takes about 1.5 s), so something holds the process: a worker inside a request
+    to a hung peer, a stop step that blocks. A standby cannot take the Lease before
+    ``lease_duration`` after it saw that renew, so the process is gone first, and with it
+    every connection (closed abortively: nothing it has not delivered yet is sent later).
+
+    :param elector: the :class:`LeaderElector` whose renews count (its clock).
+    :param margin: seconds before ``lease_duration`` to act; default
+        :data:`HARD_DEADLINE_MARGIN`, at most half of ``lease_duration - renew_deadline``.
+    :param exit: called with :data:`EXIT_LEASE_EXPIRED` (``os._exit``).
+    :param log_budget: seconds the log line may take (written from its own thread, as a
+        blocked stderr must not hold the exit).
+
+    Start it once leading (:meth:`start`, a daemon thread); :meth:`check` is one look.
+    """
+
+    def __init__(self, elector: LeaderElector, *, margin: float | None = None,
+                 exit: Callable[[int], Any] = os._exit, log_budget: float = 0.25) -> None:
+        self.elector = elector
+        slack = elector.lease_duration - elector.renew_deadline
+        self.margin = min(HARD_DEADLINE_MARGIN, slack / 2) if margin is None else float(margin)
+        if not 0 <= self.margin < slack:
+            raise ValueError("the hard deadline must fall after the renew deadline")
+        self.age = elector.lease_duration - self.margin  # of the last successful renew, when it acts
+        self._exit = exit
+        self._log_budget = log_budget
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.fired = False
+
+    def remaining(self) -> float | None:
+        """Seconds until the process is ended (<= 0: due), None if it never led."""
+        age = self.elector.last_renew_age()
+        return None if age is None else self.age - age
+
+    def check(self) -> float:
+        """End the process if it is due; else the seconds to wait before the next look."""
+        if self.fired:
+            return math.inf
+        left = self.remaining()
+        if left is None:
+            return self.elector.retry_period
+        if left > 0 or self.elector.is_leader:  # leading cannot be due; checked all the same
+            return max(left, 0.01)
+        self.fired = True
+        age = self.elector.last_renew_age() or 0.0
+        threads = sorted(t.name for t in threading.enumerate() if t is not threading.current_thread())
+        said = threading.Thread(target=lambda: log.critical(
+            "lease expired with the process still running; exiting at once",
+            lastRenewAge=round(age, 3), leaseDuration=self.elector.lease_duration,
+            renewDeadline=self.elector.renew_deadline, exitCode=EXIT_LEASE_EXPIRED, threads=threads,
+        ), name="hard-deadline-log", daemon=True)
+        said.start()
+        said.join(self._log_budget)
+        self._exit(EXIT_LEASE_EXPIRED)
+        return math.inf
+
+    def run(self) -> None:
+        """Look, then sleep until the next look, until :meth:`stop` or the end."""
+        while not self.fired:
+            wait = self.check()
+            if self.fired or self._stop.wait(wait):
+                return
+
+    def start(self) -> "HardDeadline":
+        """Run on a daemon thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self.run, name="hard-deadline", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()

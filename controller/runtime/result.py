@@ -17,3 +17,13 @@ class Stopping(Exception):
     """The process is stopping: the pass ends before its next action, as if the leader had
     been killed there (the next leader redoes it; every step is one write that a later pass
     finds done). The worker drops the key quietly."""
+
+
+class LostLeadership(Stopping):
+    """A write refused by the leader fence (field report S3): this process no longer holds
+    the Lease (its renew deadline passed, another replica took it, or it never held it), so
+    nothing more may be sent, to the API server or to OVN NB. Raised by the fence
+    :meth:`controller.runtime.leader.LeaderElector.fence` that ``controller.main`` gives the writers
+    (:class:`controller.runtime.kube.KubeWriter`, ``ovn.nb.NBClient``), just before a request or a
+    transaction would be sent. The worker drops the key without a retry (the process exits:
+    product-decisions.md §4.5) and the pass ends there, as for :class:`Stopping`."""

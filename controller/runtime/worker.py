@@ -4,7 +4,9 @@ A :class:`Controller` owns a ``RateLimitingQueue`` named after its kind (the ``n
 label of the ``workqueue_*`` series) holding keys of one type (``controller.watch.keys``).
 Each worker takes a key, runs the reconcile, and on success forgets the key's backoff and
 requeues it as the :class:`controller.runtime.result.Result` asks; on any failure the key is
-retried with the queue's backoff (client-go's ``processNextWorkItem``).
+retried with the queue's backoff (client-go's ``processNextWorkItem``), except when the
+process is stopping or has lost the Lease (:class:`controller.runtime.result.Stopping`,
+:class:`controller.runtime.result.LostLeadership`): the key is then dropped.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import urllib3
 
 from controller.runtime.kube import ApiError
 from controller.metrics import Metrics
-from controller.runtime.result import Result, Stopping
+from controller.runtime.result import LostLeadership, Result, Stopping
 from controller.runtime.workqueue import RateLimitingQueue
 
 log = structlog.get_logger(__name__)
@@ -107,6 +109,11 @@ class Controller:
             result = self.reconcile(key)
             if result is None:
                 return
+        except LostLeadership as why:
+            # S3: the fence refused a write; nothing more is sent, the process exits. No
+            # retry: a requeued key would only be refused again.
+            log.warning("pass abandoned: leadership lost; the write was not sent", key=label, error=str(why))
+            return
         except Stopping as why:
             log.info("pass abandoned: the controller is stopping", key=label, step=str(why))
             return

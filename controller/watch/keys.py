@@ -29,7 +29,7 @@ from controller.rules.foreign import machine_devices, owner_machines
 from controller.watch.indexes import overlap_candidates
 from controller.watch.indexes import vlan_index_provider_id
 from controller.rules.vlan_claims import vlan_owner
-from informers import meta_namespace_key
+from informers.resource import meta_namespace_key
 
 
 @attrs.frozen(order=True)

@@ -6,6 +6,7 @@
         proxy.cut()          # every live connection gets a TCP RST, both sides
         proxy.blackhole()    # stop forwarding: no data, no FIN, no RST (a silent drop)
         proxy.restore()      # new connections forward again (blackholed ones stay dead)
+        proxy.delay(3.0)     # a slow server: what the client sends arrives 3 s later
 
 TLS passes through untouched, so a client verifying 127.0.0.1 against the API server's
 certificate works through the proxy.
@@ -13,10 +14,12 @@ certificate works through the proxy.
 
 from __future__ import annotations
 
+import collections
 import selectors
 import socket
 import struct
 import threading
+import time
 from typing import Any
 
 _BUF = 64 * 1024
@@ -43,6 +46,7 @@ class _Conn:
         self.done = threading.Event()
         self.blackholed = proxy._blackhole
         self.graceful = False
+        self._late: collections.deque[tuple[float, bytes]] = collections.deque()  # client data held by delay()
         self._wake_r, self._wake_w = socket.socketpair()
         self.thread = threading.Thread(target=self._run, name="tcpproxy-conn", daemon=True)
 
@@ -82,6 +86,11 @@ class _Conn:
                 sel.register(self.upstream, selectors.EVENT_READ)
             open_sides = 0 if self.blackholed else 2
             while not self.kill.is_set():
+                while self._late and self._late[0][0] <= time.monotonic() and not self.blackholed:
+                    try:
+                        self.upstream.sendall(self._late.popleft()[1])  # type: ignore[union-attr]
+                    except OSError:
+                        return
                 if self.proxy._blackhole and not self.blackholed:
                     # Stop reading both sides: nothing moves, nothing closes.
                     self.blackholed = True
@@ -90,7 +99,8 @@ class _Conn:
                             sel.unregister(sock)
                         except (KeyError, ValueError):
                             pass
-                for key, _ in sel.select(timeout=1.0):
+                wait = max(0.0, min(1.0, self._late[0][0] - time.monotonic())) if self._late else 1.0
+                for key, _ in sel.select(timeout=wait):
                     if self.proxy._blackhole and not self.blackholed:
                         break  # set while selecting: unregister before reading anything more
                     sock = key.fileobj
@@ -118,6 +128,10 @@ class _Conn:
                             self.graceful = True
                             return
                         continue
+                    if sock is self.client and (self.proxy._delay > 0 or self._late):
+                        # In order, each chunk ``delay`` seconds after it came in.
+                        self._late.append((time.monotonic() + self.proxy._delay, data))
+                        continue
                     try:
                         other.sendall(data)
                     except OSError:
@@ -136,6 +150,7 @@ class TCPProxy:
         self._conns: set[_Conn] = set()
         self._lock = threading.Lock()
         self._blackhole = False
+        self._delay = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.accepted = 0
@@ -207,6 +222,12 @@ class TCPProxy:
     def restore(self) -> None:
         """Forward new connections again (connections blackholed so far stay frozen)."""
         self._blackhole = False
+
+    def delay(self, seconds: float) -> None:
+        """Hold what clients send for ``seconds`` before passing it on, each chunk in order
+        (0: at once again): a slow server, every request answered that much later; the
+        answers themselves are not held. Live connections too, from their next chunk."""
+        self._delay = float(seconds)
 
     # internals ---------------------------------------------------------------
 
