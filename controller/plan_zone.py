@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from controller import allocator, kubeovn, names, reasons, release, reuse
+from controller import allocator, kubeovn, names, reasons, release, reuse, schema
 from controller.actions import (
     Event,
     EventSpec,
@@ -58,6 +58,7 @@ class ZoneSnapshot:
     :ivar bound: Vlan name -> the cached Subnets whose ``spec.vlan`` names it.
     :ivar owners, fresh, listed, released: pass fields per Vlan name (fresh GET of the
         owning network, fresh GET of the Vlan, its ``status.subnets`` split, released).
+    :ivar pruned: the status fields the API server prunes for zones (``controller.schema``).
     """
 
     name: str
@@ -75,6 +76,7 @@ class ZoneSnapshot:
     fresh: Mapping[str, Any] = attrs.field(factory=dict)
     listed: Mapping[str, Any] = attrs.field(factory=dict)
     released: Mapping[str, bool] = attrs.field(factory=dict)
+    pruned: frozenset[str] = frozenset()
 
 
 def duplicates_on(vlans: Any) -> dict[int, list[str]]:
@@ -114,7 +116,7 @@ def plan_zone(s: ZoneSnapshot) -> Plan:
         requeue = _fill(s, status, conds, gen, actions)
     except _NeedsRead as need:
         return Plan(tuple(actions) + need.actions, replan=True)
-    if status != old:
+    if schema.differs(status, old, s.pruned):
         after = transition(old.get("conditions"), conds, names.READY)
         event = None if after is None else EventSpec(
             NORMAL if after.get("status") == TRUE else WARNING, after.get("reason", ""), after.get("message", ""))

@@ -89,6 +89,9 @@ GATEWAY_GROUP_UPDATED = "GatewayGroupUpdated"
 GATEWAY_WITHOUT_FAILOVER = "GatewayWithoutFailover"
 # Normal, when the chassis that serves a network's router port changes (an OVN failover).
 GATEWAY_MOVED = "GatewayMoved"
+# Warning, once per CRD and set of fields: the API server prunes status fields this controller
+# writes (a CRD older than the controller; field reports, fourth round, S5; controller.schema).
+SCHEMA_OUTDATED = "SchemaOutdated"
 
 __all__ = [n for n in dir() if n.isupper()] + [
     "CHASSIS_ASSIGNED", "FOREIGN_GROUP", "NO_TRUNK_NODES", "ROUTER_PORT_MISSING",
