@@ -22,6 +22,7 @@ import urllib3
 from kubernetes import client as k8s
 
 from controller import names
+from controller import schema
 from controller.watch import keys
 from controller.rules import kubeovn
 from controller.runtime.worker import Controller
@@ -280,16 +281,20 @@ class Manager:
             enqueue_network=lambda key: self.network_controller.add(NetworkKey.parse(key)),
             write_window=NAMESPACE_WRITE_WINDOW, zones=self.listers.zones,
         )
+        # Field reports, fourth round, S5: the status fields an older CRD prunes (controller.schema).
+        self.pruned = schema.PrunedFields(on_cleared=self._status_fields_held)
+        for res in (names.PROXMOX_NETWORKS, names.PROXMOX_NETWORK_ZONES):
+            self.metrics.set_status_fields_pruned(schema.crd_name(res), 0)
         self.network_reconciler = NetworkReconciler(
             self.listers, self.writer, self.vlans, options.manage_gateway,
             events=self.events, prune_timeout=options.subnet_prune_timeout, metrics=self.metrics,
             gateway=self.gateway, namespaces=self.namespace_reconciler, recent=network_overlay,
-            stopping=self._stop, kube_ovn_stale_after=options.kube_ovn_stale_after,
+            stopping=self._stop, kube_ovn_stale_after=options.kube_ovn_stale_after, pruned=self.pruned,
         )
         self.pod_reconciler = EgressGatewayPodReconciler(self.pods.store, self.writer, self.events)
         self.zone_reconciler = ZoneReconciler(
             self.listers, self.writer, self.vlans, events=self.events, metrics=self.metrics,
-            prune_timeout=options.subnet_prune_timeout, stopping=self._stop,
+            prune_timeout=options.subnet_prune_timeout, stopping=self._stop, pruned=self.pruned,
         )
         self._threads: list[threading.Thread] = []
         self._discovery_started = False
@@ -326,18 +331,58 @@ class Manager:
         self.collector = GatewayCollector(applier, self._network_exists, self.metrics, options.gateway_collect_period)
         sb = None
         if options.ovn_sb_address:
+            was_lost = threading.Event()
+
             def lost() -> None:
                 self.metrics.set_gateway_sb_synced(False)
+                was_lost.set()
                 applier.recheck_later()  # each network then says its gateway is not known
+
+            def synced() -> None:
+                self.metrics.set_gateway_sb_synced(True)
+                if was_lost.is_set():
+                    # Back after an outage (field reports, fourth round, S8): every network says
+                    # what the SB shows now, not at its 30 s retry; a binding that did not change
+                    # queues nobody by itself. A pass that finds its group in shape writes nothing.
+                    was_lost.clear()
+                    applier.recheck_now()
 
             sb = SBReader(
                 options.ovn_sb_address, tls_source=tls_source, on_port=applier.enqueue_ports,
-                on_sync=lambda: self.metrics.set_gateway_sb_synced(True), on_lost=lost,
+                on_sync=synced, on_lost=lost,
             )
         return GatewayStep(applier, self.nodes.store, self.subnets.store, self.metrics, self.events,
                            grace=options.nb_grace_period, hold_down=options.trunk_hold_down, sb=sb,
                            settle=options.serving_settle, failback=options.gateway_failback,
                            overlay_mtu=options.overlay_mtu)
+
+    def recheck_status_fields(self) -> None:
+        """Field reports, fourth round, S5: for each CRD known to prune status fields, one
+        dry-run status write of a cached object with every field (nothing is stored; no
+        status write while the CRD stays outdated). Once it holds them all, every object of
+        the kind is queued and writes its full status (:meth:`_status_fields_held`)."""
+        for resource in self.pruned.outdated():
+            if resource == names.PROXMOX_NETWORKS:
+                store, executor = self.listers.networks, self.network_reconciler.executor
+            elif resource == names.PROXMOX_NETWORK_ZONES:
+                store, executor = self.listers.zones, self.zone_reconciler.executor
+            else:
+                continue
+            obj = next((o for o in store.list() if not (o.get("metadata") or {}).get("deletionTimestamp")), None)
+            if obj is None:
+                continue
+            try:
+                executor.probe_schema(resource, obj)
+            except Exception as err:  # noqa: BLE001 - the next resync probes again
+                log.info("could not recheck the CRD's status fields", crd=schema.crd_name(resource), error=repr(err))
+
+    def _status_fields_held(self, resource: Any) -> None:
+        """The CRD holds every status field again (an operator applied this version's CRDs):
+        every object of the kind writes its full status at its next pass, which is now."""
+        if resource == names.PROXMOX_NETWORKS:
+            self.network_controller.add_all([NetworkKey.of(n) for n in self.listers.networks.list()])
+        elif resource == names.PROXMOX_NETWORK_ZONES:
+            self.zone_controller.add_all([ZoneKey(z["metadata"]["name"]) for z in self.listers.zones.list()])
 
     def _network_exists(self, ns: str, name: str) -> bool:
         """Fresh API Get for the collector (§9.6): NotFound -> False, other errors raise."""
@@ -746,7 +791,9 @@ class Manager:
     def enqueue_all(self) -> int:
         """Queue every network, zone and pod key, and every namespace that has a network;
         returns how many. Logs ``resync complete`` once all of them have been processed
-        (tests wait for it)."""
+        (tests wait for it). A CRD known to prune status fields is probed again first
+        (:meth:`recheck_status_fields`)."""
+        self.recheck_status_fields()
         nets = self.listers.networks.list()
         todo: list[tuple[Controller, Any]] = [(self.network_controller, NetworkKey.of(n)) for n in nets]
         todo += [(self.zone_controller, ZoneKey(z["metadata"]["name"])) for z in self.listers.zones.list()]

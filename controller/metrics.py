@@ -64,6 +64,10 @@ Ours on top of them:
   ``cozy_proxmox_network_gateway_serving_chassis{namespace,network,chassis}`` (gauge, 1):
   the serving chassis, one series per network; and ``cozy_proxmox_gateway_sb_synced`` (gauge,
   no labels): 1 while the SB copy is synced, else 0;
+* ``cozy_proxmox_status_writes_total{crd}`` (counter): status PUTs sent, and
+  ``cozy_proxmox_crd_pruned_status_fields{crd}`` (gauge): status fields the API server prunes
+  (a CRD older than the controller; ``controller.schema``), both by CRD name (field reports,
+  fourth round, S5);
 * ``cozy_proxmox_network_pool_overlaps{namespace,network}`` (gauge): other InClusterIPPools
   and GlobalInClusterIPPools sharing addresses with the network's pool, and
   ``cozy_proxmox_network_address_conflicts{namespace,network}`` (gauge): addresses of the
@@ -376,6 +380,17 @@ class Metrics:
             "OVN NB write transactions committed by the controller, by operation (ensure, release, collect).",
             ["op"], registry=reg)
 
+        # -- status writes (field reports, fourth round, S5) --------------------
+        self.status_writes = Counter(
+            "cozy_proxmox_status_writes_total",
+            "Status writes (PUT of the status subresource) the controller sent, by CRD.",
+            ["crd"], registry=reg)
+        self.status_fields_pruned = Gauge(
+            "cozy_proxmox_crd_pruned_status_fields",
+            "Status fields this controller writes that the API server prunes (its CRD is older than the "
+            "controller), by CRD; 0 while the CRD holds every one.",
+            ["crd"], registry=reg)
+
         # -- reconcile --------------------------------------------------------
         self.vlan_allocations = Counter(
             "cozy_proxmox_vlan_allocations_total", "VLAN allocation attempts, by result.",
@@ -588,6 +603,16 @@ class Metrics:
     def gateway_nb_error(self) -> None:
         """One failed ensure or release (not collection errors)."""
         self.gateway_nb_errors.inc()
+
+    # -------------------------------------------------------------- status writes
+
+    def status_write(self, crd: str) -> None:
+        """One status PUT sent for an object of ``crd`` (``<plural>.<group>``)."""
+        self.status_writes.labels(crd).inc()
+
+    def set_status_fields_pruned(self, crd: str, count: int) -> None:
+        """How many status fields the API server prunes for ``crd`` (controller.schema)."""
+        self.status_fields_pruned.labels(crd).set(count)
 
     # -------------------------------------------------------------- reconcile
 

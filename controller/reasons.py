@@ -93,6 +93,9 @@ GATEWAY_MOVED = "GatewayMoved"
 # Warning, once per machine, NIC and address: a NIC on the network holds an address of another
 # pool outside the network's subnet (field report S4, capmox#868; controller.rules.foreign).
 FOREIGN_ADDRESS_ON_NETWORK = "ForeignAddressOnNetwork"
+# Warning, once per CRD and set of fields: the API server prunes status fields this controller
+# writes (a CRD older than the controller; field reports, fourth round, S5; controller.schema).
+SCHEMA_OUTDATED = "SchemaOutdated"
 
 __all__ = [n for n in dir() if n.isupper()] + [
     "CHASSIS_ASSIGNED", "FOREIGN_GROUP", "NO_TRUNK_NODES", "ROUTER_PORT_MISSING",

@@ -231,6 +231,12 @@ class GatewayApplier:
         for key in sorted(self.managed_networks()):
             self.enqueue_after(key, self.lost_delay)
 
+    def recheck_now(self) -> None:
+        """Queue every managed network now (a peer is back: the SB for ``ovn.sb.SBReader``'s
+        owner, whose unchanged bindings queue nobody by themselves)."""
+        for key in sorted(self.managed_networks()):
+            self.enqueue(key)
+
     def enqueue_ports(self, *ports: str) -> None:
         """Queue the networks that manage any of these router ports."""
         for key in sorted(self.networks_of_ports(*ports)):

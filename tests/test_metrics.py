@@ -47,6 +47,8 @@ SERIES: dict[str, tuple[str, frozenset[str]]] = {
     "cozy_proxmox_vlan_allocations_total": ("counter", frozenset({"zone", "result"})),
     "cozy_proxmox_network_reconcile_errors_total": ("counter", frozenset({"reason"})),
     "cozy_proxmox_api_unauthorized_total": ("counter", frozenset()),  # R11
+    "cozy_proxmox_status_writes_total": ("counter", frozenset({"crd"})),  # S5
+    "cozy_proxmox_crd_pruned_status_fields": ("gauge", frozenset({"crd"})),  # S5
     "cozy_proxmox_network_reconcile_duration_seconds": ("histogram", frozenset()),
     # ours
     "cozy_proxmox_leader": ("gauge", frozenset()),
@@ -123,6 +125,8 @@ def populate(m: Metrics) -> None:
     m.gateway_nb_transaction("ensure")
     m.vlan_allocation("zone-a", "allocated")
     m.reconcile_error("error")
+    m.status_write("proxmoxnetworks.proxmox.cozystack.io")
+    m.set_status_fields_pruned("proxmoxnetworks.proxmox.cozystack.io", 0)
     m.observe_reconcile(0.03)
     m.set_leader(True)
     m.register_informers({"subnets": FakeInformer(12.0, relists=1, restarts={"closed": 4})})

@@ -1550,6 +1550,22 @@ def test_vlan_still_referenced_by_subnets_of_someone_else_says_they_are_never_de
     assert not p.of(ReleaseVlan)
 
 
+@pytest.mark.parametrize("listed", [((), ()), ((), ("gone-sub",))], ids=["none-listed", "a-gone-one-listed"])
+def test_a_subnet_naming_the_vlan_holds_the_release_whatever_status_subnets_says(listed):
+    """Field reports, fourth round, S5: Vlan.status.subnets is a status field an older Vlan CRD
+    prunes (and Kube-OVN down never writes); a Subnet whose spec.vlan names the Vlan (the
+    cache) holds the VLAN all the same, named as another's."""
+    p = drive(deleting(strangers=("sub-x",)), clear(listed=listed))
+    waits(p, "VLANStillReferenced", f'subnets [sub-x] name Vlan "{SUBNET}" in spec.vlan; [sub-x] are not this '
+          f"network's: the controller never deletes them, and VLAN {VID} is released once they are gone", 10)
+    both = drive(deleting(strangers=("sub-x", "sub-y")), clear(listed=(("sub-y",), ())))
+    waits(both, "VLANStillReferenced", f'Kube-OVN still lists subnets [sub-y] on Vlan "{SUBNET}"; subnets [sub-x] '
+          f'name Vlan "{SUBNET}" in spec.vlan; [sub-x sub-y] are not this network\'s: the controller never deletes '
+          f"them, and VLAN {VID} is released once they are gone", 10)
+    if not listed[1]:
+        assert drive(deleting(), clear(listed=listed)).of(ReleaseVlan)  # nothing naming it: released
+
+
 def timers(**starts: str) -> dict[str, str]:
     return {names.ANNOTATION_DELETED_SUBNETS: json.dumps(starts, separators=(",", ":"), sort_keys=True)}
 
@@ -1854,6 +1870,31 @@ def test_the_gateway_ensure_carries_the_zones_mtu_and_the_status_shows_the_ports
     # Management off: nothing of ours on the port.
     off = drive(attrs.evolve(up, manage_gateway=False, gateway_enabled=False), outcome)
     assert "gatewayMtu" not in off.status
+
+
+def test_a_status_field_the_crd_prunes_makes_no_write_and_a_real_change_writes_it_again():
+    """Field reports, fourth round, S5: a CRD older than the controller prunes gatewayMtu and
+    servingChassis. The stored status lacks them for good; the write decision leaves out what
+    the server cannot hold (controller.schema.differs), so a converged network writes nothing,
+    and a real change writes the whole status (its read-back keeps telling which fields the
+    CRD holds)."""
+    from ovn.sb import Binding
+
+    outcome = {"gateway": GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2, members=("ch-a", "ch-b"),
+                                                      mtu=1400))}
+    binding = Binding(True, True, "ch-a", "pve-1", T0)
+    p = drive(gw_live(trunk=("t1",), sb_binding=binding), outcome)
+    assert (p.status["gatewayMtu"], p.status["servingChassis"]) == (1400, "ch-a")
+    stored = {k: v for k, v in p.status.items() if k not in ("gatewayMtu", "servingChassis")}
+    up = gw_live(trunk=("t1",), sb_binding=binding, network=network(copy.deepcopy(stored)))
+    assert drive(up, outcome).of(WriteStatus)  # not known pruned: written (and its read-back will tell)
+    pruned = frozenset({"status.gatewayMtu", "status.servingChassis"})
+    assert drive(attrs.evolve(up, pruned=pruned), outcome).of(WriteStatus) == []
+    # A real change (the pool's counts) writes the whole status, pruned fields and all.
+    changed = drive(attrs.evolve(up, pruned=pruned, pool=pool(ip=(41, 4, 37))), outcome)
+    (write,) = changed.of(WriteStatus)
+    assert write.status["ipPool"] == {"total": 41, "used": 4, "free": 37}
+    assert (write.status["gatewayMtu"], write.status["servingChassis"]) == (1400, "ch-a")
 
 
 @pytest.mark.parametrize("status, finalizers, adds", [

@@ -48,8 +48,10 @@ from controller.plan.actions import (
     SplitListed,
     WriteStatus,
 )
+from controller import reasons, schema
 from controller.rules.consumers import Consumers, count_consumers
 from controller.runtime.events import EventRecorder
+from controller.names import WARNING
 from controller.runtime.kube import ApiError, KubeWriter, annotation_patch
 from controller.metrics import Metrics
 from controller.runtime.recent import RecentWrites
@@ -118,6 +120,8 @@ class Executor:
     :param gateway: the NB side (``controller.apply.gateway.GatewayStep``), or None.
     :param stopping: set when the process stops; every action after that raises
         :class:`Stopping`.
+    :param pruned: the status fields each CRD's API server prunes (``controller.schema``),
+        learned from the read-back of each status write; None: not tracked.
     """
 
     def __init__(
@@ -132,8 +136,10 @@ class Executor:
         gateway: Any = None,
         stopping: threading.Event | None = None,
         overlays: Mapping[Resource, RecentWrites] | None = None,
+        pruned: schema.PrunedFields | None = None,
     ) -> None:
         self.stopping = stopping
+        self.pruned = pruned
         self.overlays = dict(overlays or {})
         if own is not None:
             self.overlays[own[0]] = own[1]
@@ -287,9 +293,56 @@ class Executor:
         meta = {k: v for k, v in (a.obj.get("metadata") or {}).items() if k != "managedFields"}
         body = {**a.obj, "metadata": meta, "status": a.status}
         written = self._guarded(a.resource, a.obj, lambda: self.writer.update_status(a.resource, body))
+        self.metrics.status_write(schema.crd_name(a.resource))
+        self.read_back(a.resource, a.status, written)
         if a.event is not None and self.events is not None:
             self.events.event(written, a.event.type, a.event.reason, a.event.message)
         return fill(s, a.into, written)
+
+    def read_back(self, resource: Resource, status: Mapping[str, Any], written: Mapping[str, Any]) -> None:
+        """The write's answer is its read-back (field reports, fourth round, S5): the fields
+        written and not returned are pruned by the CRD. A field not known pruned before asks
+        once for the whole picture (:meth:`probe_schema`)."""
+        if self.pruned is None or not isinstance(written, Mapping):
+            return
+        sent, pruned = set(schema.paths(status)), set(schema.missing(status, written.get("status") or {}))
+        if pruned - self.pruned.of(resource):
+            self.probe_schema(resource, written, sent, pruned)
+            return
+        self._learned(resource, written, self.pruned.learn(resource, sent, pruned))
+
+    def probe_schema(self, resource: Resource, obj: Mapping[str, Any], sent: set[str] | None = None,
+                     pruned: set[str] | None = None) -> None:
+        """A dry-run status write of ``obj`` with every field of this version's schema filled
+        in (``controller.schema.full_shape``; nothing is stored): the fields its answer lacks
+        are all the fields the CRD prunes. Also the resync's recheck of a CRD known outdated
+        (``Manager.enqueue_all``). ``sent``/``pruned``: what a write just showed, folded in."""
+        if self.pruned is None:
+            return
+        sent, pruned = set(sent or ()), set(pruned or ())
+        shape = schema.full_shape(resource.plural, obj.get("status") or {})
+        meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+        try:
+            echo = self.writer.update_status(resource, {**obj, "metadata": meta, "status": shape}, dry_run=True)
+        except ApiError as err:
+            log.info("could not probe which status fields the CRD holds", crd=schema.crd_name(resource),
+                     error=str(err))
+        else:
+            sent |= set(schema.paths(shape))
+            pruned |= set(schema.missing(shape, echo.get("status") or {}))
+        if sent:
+            self._learned(resource, obj, self.pruned.learn(resource, sent, pruned))
+
+    def _learned(self, resource: Resource, obj: Mapping[str, Any], learned: schema.Learned) -> None:
+        crd = schema.crd_name(resource)
+        self.metrics.set_status_fields_pruned(crd, len(learned.fields))
+        if learned.new:
+            log.warning("the API server prunes status fields this controller writes; not writing them again until "
+                        "a resync finds them held", crd=crd, fields=list(learned.fields))
+            if self.events is not None:
+                self.events.event(obj, WARNING, reasons.SCHEMA_OUTDATED, schema.outdated_message(resource, learned.fields))
+        elif learned.cleared:
+            log.info("the CRD holds every status field this controller writes again; writing them", crd=crd)
 
     def _Event(self, a: Event, s: Any) -> Any:
         if self.events is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from controller import names, reasons
+from controller import names, reasons, schema
 from controller.rules import allocator, kubeovn, release
 from controller.plan.actions import (
     UNREAD,
@@ -143,7 +143,9 @@ class NetworkSnapshot:
     :ivar subnet: the Subnet named by ``spec.subnet`` (cache), or None.
     :ivar subnet_bound: some cached Subnet names ``vlan`` in ``spec.vlan``.
     :ivar strangers: names (sorted) of the cached Subnets other than ``spec.subnet`` that name
-        the network's Vlan in ``spec.vlan`` (field report R1).
+        the network's Vlan in ``spec.vlan`` (field report R1); read for a deleting network too
+        (they hold the release, whatever ``Vlan.status.subnets`` says: field reports, fourth
+        round, S5).
     :ivar holder_subnets: for each other Vlan of ``holders``, the names (sorted) of the cached
         Subnets naming it (field report S6).
     :ivar pool: the network's InClusterIPPool (cache), or None.
@@ -170,6 +172,8 @@ class NetworkSnapshot:
     :ivar sb_binding: the router port's ``cr-`` binding in the OVN SB (``ovn.sb.Binding``),
         None when the SB is not read (product-decisions.md §10); ``serving_settle`` the
         seconds a missing binding is let pass (``controller.plan.gateway.serving``).
+    :ivar pruned: the status fields the API server prunes for ProxmoxNetworks (a CRD older
+        than the controller: ``controller.schema``); the write decision leaves them out.
     """
 
     key: str
@@ -206,6 +210,7 @@ class NetworkSnapshot:
     sb_binding: Any = None
     serving_settle: float = SERVING_SETTLE
     kube_ovn_stale_after: float = kubeovn.KUBE_OVN_STALE_AFTER
+    pruned: frozenset[str] = frozenset()
     # pass: allocation and adoption
     refusal: tuple[str, str] | None = None
     allocated_now: bool = False
@@ -891,7 +896,7 @@ class _Live:
             status.pop(GATEWAY_MTU, None)  # only while the group the option goes with stands
         if waits or status_waits(s, status):
             return Plan(tuple(self.actions), requeue_after=requeue)
-        if status != self.old:
+        if schema.differs(status, self.old, s.pruned):
             self.actions.append(WriteStatus(names.PROXMOX_NETWORKS, self.net, status, "network",
                                             ready_event(self.old, status)))
         self.actions += network_series(self.net, status)
@@ -936,7 +941,7 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
 
     def wait(reason: str, message: str, after: float, stuck: int = 0) -> Plan:
         set_condition(conds, names.READY, FALSE, reason, message, gen, clock)
-        if status != old:
+        if schema.differs(status, old, s.pruned):
             actions.append(WriteStatus(names.PROXMOX_NETWORKS, net, status, "network", ready_event(old, status)))
         actions.append(Metric("set_deleting", (ns, name, True)))
         actions.append(Metric("set_stuck_holders", (ns, name, stuck)))
@@ -1016,9 +1021,18 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
             })
         vname = vlan["metadata"]["name"]
         released_id = allocator.vlan_id(vlan)
+        # Field reports, fourth round, S5: Vlan.status.subnets is Kube-OVN's list, and a status
+        # field: an older Vlan CRD prunes it, Kube-OVN down never writes it. A Subnet naming
+        # the Vlan (spec.vlan, the cache) holds it too, listed or not (the zone's orphan
+        # collection holds on the same two).
+        naming = [n for n in s.strangers if n not in live]
+        if naming and step.kind != release.WAIT_LIVE:
+            step = attrs.evolve(step, kind=release.WAIT_LIVE)
         if step.kind == release.WAIT_LIVE:
-            message = f'Kube-OVN still lists subnets {go_list(live)} on Vlan "{vname}"'
-            others = sorted(n for n in live if n != sname)
+            message = f'Kube-OVN still lists subnets {go_list(live)} on Vlan "{vname}"' if live else ""
+            if naming:
+                message += ("; " if message else "") + f'subnets {go_list(naming)} name Vlan "{vname}" in spec.vlan'
+            others = sorted({n for n in live if n != sname} | set(naming))
             if others:
                 # Field report R1: another's Subnet on our Vlan is theirs to delete.
                 message += (f"; {go_list(others)} are not this network's: the controller never deletes them, and "

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from controller import names, reasons
+from controller import names, reasons, schema
 from controller.rules import allocator, kubeovn, release, reuse
 from controller.plan.actions import (
     Event,
@@ -59,6 +59,7 @@ class ZoneSnapshot:
     :ivar bound: Vlan name -> the cached Subnets whose ``spec.vlan`` names it.
     :ivar owners, fresh, listed, released: pass fields per Vlan name (fresh GET of the
         owning network, fresh GET of the Vlan, its ``status.subnets`` split, released).
+    :ivar pruned: the status fields the API server prunes for zones (``controller.schema``).
     """
 
     name: str
@@ -76,6 +77,7 @@ class ZoneSnapshot:
     fresh: Mapping[str, Any] = attrs.field(factory=dict)
     listed: Mapping[str, Any] = attrs.field(factory=dict)
     released: Mapping[str, bool] = attrs.field(factory=dict)
+    pruned: frozenset[str] = frozenset()
 
 
 def duplicates_on(vlans: Any) -> dict[int, list[str]]:
@@ -115,7 +117,7 @@ def plan_zone(s: ZoneSnapshot) -> Plan:
         requeue = _fill(s, status, conds, gen, actions)
     except _NeedsRead as need:
         return Plan(tuple(actions) + need.actions, replan=True)
-    if status != old:
+    if schema.differs(status, old, s.pruned):
         after = transition(old.get("conditions"), conds, names.READY)
         event = None if after is None else EventSpec(
             NORMAL if after.get("status") == TRUE else WARNING, after.get("reason", ""), after.get("message", ""))

@@ -16,9 +16,17 @@ from typing import Any
 import attrs
 import structlog
 
-from controller import names
-from controller.rules import kubeovn, prune
-from controller.rules.addresses import IN_CLUSTER_IP_POOL, pool_name, pool_spans
+from controller import names, reasons, schema
+from controller.rules import conditions, kubeovn, prune
+from controller.rules.addresses import (
+    GLOBAL_IN_CLUSTER_IP_POOL,
+    IN_CLUSTER_IP_POOL,
+    WIDE,
+    Span,
+    pool_buckets,
+    pool_name,
+    pool_spans,
+)
 from controller.apply.executor import Executor, run
 from controller.rfc3339 import Clock, utc_now
 from controller.rules.consumers import count_consumers
@@ -70,9 +78,11 @@ class NetworkReconciler:
         recent: RecentWrites | None = None,
         stopping: threading.Event | None = None,
         kube_ovn_stale_after: float = kubeovn.KUBE_OVN_STALE_AFTER,
+        pruned: schema.PrunedFields | None = None,
     ) -> None:
         self.l = listers
         self.kube_ovn_stale_after = kube_ovn_stale_after
+        self.pruned = pruned
         self.vlans = vlans
         self.manage_gateway = manage_gateway
         self.now = now
@@ -89,6 +99,7 @@ class NetworkReconciler:
             writer, vlans, (names.PROXMOX_NETWORKS, self.recent), events, self.metrics,
             self.consumer_resources, self.namespaces, gateway, stopping,
             overlays={names.SUBNETS: self.recent_subnets} if self.recent_subnets is not None else None,
+            pruned=pruned,
         )
 
     def reconcile(self, key: str) -> Result:
@@ -165,6 +176,7 @@ class NetworkReconciler:
             key=key, network=net, now=self.now(), manage_gateway=self.manage_gateway,
             gateway_enabled=self.gateway is not None, prune_timeout=self.prune_timeout,
             grace=getattr(self.gateway, "grace", 600.0), kube_ovn_stale_after=self.kube_ovn_stale_after,
+            pruned=self.pruned.of(names.PROXMOX_NETWORKS) if self.pruned is not None else frozenset(),
         )
         if net is None:
             return base
@@ -178,7 +190,10 @@ class NetworkReconciler:
                 in_namespace(self.l.machines, ns), in_namespace(self.l.addresses, ns), in_namespace(self.l.claims, ns),
             )
             owns = self.gateway is not None and self.gateway.owns(key)
-            return attrs.evolve(base, consumers=consumers, owns_group=owns)
+            sname = str(spec.get("subnet") or "")
+            on_vlan = self.l.subnets.by_index("vlan", sname) if sname and self.l.subnets is not None else []
+            return attrs.evolve(base, consumers=consumers, owns_group=owns, strangers=tuple(sorted(
+                str(o["metadata"]["name"]) for o in on_vlan if o["metadata"]["name"] != sname)))
         zone = self.l.zones.get(str(spec.get("zone") or ""))
         sname = str(spec.get("subnet") or "")
         vlan = self.vlans.lookup(sname)

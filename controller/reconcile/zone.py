@@ -12,7 +12,7 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-from controller import names
+from controller import names, schema
 from controller.rules import prune
 from controller.apply.executor import Executor, run
 from controller.rfc3339 import Clock, utc_now
@@ -40,15 +40,17 @@ class ZoneReconciler:
         prune_timeout: float | None = None,
         metrics: Metrics | None = None,
         stopping: threading.Event | None = None,
+        pruned: schema.PrunedFields | None = None,
     ) -> None:
         self.l = listers
+        self.pruned = pruned
         self.vlans = vlans
         self.now = now
         self.prune_timeout = prune.prune_timeout(prune_timeout).total_seconds()  # §7: None/non-positive = 10 min
         self.recent = RecentWrites(listers.zones)
         self.metrics = metrics or Metrics()
         self.executor = Executor(writer, vlans, (names.PROXMOX_NETWORK_ZONES, self.recent), events, self.metrics,
-                                 stopping=stopping)
+                                 stopping=stopping, pruned=pruned)
 
     def reconcile(self, key: str) -> Result:
         """One pass over zone ``key``.
@@ -60,7 +62,8 @@ class ZoneReconciler:
     def observe(self, key: str) -> ZoneSnapshot:
         """Everything a pass over zone ``key`` reads from the caches (no API call)."""
         zone = self.recent.get(key)
-        base = ZoneSnapshot(name=key, zone=zone, now=self.now(), prune_timeout=self.prune_timeout)
+        pruned = self.pruned.of(names.PROXMOX_NETWORK_ZONES) if self.pruned is not None else frozenset()
+        base = ZoneSnapshot(name=key, zone=zone, now=self.now(), prune_timeout=self.prune_timeout, pruned=pruned)
         if zone is None:
             return base
         provider = str((zone.get("spec") or {}).get("providerNetwork") or "")
@@ -83,4 +86,5 @@ class ZoneReconciler:
             provider_network=self.l.provider_networks.get(provider),
             cached_networks=frozenset(cached),
             bound=dict(bound),
+            pruned=pruned,
         )

@@ -219,11 +219,13 @@ class KubeWriter:
     ) -> dict[str, Any]:
         return self.request("PATCH", object_path(resource, name, namespace), patch, MERGE_PATCH)
 
-    def update_status(self, resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
-        """PUT the status subresource; the object's resourceVersion makes a stale write 409."""
+    def update_status(self, resource: Resource, obj: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
+        """PUT the status subresource; the object's resourceVersion makes a stale write 409.
+        The answer is the object as stored (after the CRD's pruning): the write's read-back.
+        ``dry_run``: validated, pruned and answered, never stored."""
         meta = obj["metadata"]
         path = object_path(resource, meta["name"], meta.get("namespace"), "status")
-        return self.request("PUT", path, obj)
+        return self.request("PUT", path, obj, query=[("dryRun", "All")] if dry_run else None)
 
     def delete(self, resource: Resource, name: str, namespace: str | None = None,
                uid: str | None = None) -> dict[str, Any]:
