@@ -64,7 +64,7 @@ ABORTIVE_CLOSE = (socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 """``SO_LINGER`` on with a zero timeout: closing the socket (or the process dying, which
 closes it) resets the connection and drops whatever the kernel has not delivered yet.
 
-Field report S3: with the ordinary close, a request sent while the API server was out of
+field-reports.md S3: with the ordinary close, a request sent while the API server was out of
 reach stays in the kernel's send queue and is retransmitted after the process has died,
 until the path heals; a write the old leader sent before its renew deadline could then land
 after the new leader had acted (seen on loopback in a network namespace: the bytes arrived
@@ -88,7 +88,7 @@ def load_api_client_and_source(kubeconfig: str | None) -> tuple[k8s.ApiClient, s
     ``$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT``) or ``"default kubeconfig"``
     ($KUBECONFIG or ``~/.kube/config``). A token read from a file (in-cluster, or a
     kubeconfig user's ``tokenFile``) is re-read as it rotates, and a 401 retried once with
-    the new one (:mod:`controller.credentials`, R11). Raises what the kubernetes client's
+    the new one (:mod:`controller.credentials`, field-reports.md R11). Raises what the kubernetes client's
     loaders raise (``ConfigException``, ``OSError``)."""
     cfg = k8s.Configuration()
     token_file: Path | None = None

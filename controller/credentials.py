@@ -3,7 +3,7 @@
 
 The kubernetes Python client reads a kubeconfig's ``tokenFile`` once and never again, and
 re-reads the in-cluster token only when a timer says so; after a rotation it sends the old
-token and gets 401 until the process restarts (field report R11, ../shared/cases). client-go
+token and gets 401 until the process restarts (field-reports.md R11, ../shared/cases). client-go
 re-reads the file at most every minute (``transport.NewCachedFileTokenSource``) and, after a
 401, asks for a fresh token and retries the request once. :class:`TokenFile` is that cache;
 :class:`RotatingTokenApiClient` the retry for every request made through the generated
@@ -82,7 +82,7 @@ class TokenFile:
 class RotatingTokenApiClient(k8s.ApiClient):
     """A ``kubernetes.client.ApiClient`` whose bearer token comes from a :class:`TokenFile`
     and whose requests are retried once, with the renewed token, after a 401 (client-go's
-    behaviour; R11). Everything else is the generated client's."""
+    behaviour; field-reports.md R11). Everything else is the generated client's."""
 
     def __init__(self, configuration: k8s.Configuration, token: TokenFile) -> None:
         self.token = token

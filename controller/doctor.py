@@ -5,7 +5,7 @@ It re-derives the controller's view from the API server: the network's condition
 zone, the Vlan (its ``status.subnets`` and the ``deleted-subnets`` prune timers), the Subnet,
 the pool and, for a deleting network, the consumers that hold it (reference-behaviour.md §5,
 §6, §7); and the addresses machines on a network's VLAN hold from other pools (field report
-S4). It never writes.
+field-reports.md S4). It never writes.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def nb_localnets(addresses: str) -> Localnets:
     remote that answers). Kube-OVN gives every Subnet on a Vlan the port ``localnet.<subnet>``
     with ``tag`` = the Vlan's ID, ``options:network_name`` = its provider and
     ``external_ids:ls`` = the Subnet (pkg/ovs ``CreateLocalnetLogicalSwitchPort``), so the
-    ports with one tag on one provider are exactly what shares that VLAN (field report S6).
+    ports with one tag on one provider are exactly what shares that VLAN (field-reports.md S6).
     Returns rows ``{"name", "switch"}`` sorted by name, or the NB's error text."""
     remotes = parse_addresses(addresses)
 
@@ -72,7 +72,7 @@ def nb_localnets(addresses: str) -> Localnets:
 
 
 def _localnet_lines(w: KubeWriter, net: dict[str, Any], localnets: Localnets | None) -> list[str]:
-    """Field report S6: for a network in VLANConflict, the NB's localnet ports on its VLAN
+    """field-reports.md S6: for a network in VLANConflict, the NB's localnet ports on its VLAN
     and its zone's provider, each marked ours (``localnet.<its subnet>``) or foreign."""
     st = net.get("status") or {}
     conflict = (find(st.get("conditions") or [], names.VLAN_ALLOCATED) or {}).get("reason") == reasons.VLAN_CONFLICT
@@ -140,7 +140,7 @@ def _serving(st: dict[str, Any], gw: dict[str, Any] | None, now: _dt.datetime) -
 
 
 def _foreign(net: dict[str, Any], in_namespace: Callable[[str], list[dict[str, Any]]]) -> list[str]:
-    """Field report S4: a warning line for each address a machine's NIC on the network holds
+    """field-reports.md S4: a warning line for each address a machine's NIC on the network holds
     from another pool, outside the network's subnet (``controller.rules.foreign``), judged on the
     bridge, VLAN and CIDR the network's status shows."""
     meta, spec, st = net["metadata"], net.get("spec") or {}, net.get("status") or {}

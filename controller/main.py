@@ -46,7 +46,7 @@ from controller.rules.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from controller.rules.reuse import DEFAULT_VLAN_REUSE_DELAY
 from ovn.planner import KUBE_OVN_OVERLAY_MTU
 
-EXIT_BUDGET = 1.5  # seconds from SIGTERM to leaving main; the interpreter exits in the rest of 2 s (issue 15)
+EXIT_BUDGET = 1.5  # seconds from SIGTERM to leaving main; the interpreter exits in the rest of 2 s
 
 log = structlog.get_logger("proxmox-network-controller")
 
@@ -232,7 +232,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
     log.info("kubernetes client configured", source=source, server=api.configuration.host)
     release = os.environ.get("POD_NAMESPACE", "")
     identity = default_identity(release)
-    # The audit log tells the replicas apart by their holder identity (field report S3: no
+    # The audit log tells the replicas apart by their holder identity (field-reports.md S3: no
     # write of an old leader after its renew deadline is checked there).
     api.user_agent = f"proxmox-network-controller ({identity})"
     options = Options(
@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
     elector: LeaderElector | None = None
 
     def fence() -> None:
-        """Field report S3: every write the controller sends (API and OVN NB) is checked
+        """field-reports.md S3: every write the controller sends (API and OVN NB) is checked
         here just before it leaves the process; refused unless this replica leads."""
         if elector is None:
             raise LostLeadership("not the leader: leader election has not started; the write was not sent")
@@ -276,7 +276,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
     def started_leading() -> None:
         log.info("started leading; starting workers")
         if hard_deadline is not None:
-            hard_deadline.start()  # S3: gone before a standby can act, whatever holds the process
+            hard_deadline.start()  # field-reports.md S3: gone before a standby can act, whatever holds the process
         metrics.set_leader(True)
         manager.start_workers()
 
@@ -293,7 +293,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         if not manager.caches_fresh():
             return False, "caches not synced or stale"
         failing = manager.unlistable()
-        if failing:  # R8: e.g. a conversion webhook that fails every LIST of a version
+        if failing:  # field-reports.md R8: e.g. a conversion webhook that fails every LIST of a version
             return False, "cannot list " + "; ".join(failing)
         # Readiness = serving, not leading (product-decisions §9): a warm standby is Ready;
         # leadership shows in cozy_proxmox_leader, the Lease and the log.
@@ -353,7 +353,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         elector = LeaderElector(
             lease_writer, namespace, identity=identity,
             on_started_leading=started_leading, on_stopped_leading=stopped_leading,
-            # B11/B13: a leader whose work loop died or whose caches went stale lets go.
+            # field-reports.md B11/B13: a leader whose work loop died or whose caches went stale lets go.
             healthy=lambda: manager.healthy() and manager.caches_fresh(),
             on_new_holder=new_holder,
         )
@@ -367,7 +367,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         log.info("stopping", signal=signals.received)
     exit_by = time.monotonic() + EXIT_BUDGET
     if elector is not None:
-        elector.stop_acquiring()  # a standby stopping must not take over (issue 17: rollouts)
+        elector.stop_acquiring()  # a standby stopping must not take over (rollouts)
     stopped = manager.stop()
     if notices is not None:
         notices.stop(min(0.2, max(0.0, exit_by - time.monotonic())))
@@ -377,7 +377,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
         # a request or NB transaction it already sent may still be carried out when the
         # peer wakes, and must not land after a standby that took over at once had acted:
         # so the lease expires instead, and the hard deadline ends the process before it
-        # does (field report S3).
+        # does (field-reports.md S3).
         if not stopped:
             log.error("a worker is still running; the lease is left to expire", leaseDuration=elector.lease_duration)
         elector.stop(release=stopped)

@@ -76,10 +76,10 @@ log = structlog.get_logger(__name__)
 # one per network (each network's status waits for it: §5.9, so keep it short).
 NAMESPACE_COALESCE = 0.2
 ZONE_COUNTS_DELAY = 5.0  # seconds a zone pass waits after another kind's event (Manager._route); its counts lag by at most this
-STOP_TIMEOUT = 1.2  # seconds for Manager.stop, within main's EXIT_BUDGET (issue 15: exit within 2 s of SIGTERM)
+STOP_TIMEOUT = 1.2  # seconds for Manager.stop, within main's EXIT_BUDGET (exit within 2 s of SIGTERM)
 DISCOVERY_RETRY_FIRST = 1.0  # seconds before the first retry of a failed API discovery
 DISCOVERY_RETRY_MAX = 30.0  # cap of the discovery retry backoff
-UNLISTABLE_GRACE = 30.0  # seconds a kind's LISTs fail before /readyz names it (R8); a blip is not named
+UNLISTABLE_GRACE = 30.0  # seconds a kind's LISTs fail before /readyz names it (field-reports.md R8); a blip is not named
 
 def zone_index_provider(zone: Mapping[str, Any]) -> list[str]:
     """Indexer ``provider``: a zone's ``spec.providerNetwork``."""
@@ -110,18 +110,18 @@ class Options:
     ovn_tls_secret: str = "cozy-kubeovn/kube-ovn-tls"
     ovn_tls_dir: str = ""  # private directory for the TLS files; "" = a fresh temporary one
     nb_grace_period: float = NB_GRACE_PERIOD
-    # R12: seconds a trunk node that left the ready set stays in the groups; the CLI's
+    # field-reports.md R12: seconds a trunk node that left the ready set stays in the groups; the CLI's
     # default is 90 s (controller.apply.gateway.DEFAULT_TRUNK_HOLD_DOWN), 0 here and for tests.
     trunk_hold_down: float = 0.0
     gateway_collect_period: float = COLLECT_PERIOD
-    # S1: seconds a Subnet may keep ValidateSubnetVlanFailed after its Vlan exists.
+    # field-reports.md S1: seconds a Subnet may keep ValidateSubnetVlanFailed after its Vlan exists.
     kube_ovn_stale_after: float = KUBE_OVN_STALE_AFTER
     nb_first_sync_timeout: float = 10.0  # seconds the first workers wait for the NB's first sync
 
 
 def failing_past(inf: Any, grace: float) -> str | None:
     """The error of ``inf``'s run of LIST/WATCH failures once it has lasted ``grace``
-    seconds, else None: the one rule behind /readyz and the move to another version (R8)."""
+    seconds, else None: the one rule behind /readyz and the move to another version (field-reports.md R8)."""
     f = inf.failure()
     return f[0] if f is not None and f[1] >= grace else None
 
@@ -146,12 +146,12 @@ OPTIONAL_KINDS = {
     "claims": ("ipam.cluster.x-k8s.io", "ipaddressclaims", ADDRESS_VERSIONS, "IPAddressClaim"),
     "machines": ("infrastructure.cluster.x-k8s.io", "proxmoxmachines", MACHINE_VERSIONS, "ProxmoxMachine"),
 }
-# Cluster-scoped kinds of other projects, read for the pool clashes (issue 15, item 3):
+# Cluster-scoped kinds of other projects, read for the pool clashes:
 # GlobalInClusterIPPool comes with the IPAM provider, IP with Kube-OVN. Not consumers.
 CLUSTER_KINDS = {
     "global_pools": ("ipam.cluster.x-k8s.io", "globalinclusterippools", POOL_VERSIONS, "GlobalInClusterIPPool"),
     "kube_ovn_ips": ("kubeovn.io", "ips", ("v1",), "IP"),
-    # Which namespaces a VPC is for (spec.namespaces): a Subnet in another's VPC is reported (R2).
+    # Which namespaces a VPC is for (spec.namespaces): a Subnet in another's VPC is reported (field-reports.md R2).
     "vpcs": ("kubeovn.io", "vpcs", ("v1",), "Vpc"),
 }
 # Indexes of the optional kinds' stores (controller.watch.indexes.Listers); others: "namespace".
@@ -195,7 +195,7 @@ def listable_version(writer: KubeWriter, resource: Callable[[str], Resource], se
     """The first of the ``served`` versions whose LIST answers (``limit=1``, all
     namespaces), or None. A version can be served and still not list: capmox converts its
     stored version through a conversion webhook, and while that webhook fails every LIST and
-    WATCH of another version fails whole (field report R8), while the stored one lists.
+    WATCH of another version fails whole (field-reports.md R8), while the stored one lists.
 
     :raises ApiError: only for failures of the API server itself (5xx of every version is
         "none lists", not an error).
@@ -221,7 +221,7 @@ class Manager:
     The constructor talks to no server: API discovery of the optional kinds runs in
     :meth:`start_informers` (and at every resync, for kinds installed later).
 
-    :param fence: the leader fence (field report S3; ``controller.main``): checked just
+    :param fence: the leader fence (field-reports.md S3; ``controller.main``): checked just
         before every write the controller sends, to the API server (its Events included)
         and to OVN NB; it raises ``controller.runtime.result.LostLeadership`` once this process no
         longer holds the Lease. None: no leader election, every write is sent.
@@ -281,7 +281,7 @@ class Manager:
             enqueue_network=lambda key: self.network_controller.add(NetworkKey.parse(key)),
             write_window=NAMESPACE_WRITE_WINDOW, zones=self.listers.zones,
         )
-        # Field reports, fourth round, S5: the status fields an older CRD prunes (controller.schema).
+        # field-reports.md S5: the status fields an older CRD prunes (controller.schema).
         self.pruned = schema.PrunedFields(on_cleared=self._status_fields_held)
         for res in (names.PROXMOX_NETWORKS, names.PROXMOX_NETWORK_ZONES):
             self.metrics.set_status_fields_pruned(schema.crd_name(res), 0)
@@ -341,7 +341,7 @@ class Manager:
             def synced() -> None:
                 self.metrics.set_gateway_sb_synced(True)
                 if was_lost.is_set():
-                    # Back after an outage (field reports, fourth round, S8): every network says
+                    # Back after an outage (field-reports.md S8): every network says
                     # what the SB shows now, not at its 30 s retry; a binding that did not change
                     # queues nobody by itself. A pass that finds its group in shape writes nothing.
                     was_lost.clear()
@@ -357,7 +357,7 @@ class Manager:
                            overlay_mtu=options.overlay_mtu)
 
     def recheck_status_fields(self) -> None:
-        """Field reports, fourth round, S5: for each CRD known to prune status fields, one
+        """field-reports.md S5: for each CRD known to prune status fields, one
         dry-run status write of a cached object with every field (nothing is stored; no
         status write while the CRD stays outdated). Once it holds them all, every object of
         the kind is queued and writes its full status (:meth:`_status_fields_held`)."""
@@ -452,7 +452,7 @@ class Manager:
         return lambda version: Resource(group, version, plural, namespaced=key not in CLUSTER_KINDS, kind=kind)
 
     def move_failing_kinds(self, sync_timeout: float = 60.0, grace: float = UNLISTABLE_GRACE) -> list[str]:
-        """Field report R8: an optional kind whose informer cannot list moves to another
+        """field-reports.md R8: an optional kind whose informer cannot list moves to another
         served version that lists, found by discovery. "Cannot list" is /readyz's rule
         (:func:`failing_past`): its LISTs and WATCHes have failed for ``grace`` seconds, read
         as one run however the failures come (a watch that hangs before each ERROR too).
@@ -498,7 +498,7 @@ class Manager:
 
     def unlistable(self, grace: float = UNLISTABLE_GRACE) -> list[str]:
         """``"<resource>: <error>"`` of each informer whose LISTs and WATCHes have failed for
-        at least ``grace`` seconds (``/readyz`` names them; R8)."""
+        at least ``grace`` seconds (``/readyz`` names them; field-reports.md R8)."""
         failures = ((inf.resource, failing_past(inf, grace)) for inf in self.factory.informers())
         return [f"{resource}: {error}" for resource, error in failures if error is not None]
 
@@ -645,7 +645,7 @@ class Manager:
         Standby replicas do this too, so a takeover does not wait for a full list.
 
         While the API server cannot answer discovery this retries with backoff (1 s
-        doubling to 30 s, one log line per attempt), never in a tight loop (issue 15).
+        doubling to 30 s, one log line per attempt), never in a tight loop.
 
         :param cancel: when set (SIGTERM) the waits end at once.
         :returns: True once every cache has synced; False when ``cancel`` was set first.
@@ -678,7 +678,7 @@ class Manager:
         log.info("caches synced", networks=len(self.listers.networks.keys()), vlans=len(self.listers.vlans.keys()))
         if not self._discovery_started:
             # Every replica, leading or not: a standby's caches must follow a kind that
-            # moves to another version too, or it stays not Ready through the outage (R8).
+            # moves to another version too, or it stays not Ready through the outage (field-reports.md R8).
             self._discovery_started = True
             t = threading.Thread(target=self._discovery_loop, name="discovery", daemon=True)
             t.start()
@@ -687,7 +687,7 @@ class Manager:
 
     def start_workers(self) -> None:
         """Start workers and the periodic resync (only while leading). No allocation before
-        every cache has synced: product-decisions.md §4.4, field report B01."""
+        every cache has synced: product-decisions.md §4.4, field-reports.md B01."""
         if not self.factory.has_synced():
             raise RuntimeError("workers must not start before the caches have synced")
         for c in self.controllers:
@@ -707,7 +707,7 @@ class Manager:
         full copy. Passes before it would count as NB failures (a status write and an Event
         per network on every restart); past this bound the NB is really unreachable and the
         grace of §9.5 takes over. Runs on the workers, never on the elector's thread: a wait
-        there made a leader miss its renew deadline (issue 15)."""
+        there made a leader miss its renew deadline."""
         assert self.gateway is not None
         nb = self.gateway.applier.nb
         deadline = time.monotonic() + self.options.nb_first_sync_timeout
@@ -728,7 +728,7 @@ class Manager:
         return max(1, self.options.workers // 2)
 
     def healthy(self) -> bool:
-        """The work loop is alive: every worker and the resync thread run (B13: a leader
+        """The work loop is alive: every worker and the resync thread run (field-reports.md B13: a leader
         whose work loop died must not keep its lease)."""
         if self._stop.is_set():
             return True
@@ -736,7 +736,7 @@ class Manager:
 
     def caches_fresh(self, max_age: float = 1200.0) -> bool:
         """Every cache synced and heard from within ``max_age`` seconds (2x the longest watch
-        timeout: field report B11)."""
+        timeout: field-reports.md B11)."""
         if not self.factory.has_synced():
             return False
         return all(inf.last_sync_age() <= max_age for inf in self.factory.informers())
@@ -745,7 +745,7 @@ class Manager:
         """Stop workers first (a network or zone pass in flight ends before its next action:
         ``controller.runtime.result.Stopping``), then the informers, the NB client
         and Events, all within ``timeout`` seconds together (threads still running then are
-        daemons and logged; a SIGTERM with a peer down exits in < 2 s: issue 15).
+        daemons and logged; a SIGTERM with a peer down exits in < 2 s).
 
         The namespace controller stops after the others, so the namespace passes that their
         last passes asked for (a network gone, a triple to list) still run.
@@ -826,7 +826,7 @@ class Manager:
     def _discovery_loop(self) -> None:
         """On every replica: every ``resync_period`` kinds served late get their informers;
         every ``min(resync_period, UNLISTABLE_GRACE)`` kinds that cannot be listed (as
-        /readyz names them) move to a version that lists (R8)."""
+        /readyz names them) move to a version that lists (field-reports.md R8)."""
         period = self.options.resync_period
         step = min(period, UNLISTABLE_GRACE)  # a kind /readyz names moves within one grace
         last_discovery = time.monotonic()

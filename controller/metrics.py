@@ -17,9 +17,9 @@ name                                                 type       labels
 ``cozy_proxmox_zone_vlans_free``                     gauge      zone
 ``cozy_proxmox_zone_networks``                       gauge      zone
 ``cozy_proxmox_orphaned_vlans``                      gauge      zone
-``cozy_proxmox_zone_vlans_outside_ranges``           gauge      zone (ours, issue 26 item 7)
-``cozy_proxmox_zone_vlans_held_for_reuse``           gauge      zone (ours, issue 26 item 7)
-``cozy_proxmox_network_foreign_subnets``             gauge      namespace, network (ours, field report R1)
+``cozy_proxmox_zone_vlans_outside_ranges``           gauge      zone (ours)
+``cozy_proxmox_zone_vlans_held_for_reuse``           gauge      zone (ours)
+``cozy_proxmox_network_foreign_subnets``             gauge      namespace, network (ours, field-reports.md R1)
 ``cozy_proxmox_network_ready``                       gauge      namespace, network, zone, vlan
 ``cozy_proxmox_network_ippool_addresses``            gauge      namespace, network, state
 ``cozy_proxmox_network_consumers``                   gauge      namespace, network
@@ -44,19 +44,19 @@ Ours on top of them:
   ``name`` per controller's queue (``proxmox-network-networks``, ``-zones``, ``-pods``,
   ``-namespaces``; :meth:`Metrics.workqueue_hook_for`), each hook the ``metrics_hook``
   of its :class:`controller.runtime.workqueue.RateLimitingQueue`;
-* the informers' (B11/B12), read from the informers at scrape time:
+* the informers' (field-reports.md B11/B12), read from the informers at scrape time:
   ``cozy_proxmox_informer_last_event_age_seconds{resource}`` (gauge,
   ``informer.last_sync_age()``, ``+Inf`` before the first LIST),
   ``cozy_proxmox_informer_relists_total{resource}`` (``informer.relists``) and
   ``cozy_proxmox_informer_watch_restarts_total{resource,reason}``
   (``informer.watch_restarts``) and ``cozy_proxmox_informer_list_failing{resource}``
-  (``informer.last_error`` set: R8); see :meth:`Metrics.register_informers`;
+  (``informer.last_error`` set: field-reports.md R8); see :meth:`Metrics.register_informers`;
 * ``cozy_proxmox_leader`` (gauge, no labels): 1 while this process leads (and
-  always 1 with ``--leader-elect=false``), else 0 (B13);
+  always 1 with ``--leader-elect=false``), else 0 (field-reports.md B13);
 * ``cozy_proxmox_network_vlan_changed_externally{namespace,network}`` (gauge): 1 while
-  the network's Vlan carries another ID than the one allocated to it (issue 15);
+  the network's Vlan carries another ID than the one allocated to it;
 * ``cozy_proxmox_network_stuck_holders{namespace,network}`` (gauge): holders of a deleting
-  network's pool with something odd about them, set on each finalize wait (issue 15);
+  network's pool with something odd about them, set on each finalize wait;
 * the gateway as it serves (product-decisions.md §10), while the OVN SB is read:
   ``cozy_proxmox_network_gateway_bound{namespace,network}`` (gauge): 1 while a chassis of
   the network's group holds its router port's ``cr-`` binding, 0 when nothing does (after
@@ -67,12 +67,12 @@ Ours on top of them:
 * ``cozy_proxmox_status_writes_total{crd}`` (counter): status PUTs sent, and
   ``cozy_proxmox_crd_pruned_status_fields{crd}`` (gauge): status fields the API server prunes
   (a CRD older than the controller; ``controller.schema``), both by CRD name (field reports,
-  fourth round, S5);
+  fourth round, field-reports.md S5);
 * ``cozy_proxmox_network_pool_overlaps{namespace,network}`` (gauge): other InClusterIPPools
   and GlobalInClusterIPPools sharing addresses with the network's pool, and
   ``cozy_proxmox_network_address_conflicts{namespace,network}`` (gauge): addresses of the
   pool that Kube-OVN IPs hold; both set on every non-deleting pass, 0 until the pool is
-  checked (issue 15, item 3).
+  checked.
 
 Counters and histograms carry no ``*_created`` series, as with the Go client:
 dashboards and alerts written for the reference see the same families.
@@ -373,14 +373,14 @@ class Metrics:
         self.gateway_nb_errors = Counter(
             "cozy_proxmox_gateway_nb_errors_total",
             "Gateway ensures and releases that could not reach or update the OVN NB.", registry=reg)
-        # Ours, beyond the reference (field report B07 asks for NB write counts): zero in
+        # Ours, beyond the reference (field-reports.md B07 asks for NB write counts): zero in
         # a steady state.
         self.gateway_nb_transactions = Counter(
             "cozy_proxmox_gateway_nb_transactions_total",
             "OVN NB write transactions committed by the controller, by operation (ensure, release, collect).",
             ["op"], registry=reg)
 
-        # -- status writes (field reports, fourth round, S5) --------------------
+        # -- status writes (field-reports.md S5) --------------------
         self.status_writes = Counter(
             "cozy_proxmox_status_writes_total",
             "Status writes (PUT of the status subresource) the controller sent, by CRD.",
@@ -403,12 +403,12 @@ class Metrics:
             "cozy_proxmox_network_reconcile_duration_seconds", "Duration of one ProxmoxNetwork reconcile pass.",
             buckets=GO_DEFAULT_BUCKETS, registry=reg)
 
-        # -- leader election (B13) ------------------------------------------
+        # -- leader election (field-reports.md B13) ------------------------------------------
         self.leader = Gauge(
             "cozy_proxmox_leader", "1 while this process holds the leader lease (or runs without election).",
             registry=reg)
 
-        # -- API credentials (R11) -----------------------------------------
+        # -- API credentials (field-reports.md R11) -----------------------------------------
         self.api_unauthorized = Counter(
             "cozy_proxmox_api_unauthorized_total",
             "401 answers from the API server to a request sent with a token read from a file "
@@ -438,7 +438,7 @@ class Metrics:
             "Seconds the longest-running worker has been on its current key",
             ["name"], registry=reg)
 
-        # -- informers (B11/B12) ---------------------------------------------
+        # -- informers (field-reports.md B11/B12) ---------------------------------------------
         self._informers: dict[str, Any] = {}
         reg.register(_InformerCollector(self))
 
@@ -465,7 +465,7 @@ class Metrics:
         self.orphaned_vlans.labels(zone).set(orphans)
 
     def set_zone_kept(self, zone: str, outside_ranges: int, held_for_reuse: int) -> None:
-        """The IDs a zone keeps out of its free count for a while (issue 26 item 7): Vlans
+        """The IDs a zone keeps out of its free count for a while: Vlans
         outside its current ranges, IDs held for reuse."""
         self.zone_vlans_outside_ranges.labels(zone).set(outside_ranges)
         self.zone_vlans_held_for_reuse.labels(zone).set(held_for_reuse)
@@ -514,7 +514,7 @@ class Metrics:
 
     def set_foreign_subnets(self, namespace: str, name: str, count: int) -> None:
         """``network_foreign_subnets``: the Subnets of someone else naming the network's Vlan
-        (field report R1), set on each non-deleting pass that reaches its end."""
+        (field-reports.md R1), set on each non-deleting pass that reaches its end."""
         self.network_foreign_subnets.labels(namespace, name).set(count)
 
     def set_vlan_changed(self, namespace: str, name: str, changed: bool) -> None:

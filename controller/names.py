@@ -21,9 +21,9 @@ ANNOTATION_DELETED_SUBNETS = "proxmox.cozystack.io/deleted-subnets"
 # On a ProxmoxNetworkZone: released IDs held back by the VLAN reuse delay (controller.rules.reuse).
 ANNOTATION_RELEASED_VLANS = "proxmox.cozystack.io/released-vlans"
 # On a Vlan the controller owns: its network's pool addresses as CIDRs, which the admission
-# policies proxmox-network-{pod,ip}-addresses read (issue 15, item 6; docs/admission.md).
+# policies proxmox-network-{pod,ip}-addresses read (docs/admission.md).
 ANNOTATION_POOL_CIDRS = "proxmox.cozystack.io/pool-cidrs"
-# On a ProxmoxNetwork: the operator accepts a Vlan ID changed by hand (issue 15, item 2).
+# On a ProxmoxNetwork: the operator accepts a Vlan ID changed by hand.
 ANNOTATION_ACCEPT_VLAN_ID = "proxmox.cozystack.io/accept-vlan-id"
 
 # Condition types (§1.3).

@@ -17,7 +17,7 @@ PENDING = "Pending"  # a required condition has not been evaluated (§5.8)
 # -- VLANAllocated (§5.3, §5.4) -----------------------------------------------------------------
 ALLOCATED = "Allocated"
 # True: the VLAN is kept, but the zone's ranges (or reserved IDs) changed and no longer hold
-# it (issue 26 item 7).
+# it.
 ALLOCATED_OUTSIDE_RANGES = "AllocatedOutsideRanges"
 ZONE_NOT_FOUND = "ZoneNotFound"
 NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
@@ -28,8 +28,8 @@ STATIC_VLAN_IN_USE = "StaticVLANInUse"
 VLAN_NAME_TAKEN = "VLANNameTaken"
 VLAN_PROVIDER_MISMATCH = "VLANProviderMismatch"
 VLAN_CONFLICT = "VLANConflict"
-VLAN_CHANGED_EXTERNALLY = "VLANChangedExternally"  # a Vlan's spec.id edited by hand (issue 15, item 2)
-SUBNET_NAME_INVALID = "SubnetNameInvalid"  # spec.subnet cannot name a Vlan (issue 15, item 7)
+VLAN_CHANGED_EXTERNALLY = "VLANChangedExternally"  # a Vlan's spec.id edited by hand
+SUBNET_NAME_INVALID = "SubnetNameInvalid"  # spec.subnet cannot name a Vlan
 WAITING_FOR_VLAN = "WaitingForVLAN"  # the dependents of a VLANAllocated that is not True
 
 # -- SubnetReady (§5.5) ----------------------------------------------------------------------------
@@ -49,8 +49,8 @@ SUBNET_EXCLUDE_IPS_INVALID = "SubnetExcludeIPsInvalid"
 POOL_ADDRESS_INVALID = "PoolAddressInvalid"
 POOL_OUTSIDE_SUBNET = "PoolOutsideSubnet"
 POOL_OVERLAPS_SUBNET = "PoolOverlapsSubnet"
-POOL_OVERLAPS_POOL = "PoolOverlapsPool"  # another pool holds addresses of this one (issue 15, item 3)
-ADDRESS_CONFLICT = "AddressConflict"  # a Kube-OVN IP holds an address of the pool (issue 15, item 3)
+POOL_OVERLAPS_POOL = "PoolOverlapsPool"  # another pool holds addresses of this one
+ADDRESS_CONFLICT = "AddressConflict"  # a Kube-OVN IP holds an address of the pool
 
 # -- GatewayReady (§9) -----------------------------------------------------------------------------
 DISABLED = "Disabled"
@@ -79,22 +79,22 @@ VLAN_RELEASED = "VLANReleased"
 VLAN_RELEASED_AFTER_PRUNE_TIMEOUT = "VLANReleasedAfterPruneTimeout"
 VLAN_DUPLICATE_REPAIRED = "VLANDuplicateRepaired"
 LEADER_LOCK_HELD_ELSEWHERE = "LeaderLockHeldElsewhere"  # on the Lease: another release's replica leads
-KUBE_OVN_STALE = "KubeOVNStale"  # S1, Event only: Kube-OVN kept a Vlan validation failure after the Vlan came
-SUBNET_IN_FOREIGN_VPC = "SubnetInForeignVPC"  # R2, report only: the Subnet's VPC lists other namespaces
+KUBE_OVN_STALE = "KubeOVNStale"  # field-reports.md S1, Event only: Kube-OVN kept a Vlan validation failure after the Vlan came
+SUBNET_IN_FOREIGN_VPC = "SubnetInForeignVPC"  # field-reports.md R2, report only: the Subnet's VPC lists other namespaces
 ORPHANED_VLAN_COLLECTED = "OrphanedVLANCollected"
 NB_RECOVERED = "NBRecovered"
 GATEWAY_GROUP_CREATED = "GatewayGroupCreated"
 GATEWAY_GROUP_ADOPTED = "GatewayGroupAdopted"
 GATEWAY_GROUP_UPDATED = "GatewayGroupUpdated"
-# Warning on a group write of fewer than three chassis (issue 25; ovn.planner.failover_note).
+# Warning on a group write of fewer than three chassis (ovn.planner.failover_note).
 GATEWAY_WITHOUT_FAILOVER = "GatewayWithoutFailover"
 # Normal, when the chassis that serves a network's router port changes (an OVN failover).
 GATEWAY_MOVED = "GatewayMoved"
 # Warning, once per machine, NIC and address: a NIC on the network holds an address of another
-# pool outside the network's subnet (field report S4, capmox#868; controller.rules.foreign).
+# pool outside the network's subnet (field-reports.md S4, capmox#868; controller.rules.foreign).
 FOREIGN_ADDRESS_ON_NETWORK = "ForeignAddressOnNetwork"
 # Warning, once per CRD and set of fields: the API server prunes status fields this controller
-# writes (a CRD older than the controller; field reports, fourth round, S5; controller.schema).
+# writes (a CRD older than the controller; field-reports.md S5; controller.schema).
 SCHEMA_OUTDATED = "SchemaOutdated"
 
 __all__ = [n for n in dir() if n.isupper()] + [

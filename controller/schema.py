@@ -1,5 +1,5 @@
 """What the API server holds of a status the controller writes (field reports, fourth
-round, S5): a ProxmoxNetwork or ProxmoxNetworkZone CRD older than the controller.
+round, field-reports.md S5): a ProxmoxNetwork or ProxmoxNetworkZone CRD older than the controller.
 
 The API server prunes every field its CRD's schema does not name, on each write and on each
 read from etcd. A CRD rolled back under a new controller image (a Helm rollback of

@@ -10,7 +10,7 @@ t0 every network's objects are created together (network, Subnet with ``logicalG
 in one of ``vpcs`` VPCs, InClusterIPPool), as a chart applies them. As soon as a network
 shows its VLAN in its status, its VM is made as capmox makes it (hack/vms.py: the address
 claimed from the network's pool through the real IPAM provider) with a broadcast ARP probe
-for its gateway every 0.1 s (hack/arp_probe.py). Per network: the seconds from t0 to the
+for its gateway every 0.1 s (hack/bed/arp_probe.py). Per network: the seconds from t0 to the
 first ARP answer. Written as p50 and max to the ``bench-wire`` block of ``--out``, with the
 OVN and OVS builds.
 """

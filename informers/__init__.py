@@ -5,7 +5,7 @@ per resource + selectors. Each runs a reflector thread (LIST, then WATCH from
 the list's resourceVersion; relist on 410; client read timeouts) feeding a
 :class:`ThreadSafeStore` with secondary indexes and calling event handlers.
 Objects are plain JSON dicts, so CRDs need no model classes.
-See product-decisions.md §3 and field reports B11/B12.
+See product-decisions.md §3 and field-reports.md B11/field-reports.md B12.
 """
 
 from .factory import SharedInformerFactory

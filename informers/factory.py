@@ -24,11 +24,11 @@ class SharedInformerFactory:
 
     * ``watch_timeout_range=(300, 600)``: server ``timeoutSeconds`` per watch,
       random within (product-decisions §3: 5-10 min).
-    * ``read_timeout_margin=30``: client read timeout = that + this (B11).
+    * ``read_timeout_margin=30``: client read timeout = that + this (field-reports.md B11).
     * ``relist_backoff=(0.5, 30)``: first and max delay after a failure.
     * ``connect_timeout=10``: TCP/TLS connect timeout.
     * ``relist_period=None``: if set, also relist this often regardless of
-      the watch (B11's independent full relist); also acts as a resync,
+      the watch (field-reports.md B11's independent full relist); also acts as a resync,
       delivering ``on_update`` for every object.
     * ``transport``: replaces the HTTP layer (tests); default wraps ``api_client``.
 
@@ -105,7 +105,7 @@ class SharedInformerFactory:
 
     def remove(self, informer: SharedIndexInformer) -> None:
         """Stop ``informer`` and forget it (its successor serves another version of the
-        kind, field report R8). Does not wait for its thread."""
+        kind, field-reports.md R8). Does not wait for its thread."""
         with self._lock:
             for key, inf in list(self._informers.items()):
                 if inf is informer:

@@ -64,7 +64,7 @@ class SharedIndexInformer:
       logged and does not affect other handlers or the informer.
     * ``on_delete`` gets the last known object: the object of the watch's
       DELETED event, or, for a delete synthesized by a relist (the object
-      vanished while we were not watching, B12), the last cached version.
+      vanished while we were not watching, field-reports.md B12), the last cached version.
     * A relist delivers ``on_update(old, new)`` for every object that
       survived it (even unchanged), ``on_add`` for new ones, ``on_delete`` for
       vanished ones, like client-go.
@@ -221,7 +221,7 @@ class SharedIndexInformer:
     def last_sync_age(self) -> float:
         """Seconds since the last sign of a live watch: successful LIST, watch
         (re)established or cleanly ended, any event or BOOKMARK. ``math.inf``
-        before the first LIST. Readiness fails above ~2x the watch timeout (B11)."""
+        before the first LIST. Readiness fails above ~2x the watch timeout (field-reports.md B11)."""
         t = self._reflector.last_sync_monotonic
         return math.inf if t is None else max(0.0, time.monotonic() - t)
 
@@ -241,7 +241,7 @@ class SharedIndexInformer:
         """Why the last LIST or WATCH failed (``HTTP 500: <message>``, …), None once a LIST
         succeeded or a watch proved itself (delivered an event or stayed open
         ``ReflectorConfig.watch_proof`` seconds): the kind cannot be listed while it is set
-        (field report R8)."""
+        (field-reports.md R8)."""
         return self._reflector.last_error
 
     def failure(self) -> tuple[str, float] | None:
@@ -291,7 +291,7 @@ class SharedIndexInformer:
 
     def is_running(self) -> bool:
         """True while the reflector thread is alive. It only ends after
-        :meth:`stop`; a False while the factory runs means a bug (B13: tie
+        :meth:`stop`; a False while the factory runs means a bug (field-reports.md B13: tie
         liveness/leadership to it)."""
         t = self._thread
         return t is not None and t.is_alive()

@@ -1,13 +1,13 @@
 """The reflector: LIST, then WATCH from the list's resourceVersion, forever.
 
-Rules (client-go ``tools/cache/reflector.go`` model; field reports B11, B12;
+Rules (client-go ``tools/cache/reflector.go`` model; field-reports.md B11, field-reports.md B12;
 product-decisions §3):
 
 * LIST is paginated (``limit=500`` + ``continue``). A 410 on a continue token
   (it expired, ~5-15 min) restarts the LIST from scratch, so the result is one
   consistent snapshot.
 * Each page is handed to the sink's ``project`` as soon as it is decoded, so
-  only one page of objects as served is alive at a time (issue 29: 50,000 IPs
+  only one page of objects as served is alive at a time (50,000 IPs
   kept whole until the last page pinned twice the cache's memory).
 * The store is replaced with the LIST result; the informer synthesizes
   deletes for vanished keys and adds for new ones.
@@ -15,13 +15,13 @@ product-decisions §3):
   server ``timeoutSeconds`` drawn at random from ``watch_timeout_range`` (so
   many watches do not all expire at once) and a client read timeout of
   ``timeoutSeconds + read_timeout_margin``: a half-open connection that
-  delivers nothing raises a read timeout instead of hanging forever (B11).
-* The resourceVersion advances on every event, BOOKMARK included (B12), and
+  delivers nothing raises a read timeout instead of hanging forever (field-reports.md B11).
+* The resourceVersion advances on every event, BOOKMARK included (field-reports.md B12), and
   only after the event was applied.
 * Clean end, dropped connection, read timeout: watch again from the last
   resourceVersion (nothing is missed, nothing relisted).
 * 410 Gone (HTTP status at watch start, ``ApiException``, or an ERROR event
-  with code 410): full relist (B12).
+  with code 410): full relist (field-reports.md B12).
 * Anything else (5xx, 403, 404 for a CRD not installed yet, connection
   refused, a bug): log, wait with jittered exponential backoff, retry. The
   loop never dies on an exception; only ``stop`` ends it.
@@ -58,7 +58,7 @@ RESTART_REASONS = ("expired", "dropped", "timeout", "closed", "error")
 
 * ``expired``: 410 Gone; a full relist follows.
 * ``dropped``: the connection broke (reset, EOF mid-stream).
-* ``timeout``: the client read timeout fired (silent connection, B11).
+* ``timeout``: the client read timeout fired (silent connection, field-reports.md B11).
 * ``closed``: the server ended the watch cleanly (its ``timeoutSeconds``); normal.
 * ``error``: any other failure (HTTP error, ERROR event, undecodable line,
   connect failure, unexpected exception); retried after backoff.
@@ -76,9 +76,9 @@ class ReflectorConfig:
     * ``list_read_timeout``: per-read socket timeout of LIST requests.
     * ``relist_backoff``: (first, max) delay of the jittered exponential backoff.
     * ``relist_period``: if set, a full LIST at least this often, independent of
-      the watch (B11's safety net); ``None`` = only on 410/errors.
+      the watch (field-reports.md B11's safety net); ``None`` = only on 410/errors.
     * ``watch_proof``: a watch open this long, even if quiet and not yet ended, shows
-      the kind lists: it ends a run of failures (R8 readiness; a 429 at a watch's start
+      the kind lists: it ends a run of failures (field-reports.md R8 readiness; a 429 at a watch's start
       while a new CRD's watch cache fills is not a kind that cannot be listed). Above a
       conversion webhook that answers within 10 s, so a watch that hangs less and then fails
       keeps the run. A watch that hangs 10 s or more before each ERROR event restarts the
@@ -192,7 +192,7 @@ class Reflector:
         self.last_resource_version: str | None = None
         self.last_sync_monotonic: float | None = None
         # The failure of the last LIST or WATCH and since when they fail (monotonic), None
-        # once one succeeds: a kind that cannot be listed (field report R8) says so.
+        # once one succeeds: a kind that cannot be listed (field-reports.md R8) says so.
         self._last_error: str | None = None
         self._failing_since: float | None = None
         self._open_since: float | None = None  # when the live watch started, while it is open
@@ -245,7 +245,7 @@ class Reflector:
                     self._log.info("watch ended immediately; backing off", reason=reason)
                     self._sleep_backoff()
             except _Expired as e:
-                # 410: our resourceVersion is compacted away; only a relist helps (B12).
+                # 410: our resourceVersion is compacted away; only a relist helps (field-reports.md B12).
                 self.watch_restarts["expired"] += 1
                 self._log.info("resourceVersion expired; relisting", rv=self.last_resource_version, detail=str(e))
                 need_list = True
@@ -287,7 +287,7 @@ class Reflector:
                                       relisting=need_list)
                 self._sleep_backoff()
             except Exception:
-                # A bug or a surprise: keep the thread alive (B12/B13), loudly,
+                # A bug or a surprise: keep the thread alive (field-reports.md B12/B13), loudly,
                 # and relist, since the cache may have missed what failed.
                 need_list = True
                 self.watch_restarts["error"] += 1
@@ -454,7 +454,7 @@ class Reflector:
             self._live = stream
         if self._stop.is_set():  # stop() ran before we published the stream
             stream.abort()
-        self._mark_sync()  # a (re)established watch counts as renewal (B11 readiness)
+        self._mark_sync()  # a (re)established watch counts as renewal (field-reports.md B11 readiness)
         self._open_since = self._clock()
         received = 0
         reason = "closed"
@@ -517,7 +517,7 @@ class Reflector:
         elif etype != "BOOKMARK":
             self._log.warning("unknown watch event type ignored", type=etype)
             return
-        # Advance after applying, on every event incl. BOOKMARK (B12): a
+        # Advance after applying, on every event incl. BOOKMARK (field-reports.md B12): a
         # restart then resumes exactly after the last event we acted on.
         if rv:
             self.last_resource_version = rv

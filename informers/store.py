@@ -180,7 +180,7 @@ class ThreadSafeStore:
         order: ``DELETED`` (with the last cached object) for keys that
         vanished, then ``ADDED`` for new keys and ``MODIFIED`` for keys present
         before and after (even if unchanged: client-go delivers a relist as
-        updates so handlers re-evaluate, field report B12). If ``objs``
+        updates so handlers re-evaluate, field-reports.md B12). If ``objs``
         contains a key twice, the last one wins.
         """
         new_items: dict[str, dict] = {}

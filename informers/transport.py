@@ -5,7 +5,7 @@ from its ``Configuration``) but not on its generated API methods or
 ``kubernetes.watch.Watch``: objects stay plain JSON dicts (CRDs need no model
 classes), and the watch body is read by our own line reader, so that 410s,
 bookmarks and client read timeouts are handled our way (field reports
-B11/B12).
+field-reports.md B11/B12).
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ class ApiClientTransport:
 
     ``timeout`` is ``(connect, read)`` seconds; the read timeout applies to
     every socket read, so a silent half-open connection raises
-    ``urllib3.exceptions.ReadTimeoutError`` instead of hanging (B11).
+    ``urllib3.exceptions.ReadTimeoutError`` instead of hanging (field-reports.md B11).
     """
 
     def __init__(self, api_client) -> None:
@@ -178,7 +178,7 @@ class ApiClientTransport:
               accept: str = "application/json") -> urllib3.BaseHTTPResponse:
         """GET ``path``; after a 401, once more when the client's token rotated since it was
         sent (``controller.credentials.TokenFile.renew``, as client-go retries once): a
-        rotated token is never the LIST's or WATCH's own error (R11)."""
+        rotated token is never the LIST's or WATCH's own error (field-reports.md R11)."""
         url = self._api_client.configuration.host.rstrip("/") + path
         if query:
             url += "?" + urlencode(list(query))

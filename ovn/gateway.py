@@ -1,7 +1,7 @@
 """HA_Chassis_Group of each network's router port in OVN NB (reference-behaviour.md §9.4, §9.6).
 
 ``GatewayApplier`` observes the rows of one router port (``ovn.nb.NBClient``, never
-before the IDL has synced: field report B10) as a plain snapshot, hands it to the pure
+before the IDL has synced: field-reports.md B10) as a plain snapshot, hands it to the pure
 §9.4 decision (``planner.plan_ensure``, which builds on ``planner.plan_group``) and
 applies the plan it returns with ``apply_plan``: one transaction per network, the
 plan's guards as OVSDB ``wait`` operations (python-ovs ``Row.verify``: the port's
@@ -92,7 +92,7 @@ class GatewayApplier:
     :param clear_mtu: a released group takes its ports' ``options:gateway_mtu`` with it (off
         when the controller leaves the option alone: ``--overlay-mtu=0``).
     :param fence: checked right before each write transaction is sent (``ovn.nb.NBClient``):
-        the leader fence of field report S3. What it raises (``LostLeadership``) comes out
+        the leader fence of field-reports.md S3. What it raises (``LostLeadership``) comes out
         of :meth:`ensure`, :meth:`release` and :meth:`collect` as is, not as an
         :class:`NBError`: losing the lease is not an NB failure.
     """

@@ -11,7 +11,7 @@
   in the given order, starting over from the first after a full round fails.
 * ``synced()`` is true only while connected and after the IDL has applied the
   full monitor reply of the current connection; before that the (possibly
-  empty or stale) cache is never served as "no rows" (field report B10):
+  empty or stale) cache is never served as "no rows" (field-reports.md B10):
   ``snapshot()`` and ``transact()`` raise ``NBNotSynced``.
 
 * ``RowIndex`` keeps a key -> rows map of one table up to date from the IDL's
@@ -29,7 +29,7 @@ reference-behaviour.md §11, and while python-ovs is reconnecting on its own the
 Secret is re-read at most every ``BACKOFF_MAX`` seconds, so a rotated Secret is
 picked up without a restart.
 
-Writes and leadership (field report S3): with a ``fence`` every transaction that would
+Writes and leadership (field-reports.md S3): with a ``fence`` every transaction that would
 change something is checked with it on the owner thread right before ``commit()`` hands it
 to the socket; a refusal aborts it unsent. Every connection of the IDL is closed abortively
 (``SO_LINGER`` 0, :func:`abortive_close`): when the process dies (or python-ovs drops a
@@ -349,7 +349,7 @@ log = structlog.get_logger("ovn-nb")
 
 
 def server_refusal(idl: Any, leader_only: bool, database: str = DATABASE) -> str:
-    """Why python-ovs's IDL refuses the server it reached, or "" (issue 26 item 7: the
+    """Why python-ovs's IDL refuses the server it reached, or "" (the
     condition read ``OVN NB IDL is not synced: `` with nothing after it). The IDL checks the
     server's ``_Server.Database`` row (``Idl.__check_server_db``) and, on a refusal, tries the
     next remote, saying why only through OVS's own vlog, which this process does not show.
@@ -401,7 +401,7 @@ class NBClient:
         :param fence: called on the owner thread just before a transaction is committed
             (handed to the socket); it raises to refuse it, and the transaction is aborted
             unsent and the error raised from :meth:`transact`. ``controller.main`` gives the
-            leader fence (``controller.runtime.leader.LeaderElector.fence``, field report S3).
+            leader fence (``controller.runtime.leader.LeaderElector.fence``, field-reports.md S3).
         :param database: the OVSDB database monitored; ``tables`` its tables and columns
             (default: the NB's ``TABLES``); ``label`` names it in errors and the thread.
         :param conditions: ``{table: OVSDB condition}`` monitored with ``monitor_cond``
@@ -484,7 +484,7 @@ class NBClient:
         """Wait up to ``timeout`` seconds (None: no bound) for the first full copy of the NB.
 
         Returns True once synced; False on timeout, when ``cancel`` is set or when the
-        client is stopped (a shutdown never waits behind an unreachable NB: issue 15)."""
+        client is stopped (a shutdown never waits behind an unreachable NB)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._synced.is_set():
             if self._stop.is_set() or (cancel is not None and cancel.is_set()):
@@ -537,8 +537,8 @@ class NBClient:
         mean "nothing known to be applied": resync and redo the whole step.
 
         ``timeout`` counts from this call, not from when the owner thread gets to the
-        transaction: a pass queued behind a hung one ends at its own deadline (issue 26 item
-        7: three passes behind a hung transaction ended at 7.5 s, past the 5 s bound), and a
+        transaction: a pass queued behind a hung one ends at its own deadline (three
+        passes queued behind a hung transaction must not end past their own 5 s bound), and a
         transaction whose deadline passed in the queue is not sent at all.
 
         With a ``fence`` (constructor), it is called right before the commit; what it
@@ -561,7 +561,7 @@ class NBClient:
                                  "transaction; not sent)", value)
             if self.fence is not None:
                 try:
-                    self.fence()  # S3: the last moment before the transaction leaves the process
+                    self.fence()  # field-reports.md S3: the last moment before the transaction leaves the process
                 except BaseException:
                     txn.abort()
                     raise
@@ -645,7 +645,7 @@ class NBClient:
         rotated one is used by the next attempt (python-ovs reads the files per connect),
         and probe the remote with it as a fresh dial does (:func:`ovn.tls.probe`): python-ovs
         says nothing of a failed handshake, so without the probe a certificate from another
-        CA read as "lost the connection" for as long as it lasted (issue 26 item 7). At once
+        CA read as "lost the connection" for as long as it lasted. At once
         after the connection is lost, then every ``tls_recheck`` seconds (``BACKOFF_MAX``), and
         every ``BACKOFF_MIN`` while the last probe could not connect at all: a server that
         comes back refusing the handshake (a certificate rotated to another CA, then the NB

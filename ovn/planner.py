@@ -303,7 +303,7 @@ def wanted_chassis(
     instead of the groups) while it is still in ``trunk``; else the first of ``successors``
     (the port's own group when it votes, highest priority first) still in ``trunk``: the chassis OVN fails
     over to when the active one leaves, so a node that left and comes back under a new chassis
-    ID (field report R7) joins below it instead of taking the gateway back.
+    ID (field-reports.md R7) joins below it instead of taking the gateway back.
     """
     order = [t.chassis for t in rendezvous_order(rendezvous_key(vpc), trunk)]
     active = serving if serving in order else None
@@ -385,7 +385,7 @@ FAILOVER_CHASSIS = 3
 
 def failover_note(n: int) -> str:
     """What a group of ``n`` chassis cannot do, appended to the ChassisAssigned message
-    ("" from :data:`FAILOVER_CHASSIS` on). Issue 25, found on the wire and in OVN's source:
+    ("" from :data:`FAILOVER_CHASSIS` on). found on the wire and in OVN's source:
     ovn-controller (controller/ha-chassis.c ``ha_chassis_group_is_active``) lets a chassis of
     a group of two or more be active only while it has a live BFD session, unless the SB
     lists no other chassis of the group; a survivor of two whose peer's datapath died has
@@ -400,7 +400,7 @@ def failover_note(n: int) -> str:
 
 def assigned_message(lrp: str, group: str, chassis: Sequence[tuple[str, int]]) -> str:
     """ChassisAssigned condition message (§9.4), with :func:`failover_note` for a group of
-    fewer than three chassis (issue 25)."""
+    fewer than three chassis."""
     parts = ", ".join(f"{c}={p}" for c, p in chassis)
     return (
         f'router port "{lrp}" has HA chassis group "{group}" with {len(chassis)} chassis '
@@ -646,7 +646,7 @@ def plan_ensure(
         return NBPlan(GatewayState(
             FOREIGN_GROUP, f'router port "{lrp}" already uses {_describe(snap, pointed[0])}; the controller leaves it alone',
         ), group=gp)
-    # 5./6. Never attach an empty group (field report B06).
+    # 5./6. Never attach an empty group (field-reports.md B06).
     have_mtu = _int(str((port.get("options") or {}).get(GATEWAY_MTU_OPTION, ""))) if mtu > 0 else 0
     if not trunk:
         return NBPlan(GatewayState(

@@ -29,7 +29,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from controller import doctor, names
-from controller.reconcile import namespaces
+from controller.rules import annotation
 from controller.runtime.kube import KubeWriter
 from hack.audit import read_events
 from hack.bed import LocalCluster
@@ -102,13 +102,13 @@ class S4:
         self.pool(POOL, ["10.72.0.200-10.72.0.250"], "10.72.0.1")
         self.pool(CLUSTER_POOL, ["10.0.50.10-10.0.50.100"], "10.0.50.1")
         obj = self.wait("Ready", "Ready")
-        triple = namespaces.namespace_triple(obj)
+        triple = annotation.namespace_triple(obj)
         assert triple == f"vmbr1/{VID}/{POOL}"
 
         def listed() -> bool:
             ann = (self.a.core.read_namespace(self.ns).metadata.annotations or {}).get(
                 names.ANNOTATION_NAMESPACE_NETWORKS)
-            return triple in namespaces.split_value(ann)
+            return triple in annotation.split_value(ann)
 
         wait_for(listed, timeout=WAIT, what=f"namespace {self.ns}'s networks annotation listing {triple}")
         return obj

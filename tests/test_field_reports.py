@@ -38,7 +38,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from controller import names
-from controller.reconcile import namespaces
+from controller.rules import annotation
 from controller.runtime.kube import KubeWriter
 from informers import Resource
 from hack.audit import write_marker, writes_before
@@ -190,7 +190,7 @@ class Tenant:
         n.create()
         n.create_subnet()
         n.create_pool()
-        triple = namespaces.namespace_triple(n.wait("Ready", "Ready"))  # <bridge>/<vlan>/<pool>, §5.9
+        triple = annotation.namespace_triple(n.wait("Ready", "Ready"))  # <bridge>/<vlan>/<pool>, §5.9
         self.readied += 1
         wait_for(lambda: all((self.a.zone(self.zone).get("status") or {}).get(k, 0) >= self.readied
                              for k in ("networks", "allocatedVLANs")),
@@ -199,7 +199,7 @@ class Tenant:
         def listed() -> bool:
             ann = (self.a.core.read_namespace(self.ns).metadata.annotations or {}).get(
                 names.ANNOTATION_NAMESPACE_NETWORKS)
-            return triple in namespaces.split_value(ann)
+            return triple in annotation.split_value(ann)
 
         wait_for(listed, timeout=WAIT, what=f"namespace {self.ns}'s networks annotation listing {triple}")
         return n

@@ -41,3 +41,19 @@ def test_only_a_subnet_without_kube_ovns_finalizer_is_held_by_ours():
         assert held_only_by_us(subnet(finalizers=[theirs, ours], v4usingIPs=2)) == 0
     assert held_only_by_us({"metadata": {}, "spec": {}}) == 0
     assert held_only_by_us({}) == 0
+
+
+def test_a_failed_first_pass_is_not_kube_ovn_done_with_the_subnet():
+    """Our Subnet finalizer waits for Kube-OVN's finalizer or Ready True: a Ready False that
+    a failed pass wrote (the Vlan not there yet, field-reports.md S1) comes before Kube-OVN's
+    finalizer, which its retry adds with an unguarded patch of the whole list."""
+    from controller.rules.kubeovn import processed
+
+    failed = {"metadata": {"finalizers": []}, "status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "ValidateSubnetVlanFailed"},
+        {"type": "Validated", "status": "True", "reason": "ValidateSubnetVlanFailed"}]}}
+    assert not processed(failed)
+    done = {"metadata": {"finalizers": ["kubeovn.io/kube-ovn-controller"]}, "status": failed["status"]}
+    assert processed(done)
+    ready = {"metadata": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert processed(ready)

@@ -1901,7 +1901,9 @@ def test_a_status_field_the_crd_prunes_makes_no_write_and_a_real_change_writes_i
     ({}, [], False),  # just created: Kube-OVN has not handled it yet
     ({}, ["kubeovn.io/kube-ovn-controller"], True),  # v1.15 put its finalizer on
     ({"conditions": [{"type": "Validated", "status": "True"}]}, [], False),  # v1.15 validates before its finalizer
-    ({"conditions": [{"type": "Ready", "status": "False"}]}, [], True),  # an older Kube-OVN wrote its Ready
+    # A failed pass wrote Ready False before Kube-OVN's finalizer; its retry adds that finalizer.
+    ({"conditions": [{"type": "Ready", "status": "False", "reason": "ValidateSubnetVlanFailed"}]}, [], False),
+    ({"conditions": [{"type": "Ready", "status": "True"}]}, [], True),  # an older Kube-OVN finished a pass
 ])
 def test_our_subnet_finalizer_waits_until_kube_ovn_has_handled_the_subnet(status, finalizers, adds):
     """Field reports, fourth round: our first finalizer patch raced Kube-OVN's defaulting and

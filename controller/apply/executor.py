@@ -196,7 +196,7 @@ class Executor:
         """:func:`count_consumers` over objects read from the API server, not the cache.
 
         A kind the API server answers with an error other than 404 (a conversion webhook
-        that fails every LIST of a version, R8) is named in ``Consumers.unlisted``, which
+        that fails every LIST of a version, field-reports.md R8) is named in ``Consumers.unlisted``, which
         keeps the network ``InUse``: an object that cannot be read may hold the pool.
         Connection failures raise (the pass is retried)."""
         unlisted: list[str] = []
@@ -300,7 +300,7 @@ class Executor:
         return fill(s, a.into, written)
 
     def read_back(self, resource: Resource, status: Mapping[str, Any], written: Mapping[str, Any]) -> None:
-        """The write's answer is its read-back (field reports, fourth round, S5): the fields
+        """The write's answer is its read-back (field-reports.md S5): the fields
         written and not returned are pruned by the CRD. A field not known pruned before asks
         once for the whole picture (:meth:`probe_schema`)."""
         if self.pruned is None or not isinstance(written, Mapping):

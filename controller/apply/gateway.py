@@ -31,12 +31,12 @@ log = structlog.get_logger(__name__)
 COLLECT_PERIOD = 300.0  # DefaultGatewayCollectPeriod (§9.6)
 
 
-# Field report R12: the default of --trunk-node-hold-down (seconds).
+# field-reports.md R12: the default of --trunk-node-hold-down (seconds).
 DEFAULT_TRUNK_HOLD_DOWN = 90.0
 
 
 class TrunkHoldDown:
-    """Field report R12: a trunk node that leaves the provider's ready set stays in the
+    """field-reports.md R12: a trunk node that leaves the provider's ready set stays in the
     groups for ``hold_down`` seconds. kube-ovn-cni removes a node's
     ``<provider>.provider-network.kubernetes.io/ready`` label at each of its starts and sets
     it again once the bridge is up (pkg/daemon/controller.go, initProviderNetwork), so a

@@ -45,7 +45,7 @@ class _Assumed:
 class VlanManager:
     """Owns the assumed set and the per-provider locks.
 
-    Invariant (issue 12, product-decisions.md §8 "Safety by construction"): from the
+    Invariant (product-decisions.md §8 "Safety by construction"): from the
     moment a create returns until the cache shows that Vlan (same UID, a version at least
     as new), the Vlan is in the assumed set, and every reader of the used set reads the
     assumed set *before* the cache. The informer updates its store before it calls
@@ -162,7 +162,7 @@ class VlanManager:
         used |= set(self.held_ids(provider))
         if self.networks is not None:
             # The owners' records too: a Vlan whose ID was changed by hand leaves its VMs on
-            # the allocated ID, which stays used until the operator resolves it (issue 15).
+            # the allocated ID, which stays used until the operator resolves it.
             # Only an edited Vlan (index ``edited``) can have a record naming another ID.
             for v in (*assumed, *self.vlans.by_index("edited", provider)):
                 rid = self._recorded(v)

@@ -78,7 +78,7 @@ class Get:
 @attrs.frozen
 class ListConsumers:
     """Count the consumers of pool ``pool`` in ``namespace`` from fresh LISTs (field report
-    B15): fills a :class:`controller.rules.consumers.Consumers`."""
+    field-reports.md B15): fills a :class:`controller.rules.consumers.Consumers`."""
 
     namespace: str
     pool: str
@@ -211,7 +211,7 @@ class Event:
 
 @attrs.frozen
 class ReportOnce:
-    """Warnings posted once each while they hold (field report S4): of ``events``, ``(key,
+    """Warnings posted once each while they hold (field-reports.md S4): of ``events``, ``(key,
     Event)`` pairs, the executor posts the Events whose key it has not posted for network
     ``network`` (its key; ``uid`` tells a network made again under that name from the old one)
     since the key was last missing from a report, and forgets the keys missing from this one.

@@ -215,7 +215,7 @@ def settled_serving(serving: str, written_at: _dt.datetime | None, now: _dt.date
     return ("", left) if left > 0 else (serving, None)
 
 
-# Classes of an NB failure (field reports, fourth round, O6): an NBUnavailable Event is posted
+# Classes of an NB failure (field-reports.md O6): an NBUnavailable Event is posted
 # when a failure starts, and again for each class the outage had not shown yet (a certificate
 # rotation turns a refused connection into a refused handshake), so the Event an operator reads
 # names the current cause; a failure flipping between two classes posts no more.

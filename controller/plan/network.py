@@ -143,11 +143,11 @@ class NetworkSnapshot:
     :ivar subnet: the Subnet named by ``spec.subnet`` (cache), or None.
     :ivar subnet_bound: some cached Subnet names ``vlan`` in ``spec.vlan``.
     :ivar strangers: names (sorted) of the cached Subnets other than ``spec.subnet`` that name
-        the network's Vlan in ``spec.vlan`` (field report R1); read for a deleting network too
+        the network's Vlan in ``spec.vlan`` (field-reports.md R1); read for a deleting network too
         (they hold the release, whatever ``Vlan.status.subnets`` says: field reports, fourth
-        round, S5).
+        round, field-reports.md S5).
     :ivar holder_subnets: for each other Vlan of ``holders``, the names (sorted) of the cached
-        Subnets naming it (field report S6).
+        Subnets naming it (field-reports.md S6).
     :ivar pool: the network's InClusterIPPool (cache), or None.
     :ivar other_pools: ``(kind, pool)`` of the InClusterIPPools (any namespace) and
         GlobalInClusterIPPools that may share addresses with ``pool`` (the overlap index's
@@ -159,7 +159,7 @@ class NetworkSnapshot:
     :ivar pool_addresses: the IPAddresses whose ``spec.poolRef`` names ``pool`` (cache).
     :ivar consumers: the pool's consumers counted from the caches.
     :ivar machines: the ProxmoxMachines of the namespace with a NIC that references ``pool``
-        or is on the zone's bridge with the network's VLAN (cache; field report S4).
+        or is on the zone's bridge with the network's VLAN (cache; field-reports.md S4).
     :ivar machine_claims: the IPAddressClaims those machines own (cache).
     :ivar machine_addresses: the IPAddresses of those claims (cache).
     :ivar owns_group: the NB cache holds an HA_Chassis_Group owned by this network (read
@@ -168,7 +168,7 @@ class NetworkSnapshot:
     :ivar trunk, siblings: the gateway step's inputs (trunk nodes, the VPC's subnet names).
     :ivar subnet_vpc: the Kube-OVN Vpc the Subnet names (None: not found, or Vpcs not served).
     :ivar trunk_recheck: seconds until a trunk node held down leaves ``trunk`` (field report
-        R12), None when none is held: the pass comes back then.
+        field-reports.md R12), None when none is held: the pass comes back then.
     :ivar sb_binding: the router port's ``cr-`` binding in the OVN SB (``ovn.sb.Binding``),
         None when the SB is not read (product-decisions.md §10); ``serving_settle`` the
         seconds a missing binding is let pass (``controller.plan.gateway.serving``).
@@ -216,7 +216,7 @@ class NetworkSnapshot:
     allocated_now: bool = False
     requested: bool = False
     gateway: GatewayOutcome | None = None
-    # pass: fresh reads of a release (§6) and of a duplicate's give-back (B15)
+    # pass: fresh reads of a release (§6) and of a duplicate's give-back (field-reports.md B15)
     fresh_consumers: Any = UNREAD
     fresh_subnet: Any = UNREAD
     fresh_vlan: Any = UNREAD
@@ -292,7 +292,7 @@ def duplicate_holders(vlan: Mapping[str, Any], on_provider: Any) -> list[str]:
 
 def on_vlan_note(subnets: tuple[str, ...]) -> str:
     """`` (Subnet "a", "b")`` for the Subnets naming a duplicate Vlan, "" for none (field
-    report S6: each has a localnet port on the VLAN; on Kube-OVN v1.15 such a Subnet may still
+    report field-reports.md S6: each has a localnet port on the VLAN; on Kube-OVN v1.15 such a Subnet may still
     show a healthy range, so the Vlan objects and their Subnets are what the check rests on)."""
     if not subnets:
         return ""
@@ -302,7 +302,7 @@ def on_vlan_note(subnets: tuple[str, ...]) -> str:
 
 def strangers_message(vname: str, vid: Any, strangers: tuple[str, ...]) -> str:
     """VLANConflict's message for Subnets of someone else on the network's Vlan (field
-    report R1: Kube-OVN gives every Subnet naming a Vlan its own localnet port with the
+    report field-reports.md R1: Kube-OVN gives every Subnet naming a Vlan its own localnet port with the
     Vlan's tag, so their VMs and pods share one L2 segment with this network's)."""
     named = ", ".join(f'"{n}"' for n in strangers)
     return (f'Subnet {named} also name{"s" if len(strangers) == 1 else ""} Vlan "{vname}" (VLAN {vid}) of this '
@@ -454,9 +454,9 @@ class _Live:
         self.clock = lambda: s.now  # noqa: E731
         self.overlaps = 0  # the pool gauges: 0 until the pool step has looked
         self.conflicts = 0
-        self.in_default_vpc = False  # set by the Subnet step (field report R2)
+        self.in_default_vpc = False  # set by the Subnet step (field-reports.md R2)
         self.serving_recheck: float | None = None  # set by the gateway step (§10)
-        self.stale_recheck: float | None = None  # set by the Subnet step (S1)
+        self.stale_recheck: float | None = None  # set by the Subnet step (field-reports.md S1)
 
     def not_ready(self, reason: str, message: str) -> None:
         set_not_ready(self.conds, names.VLAN_ALLOCATED, reason, message, self.gen, self.s.manage_gateway, self.clock)
@@ -517,7 +517,7 @@ class _Live:
         accepted = ((self.net["metadata"].get("annotations") or {}).get(names.ANNOTATION_ACCEPT_VLAN_ID))
         if not s.allocated_now and changed_externally(vlan, recorded, accepted):
             # Never written back, never followed: status.vlan (and so the namespace
-            # annotation) keeps the allocated ID the VMs use (issue 15, item 2).
+            # annotation) keeps the allocated ID the VMs use.
             self.not_ready(reasons.VLAN_CHANGED_EXTERNALLY,
                            f'Vlan "{vname}" was changed to VLAN {vid} by someone else, but VLAN {recorded} was '
                            f"allocated to this network and its VMs still use it; put spec.id of Vlan \"{vname}\" "
@@ -537,7 +537,7 @@ class _Live:
         else:
             status.pop("mtu", None)
         # Our own duplicate check first: its message names the other Vlans, which Kube-OVN's
-        # flag does not (issue 24: v1.15 flags ours too at any update of it while a
+        # flag does not (v1.15 flags ours too at any update of it while a
         # duplicate exists, and un-Readies the Subnet).
         others = duplicate_holders(vlan, s.holders)
         if others:
@@ -587,7 +587,7 @@ class _Live:
         return None
 
     def pool_cidrs_step(self, vlan: Mapping[str, Any]) -> None:
-        """Issue 15, item 6: the network's own Vlan carries its pool's addresses as CIDRs
+        """the network's own Vlan carries its pool's addresses as CIDRs
         (annotation ``proxmox.cozystack.io/pool-cidrs``, :func:`controller.rules.addresses.pool_cidrs`),
         which the admission policies ``proxmox-network-{pod,ip}-addresses`` read with the
         Vlan as their param (docs/admission.md). Written only when it differs, so a converged
@@ -614,7 +614,7 @@ class _Live:
     def may_claim(self) -> tuple[str, str] | None:
         """Before a Vlan is made for ``spec.subnet``: why not, as (reason, message); None
         when it may be. The name must be one the API server takes (no create that can only
-        be refused), and no older network may claim the same Subnet (issue 15, item 7)."""
+        be refused), and no older network may claim the same Subnet."""
         sname = str(self.spec.get("subnet") or "")
         bad = vlan_name_error(sname)
         if bad is not None:
@@ -651,7 +651,7 @@ class _Live:
         return None
 
     def give_back(self, vlan: Mapping[str, Any]) -> Plan | None:
-        """The give-back of field report B15: the Vlan is still the same object, not
+        """The give-back of field-reports.md B15: the Vlan is still the same object, not
         Terminating, with the same ID and no subnet listed; no Subnet is named after it;
         no consumer holds the network's pool. A Plan while a fresh read is missing."""
         s = self.s
@@ -715,7 +715,7 @@ class _Live:
         if bits is not None:
             status["prefix"] = bits
         if kubeovn.in_default_vpc(sub):
-            # Field report R2: whatever Kube-OVN says of it, never a tenant VLAN's gateway.
+            # field-reports.md R2: whatever Kube-OVN says of it, never a tenant VLAN's gateway.
             self.in_default_vpc = True
             set_condition(conds, names.SUBNET_READY, FALSE, reasons.SUBNET_INVALID, kubeovn.default_vpc_message(sub),
                           gen, self.clock)
@@ -726,14 +726,14 @@ class _Live:
         stale, self.stale_recheck = kubeovn.stale_vlan_validation(sub, vlan if ours else None, s.now,
                                                                    s.kube_ovn_stale_after)
         if stale:
-            # S1: Kube-OVN's state, not the tenant's mistake; the Vlan and Subnet stay untouched.
+            # field-reports.md S1: Kube-OVN's state, not the tenant's mistake; the Vlan and Subnet stay untouched.
             reason, message = reasons.SUBNET_NOT_READY, stale
             was = find((self.old.get("conditions") or []), names.SUBNET_READY) or {}
             if stale not in str(was.get("message") or ""):
                 self.actions.append(Event(self.net, WARNING, reasons.KUBE_OVN_STALE, stale))
         foreign = kubeovn.foreign_vpc_note(sub, self.s.subnet_vpc, self.ns)
         if foreign:
-            # Report only (R2): a ProxmoxNetwork names no VPC to hold the Subnet to.
+            # Report only (field-reports.md R2): a ProxmoxNetwork names no VPC to hold the Subnet to.
             message = f"{message}; {foreign}"
             was = find((self.old.get("conditions") or []), names.SUBNET_READY) or {}
             if foreign not in str(was.get("message") or ""):
@@ -742,7 +742,7 @@ class _Live:
         return sub
 
     def pool_step(self, subnet: Mapping[str, Any] | None) -> None:
-        """§5.6, then issue 15 item 3. IPPoolReady, first failure wins: ``PoolNotFound``;
+        """§5.6 and product-decisions.md §8. IPPoolReady, first failure wins: ``PoolNotFound``;
         Unknown ``SubnetUnavailable``; the split checks of
         :func:`controller.rules.addresses.check_pool_split` (the pool's own fields and its place
         in the Subnet, ending with ``PoolOverlapsSubnet``); ``PoolOverlapsPool`` (another
@@ -813,7 +813,7 @@ class _Live:
         set_condition(conds, names.IPPOOL_READY, TRUE, reasons.READY, "pool lies inside the subnet's excludeIps", gen, clock)
 
     def foreign_step(self, subnet: Mapping[str, Any] | None, bridge: str, vid: int | None) -> None:
-        """Field report S4 (capmox#868): an address a machine's NIC on the network holds from
+        """field-reports.md S4 (capmox#868): an address a machine's NIC on the network holds from
         another pool, outside the Subnet's CIDR, is a Warning Event on the network, once per
         machine, NIC and address (:class:`ReportOnce`). Report only: no condition changes,
         and such an address holds nothing (only objects naming the network's pool do). Looked
@@ -832,7 +832,7 @@ class _Live:
         self.actions.append(ReportOnce(s.key, str(self.net["metadata"].get("uid") or ""), events))
 
     def no_default_vpc_gateway(self, subnet: Mapping[str, Any]) -> Plan | None:
-        """Field report R2: no group on a router port of the default VPC; one the network
+        """field-reports.md R2: no group on a router port of the default VPC; one the network
         already has (made before this check existed) is deleted with its router port's
         pointer (:class:`ReleaseGateway`, a no-op without one)."""
         s = self.s
@@ -883,11 +883,11 @@ class _Live:
             self.actions.append(Metric("reconcile_error", (ready.get("reason", ""),)))
         requeue = requeue_after(s.manage_gateway, status)
         if s.gateway_enabled and s.trunk_recheck is not None:
-            requeue = min(requeue, max(s.trunk_recheck, 1.0))  # R12: the held node leaves then
+            requeue = min(requeue, max(s.trunk_recheck, 1.0))  # field-reports.md R12: the held node leaves then
         if self.serving_recheck is not None:
             requeue = min(requeue, max(self.serving_recheck, 0.5))  # §10: the settle time ends then
         if self.stale_recheck is not None:
-            requeue = min(requeue, max(self.stale_recheck, 1.0))  # S1: Kube-OVN is called stale then
+            requeue = min(requeue, max(self.stale_recheck, 1.0))  # field-reports.md S1: Kube-OVN is called stale then
         gw = find(status["conditions"], names.GATEWAY_READY)
         if s.sb_binding is None or gw is None or gw.get("reason") not in (reasons.CHASSIS_ASSIGNED,
                                                                            reasons.SB_UNAVAILABLE):
@@ -911,7 +911,7 @@ class _Live:
 def plan_deletion(s: NetworkSnapshot) -> Plan:
     """The next step of a deleting network (§6), from fresh reads only.
 
-    1. no consumer (the caches, then fresh LISTs: B15); 2. the Subnet gone (fresh GET; our
+    1. no consumer (the caches, then fresh LISTs: field-reports.md B15); 2. the Subnet gone (fresh GET; our
     Subnet finalizer goes once Kube-OVN deletes it); 3. the network's groups gone from the
     NB; 4. the Vlan released once Kube-OVN lists no subnet on it, or the newest prune timer
     ran out (:func:`controller.rules.release.release_step`); 5. our finalizer removed.
@@ -950,7 +950,7 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
     # 1. Consumers.
     consumers = s.consumers
     if not consumers.busy:
-        # The cache says free: confirm with a fresh read before anything is released (B15).
+        # The cache says free: confirm with a fresh read before anything is released (field-reports.md B15).
         if unread(s.fresh_consumers):
             return need(ListConsumers(ns, pname, "fresh_consumers"))
         consumers = s.fresh_consumers
@@ -1021,7 +1021,7 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
             })
         vname = vlan["metadata"]["name"]
         released_id = allocator.vlan_id(vlan)
-        # Field reports, fourth round, S5: Vlan.status.subnets is Kube-OVN's list, and a status
+        # field-reports.md S5: Vlan.status.subnets is Kube-OVN's list, and a status
         # field: an older Vlan CRD prunes it, Kube-OVN down never writes it. A Subnet naming
         # the Vlan (spec.vlan, the cache) holds it too, listed or not (the zone's orphan
         # collection holds on the same two).
@@ -1034,7 +1034,7 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
                 message += ("; " if message else "") + f'subnets {go_list(naming)} name Vlan "{vname}" in spec.vlan'
             others = sorted({n for n in live if n != sname} | set(naming))
             if others:
-                # Field report R1: another's Subnet on our Vlan is theirs to delete.
+                # field-reports.md R1: another's Subnet on our Vlan is theirs to delete.
                 message += (f"; {go_list(others)} are not this network's: the controller never deletes them, and "
                             f"VLAN {released_id} is released once they are gone")
             return wait(reasons.VLAN_STILL_REFERENCED, message, VLAN_REFERENCED_RETRY)

@@ -7,7 +7,7 @@ owning network NotFound in the cache and then on the API server) is collected by
 release rule a network deletion uses (:func:`controller.rules.release.release_step`), decided on
 fresh reads, and only when it carries our finalizer: an orphan without it was never made or
 adopted by a network and is named in ``Ready``'s message and counted as an orphan, never
-deleted (product-decisions.md §8, issue 26 item 7).
+deleted (product-decisions.md §8).
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def _fill(s: ZoneSnapshot, status: dict[str, Any], conds: list[dict[str, Any]], 
     held = reuse.held(s.zones, provider, s.now)
     used = allocator.used_vlans(s.on_provider, provider) | allocator.pinned_vlans(s.zones, provider) | set(held)
     free = sum(1 for c in cands if c not in used)
-    # The IDs this zone's record holds back, and when each is free again (issue 15, item 5).
+    # The IDs this zone's record holds back, and when each is free again.
     mine = {v: u for v, u in reuse.entries_of(zone).items() if u > s.now}
     if mine:
         status["vlansHeldForReuse"] = [{"vlan": v, "until": format_utc(u)} for v, u in sorted(mine.items())]

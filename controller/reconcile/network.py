@@ -58,7 +58,7 @@ class NetworkReconciler:
         within the pass, as the reference does.
     :param recent: the read-your-writes overlay of networks (shared with ``namespaces``).
     :param consumer_resources: served versions of pools, machines, addresses and claims for
-        the fresh consumer read of a release (field report B15); the manager adds kinds that
+        the fresh consumer read of a release (field-reports.md B15); the manager adds kinds that
         appear later to this very mapping.
     """
 
@@ -145,7 +145,7 @@ class NetworkReconciler:
     def on_network(self, ns: str, pool: str, bridge: str, vid: int | None) -> tuple[
             tuple[dict[str, Any], ...], tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
         """The machines of ``ns`` with a NIC that references ``pool`` or is on ``bridge`` with
-        VLAN ``vid``, the claims they own and the IPAddresses of those claims (field report S4;
+        VLAN ``vid``, the claims they own and the IPAddresses of those claims (field-reports.md S4;
         indexes ``network_device`` and ``machine``, no namespace scan)."""
         if self.l.machines is None:
             return (), (), ()

@@ -512,7 +512,7 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-# -- pool address sets, pool overlaps and address conflicts (issue 15, item 3) ---------
+# -- pool address sets, pool overlaps and address conflicts ---------
 #
 # product-decisions.md §8: ``PoolOverlapsPool`` when another InClusterIPPool or
 # GlobalInClusterIPPool overlaps the network's pool; ``AddressConflict`` when a Kube-OVN IP
@@ -657,7 +657,7 @@ WIDE = "wide"
 
 
 def pool_buckets(spans: Sequence[Span]) -> list[str]:
-    """Index values of a pool for the overlap index (``network.pool_index_buckets``).
+    """Index values of a pool for the overlap index (``controller.watch.indexes.pool_index_buckets``).
 
     Overlap is looked up, not computed pairwise: every pool (InClusterIPPool in any
     namespace, and GlobalInClusterIPPool) is indexed in its informer's store under the
@@ -714,7 +714,7 @@ def pool_name(kind: str, pool: Mapping[str, Any]) -> str:
 def find_pool_overlaps(
     own: tuple[str, str], spans: Sequence[Span], others: Iterable[tuple[str, Mapping[str, Any]]]
 ) -> list[PoolOverlap]:
-    """The pools of ``others`` that share an address with ``spans`` (issue 15, item 3).
+    """The pools of ``others`` that share an address with ``spans``.
 
     :param own: ``(kind, name as pool_name gives it)`` of the network's pool; it is never
         its own overlap.
@@ -840,7 +840,7 @@ def kube_ovn_ip_addresses(ip: Mapping[str, Any]) -> list[IPAddress]:
 def find_address_conflicts(
     spans: Sequence[Span], ips: Iterable[Mapping[str, Any]], addresses: Iterable[Mapping[str, Any]] = ()
 ) -> list[AddressConflict]:
-    """The addresses of ``spans`` that Kube-OVN IPs hold (issue 15, item 3).
+    """The addresses of ``spans`` that Kube-OVN IPs hold.
 
     :param spans: the network's pool (:func:`pool_spans`).
     :param ips: Kube-OVN IPs (the observer passes those of the network's Subnet: another
@@ -888,7 +888,7 @@ def ipaddress_holders(addresses: Iterable[Mapping[str, Any]]) -> dict[tuple[int,
 
 @attrs.frozen(order=True)
 class DuplicateAddress:
-    """One address of the pool that two or more IPAddresses hold (field report R6: the IPAM
+    """One address of the pool that two or more IPAddresses hold (field-reports.md R6: the IPAM
     provider can hand an address to two claims under cache lag): the address (``family``,
     ``value``, ``text``) and the IPAddresses (sorted ``<namespace>/<name>``)."""
 
@@ -910,7 +910,7 @@ def find_duplicate_addresses(addresses: Iterable[Mapping[str, Any]]) -> list[Dup
 
 
 def duplicate_addresses_message(pool: str, dups: Sequence[DuplicateAddress]) -> str:
-    """The ``AddressConflict`` message for addresses the pool handed out twice (R6)."""
+    """The ``AddressConflict`` message for addresses the pool handed out twice (field-reports.md R6)."""
     return (
         f'InClusterIPPool "{pool}" gave one address to several IPAddresses: {first_shown(dups)}; their VMs would '
         "answer for one address: delete the IPAddressClaim of the VM that is to get another address (the "
@@ -928,7 +928,7 @@ def address_conflicts_message(pool: str, conflicts: Sequence[AddressConflict]) -
     )
 
 
-# -- the pool as CIDRs, for admission (issue 15, item 6) ------------------------------
+# -- the pool as CIDRs, for admission ------------------------------
 
 # Bound on the CIDRs of one pool's annotation: far above any real pool (one IPv4 range needs
 # at most 62, one IPv6 range at most 254), and it keeps the annotation and the admission

@@ -16,7 +16,7 @@ from controller.rules.listing import SHOWN, first_shown
 
 POOL_KIND = "InClusterIPPool"
 PROTECT_POOL = "ipam.cluster.x-k8s.io/ProtectPool"
-# CAPI's pause annotation: a clusterctl move is in progress, nothing may be released (B15).
+# CAPI's pause annotation: a clusterctl move is in progress, nothing may be released (field-reports.md B15).
 PAUSED = "cluster.x-k8s.io/paused"
 
 
@@ -80,7 +80,7 @@ def pool_ref_names_pool(obj: Mapping[str, Any], pool: str) -> bool:
 class Holder:
     """One object that holds a pool: ``kind`` and ``name``, and what is odd about it
     (empty when nothing is): deleting since when on which finalizers, owner not found,
-    an address without its claim, a claim without an address (issue 15, item 4)."""
+    an address without its claim, a claim without an address."""
 
     kind: str
     name: str
@@ -103,7 +103,7 @@ class Consumers:
     claims: int = 0
     paused: bool = False
     holders: tuple[Holder, ...] = ()
-    # Kinds the fresh read could not list, "<Kind>: <error>" (R8): an unknown holder is a holder.
+    # Kinds the fresh read could not list, "<Kind>: <error>" (field-reports.md R8): an unknown holder is a holder.
     unlisted: tuple[str, ...] = ()
 
     @property
@@ -159,7 +159,7 @@ def _deleting(obj: Mapping[str, Any]) -> list[str]:
 def _failed(machine: Mapping[str, Any]) -> list[str]:
     """A machine's False conditions whose reason ends in ``Failed`` (capmox marks a VM it
     cannot destroy ``DeletionFailed`` with the Proxmox error as the message, e.g. "VM 107 is
-    running - destroy failed"; issue 26 item 7), as ``<type> <reason>: "<message>"``, from
+    running - destroy failed"), as ``<type> <reason>: "<message>"``, from
     both condition lists a capmox machine may carry (``status.conditions``, and v1alpha2's
     ``status.deprecated.v1beta1.conditions``), each reason once."""
     status = machine.get("status") if isinstance(machine.get("status"), Mapping) else {}
@@ -199,7 +199,7 @@ def holders_of(
     machines: list[Mapping[str, Any]], claims: list[Mapping[str, Any]], addresses: list[Mapping[str, Any]],
     all_machines: set[str],
 ) -> tuple[Holder, ...]:
-    """The holders of a pool with what is odd about each (issue 15, item 4).
+    """The holders of a pool with what is odd about each.
 
     :param machines, claims, addresses: the objects naming the pool.
     :param all_machines: names of every ProxmoxMachine in the namespace (owner checks).

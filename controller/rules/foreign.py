@@ -1,4 +1,4 @@
-"""Addresses of other pools on a network's VLAN (field report S4; capmox#868).
+"""Addresses of other pools on a network's VLAN (field-reports.md S4; capmox#868).
 
 capmox v0.8+ (v1alpha2 stored) takes an explicit ``defaultIPv4: false`` (or
 ``defaultIPv6: false``) on every device as unset and sets it true on ``net0`` again, so

@@ -31,7 +31,7 @@ from controller.rfc3339 import parse
 # Kube-OVN's default VPC (util.DefaultVpc, the default of kube-ovn-controller's
 # --cluster-router): ``formatSubnet`` writes it into a Subnet without ``spec.vpc``, and with
 # ``logicalGateway`` its router port ``ovn-cluster-<subnet>`` is on the cluster's own router
-# (field report R2, kubeovn/kube-ovn#5530).
+# (field-reports.md R2, kubeovn/kube-ovn#5530).
 DEFAULT_VPC = "ovn-cluster"
 
 # util.KubeOVNControllerFinalizer and the name it migrates from (util.DepreciatedFinalizerName).
@@ -42,14 +42,14 @@ KUBE_OVN_FINALIZERS = ("kubeovn.io/kube-ovn-controller", "kube-ovn-controller")
 SUBNET_VLAN_INVALID = "ValidateSubnetVlanFailed"
 
 
-# Field report S1: how long a Subnet may keep ValidateSubnetVlanFailed after its Vlan exists
+# field-reports.md S1: how long a Subnet may keep ValidateSubnetVlanFailed after its Vlan exists
 # before the controller calls Kube-OVN's state stale (one Kube-OVN pass takes well under this).
 KUBE_OVN_STALE_AFTER = 120.0
 
 
 def stale_vlan_validation(subnet: Mapping[str, Any], vlan: Mapping[str, Any] | None, now: _dt.datetime,
                           after: float = KUBE_OVN_STALE_AFTER) -> tuple[str, float | None]:
-    """Field report S1 (kubeovn/kube-ovn#6352, fixed in v1.15.5): before v1.15.5 a Subnet
+    """field-reports.md S1 (kubeovn/kube-ovn#6352, fixed in v1.15.5): before v1.15.5 a Subnet
     made before its Vlan keeps ``Ready=False ValidateSubnetVlanFailed`` after the Vlan
     exists, until kube-ovn-controller restarts (its handler dropped the key and the Vlan's
     add does not re-enqueue the Subnet). ``validateSubnetVlan`` fails only on a missing or a
@@ -116,17 +116,21 @@ def held_only_by_us(subnet: Mapping[str, Any]) -> int:
 
 
 def processed(subnet: Mapping[str, Any]) -> bool:
-    """Kube-OVN has handled the Subnet once: its finalizer is on (v1.15) or it wrote a ``Ready``
-    condition (versions without the finalizer; v1.15 writes ``Validated`` before it adds its
-    finalizer, ``Ready`` after). Our finalizer waits for that: v1.15 adds its own with an
+    """Kube-OVN has handled the Subnet through a whole pass: its finalizer is on (v1.15) or its
+    ``Ready`` condition is True (versions without the finalizer; v1.15 adds the finalizer
+    before it sets ``Ready`` True). Our finalizer waits for that: v1.15 adds its own with an
     unguarded merge patch of the whole list from its cache, which would drop an entry added
     before it, and its first writes (defaulting, status, finalizer) come within a second of
-    the create, when a guarded patch of ours would be refused."""
+    the create, when a guarded patch of ours would be refused. A ``Ready`` that is False does
+    not count: a pass that failed (``ValidateSubnetVlanFailed`` while the Vlan is not there
+    yet, field-reports.md S1) writes it before the finalizer, and Kube-OVN's retry then adds
+    the finalizer under our patch."""
     meta = subnet.get("metadata") or {}
     status = subnet.get("status")
     conds = status.get("conditions") if isinstance(status, Mapping) else None
     return (any(f in (meta.get("finalizers") or []) for f in KUBE_OVN_FINALIZERS)
-            or any(isinstance(c, Mapping) and c.get("type") == "Ready" for c in (conds or [])))
+            or any(isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in (conds or [])))
 
 
 def subnet_vpc(subnet: Mapping[str, Any]) -> str:
@@ -143,7 +147,7 @@ def in_default_vpc(subnet: Mapping[str, Any]) -> bool:
 
 
 def foreign_vpc_note(subnet: Mapping[str, Any], vpc: Mapping[str, Any] | None, namespace: str) -> str:
-    """Field report R2, report only: the Subnet's VPC is another namespace's. A VPC's
+    """field-reports.md R2, report only: the Subnet's VPC is another namespace's. A VPC's
     namespaces are Kube-OVN's ``Vpc.spec.namespaces`` (the namespaces whose pods it serves);
     a VPC that lists none, or that is not found, says nothing either way and is not
     reported. "" when nothing is to be said."""
@@ -159,7 +163,7 @@ def foreign_vpc_note(subnet: Mapping[str, Any], vpc: Mapping[str, Any] | None, n
 
 
 def default_vpc_message(subnet: Mapping[str, Any]) -> str:
-    """SubnetInvalid's message for a Subnet in the default VPC (field report R2)."""
+    """SubnetInvalid's message for a Subnet in the default VPC (field-reports.md R2)."""
     name = str((subnet.get("metadata") or {}).get("name") or "")
     where = (f'has no spec.vpc, so Kube-OVN puts it in the default VPC "{DEFAULT_VPC}"'
              if not (subnet.get("spec") or {}).get("vpc") else f'is in the default VPC "{DEFAULT_VPC}"')

@@ -1,4 +1,4 @@
-"""The VLAN reuse delay (product-decisions.md §8; issue 15, item 5): a released ID is not
+"""The VLAN reuse delay (product-decisions.md §8): a released ID is not
 handed out again before ``--vlan-reuse-delay`` has passed.
 
 capmox can finalize a ProxmoxMachine whose VM still runs (capmox #742): that VM keeps

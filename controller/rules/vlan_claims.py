@@ -44,7 +44,7 @@ def vlan_owner(vlan: Mapping[str, Any]) -> tuple[str, str]:
 def desired_vlan(name: str, vid: int, provider: str, zone: str, namespace: str, network: str,
                  annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The Vlan the controller creates (reference-behaviour.md §4.3 step 6), with
-    ``annotations`` of ours when given (the pool's CIDRs, issue 15 item 6)."""
+    ``annotations`` of ours when given (the pool's CIDRs)."""
     body: dict[str, Any] = {
         "apiVersion": "kubeovn.io/v1",
         "kind": "Vlan",
@@ -85,7 +85,7 @@ def _age_key(vlan: Mapping[str, Any]) -> tuple[str, str]:
 
 def gives_back_duplicate(vlan: Mapping[str, Any], twins: list[Mapping[str, Any]]) -> bool:
     """Whether ``vlan`` is the one of a duplicate ID that this controller repairs by giving
-    it back (product-decisions.md §8 "Safety by construction", issue 12): every holder of
+    it back (product-decisions.md §8 "Safety by construction"): every holder of
     the ID was made by this controller, none is Terminating, and ``vlan`` is the newest
     (latest ``creationTimestamp``, then the greatest name). Whether anything has bound it
     is for fresh reads to tell; this is only the part the cache decides.
@@ -102,7 +102,7 @@ def gives_back_duplicate(vlan: Mapping[str, Any], twins: list[Mapping[str, Any]]
 
 def edited(vlan: Mapping[str, Any]) -> bool:
     """The Vlan's spec was changed since it was made: generation above 1 (the controller
-    never writes a Vlan's spec, so that is someone else's edit; issue 15)."""
+    never writes a Vlan's spec, so that is someone else's edit)."""
     gen = (vlan.get("metadata") or {}).get("generation")
     return isinstance(gen, int) and gen > 1
 
@@ -154,7 +154,7 @@ def vlan_name_error(name: str) -> str | None:
     """Why ``name`` (a network's ``spec.subnet``, which names its Vlan and Subnet) cannot
     name a Kube-OVN Vlan, as the API server would say it (k8s.io/apimachinery
     ``IsDNS1123Subdomain``: the name rule of every custom resource); None when it can.
-    Checked before the create, so bad input ends in a condition, not a retried 422 (issue 15)."""
+    Checked before the create, so bad input ends in a condition, not a retried 422."""
     if not name:
         return "must not be empty"
     if len(name) > DNS1123_SUBDOMAIN_MAX:
@@ -167,7 +167,7 @@ def vlan_name_error(name: str) -> str | None:
 
 def claimant_order(net: Mapping[str, Any]) -> tuple[str, str, str]:
     """Who claims a Subnet first: the older network (``creationTimestamp``), then by
-    namespace and name (issue 15: "the oldest claimant wins", across restarts)."""
+    namespace and name ("the oldest claimant wins", across restarts)."""
     meta = net.get("metadata") or {}
     return str(meta.get("creationTimestamp") or ""), str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
@@ -187,7 +187,7 @@ def older_claimant(net: Mapping[str, Any], rivals: Iterable[Mapping[str, Any]]) 
 def changed_externally(vlan: Mapping[str, Any], recorded: int, accepted: str | None) -> bool:
     """The Vlan's ``spec.id`` was changed by someone else after the network recorded
     ``recorded`` (its ``status.vlan``) and the operator has not accepted the new ID with
-    the annotation ``proxmox.cozystack.io/accept-vlan-id`` (issue 15, item 2).
+    the annotation ``proxmox.cozystack.io/accept-vlan-id``.
 
     Only a spec edit of the same object counts: the controller never writes a Vlan's spec,
     so a generation above 1 means a hand edit, while a Vlan the controller made anew (a
@@ -206,7 +206,7 @@ def recorded_id(net: Mapping[str, Any] | None) -> int:
 
 def taken_over(vlan: Mapping[str, Any]) -> bool:
     """The Vlan was made or adopted by a network (it carries our finalizer): only such a
-    Vlan is ever patched or deleted on a network's behalf (issue 15: "we delete only what
+    Vlan is ever patched or deleted on a network's behalf ("we delete only what
     we own"; a hand-made Vlan the network refused is left as it is)."""
     return names.FINALIZER in ((vlan.get("metadata") or {}).get("finalizers") or [])
 

@@ -114,7 +114,7 @@ class EventRecorder:
                     return
                 self._post(*item)
             except LostLeadership:
-                # S3: an Event queued while leading is not posted once the Lease is lost.
+                # field-reports.md S3: an Event queued while leading is not posted once the Lease is lost.
                 self.dropped += 1
                 log.info("event not posted: leadership lost", reason=item[2] if item else "")
             except Exception:  # an Event is never worth a dead thread

@@ -7,7 +7,7 @@ which is what makes "a pass that changes nothing writes nothing" checkable.
 
 Finalizers are changed with RFC 6902 JSON patches whose ``test`` operations pin the
 list position and value, never by a merge patch of the whole list
-(``product-decisions.md`` §4.10, field report B14).
+(``product-decisions.md`` §4.10, field-reports.md B14).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def object_path(resource: Resource, name: str, namespace: str | None = None, sub
 def finalizer_add_patch(obj: Mapping[str, Any], finalizer: str) -> list[dict[str, Any]]:
     """JSON patch adding ``finalizer`` without touching anyone else's entries.
 
-    Guarded by the list as read (B14: never re-add a list we read stale): appended after a
+    Guarded by the list as read (field-reports.md B14: never re-add a list we read stale): appended after a
     ``test`` of the whole list, or, with no list yet, made after a ``test`` that there is none
     (an ``add`` of the list would replace one made meanwhile). A write of other fields in
     between (a peer's defaulting, its status) does not refuse it (field reports, fourth round:
@@ -137,7 +137,7 @@ class KubeWriter:
     :param fence: called just before every write request is handed to the HTTP client (and
         before the one retry after a 401); it raises to refuse the write, which is then not
         sent at all. ``controller.main`` passes the leader fence
-        (:meth:`controller.runtime.leader.LeaderElector.fence`, field report S3): once the renew
+        (:meth:`controller.runtime.leader.LeaderElector.fence`, field-reports.md S3): once the renew
         deadline has passed, no create, update, patch or delete leaves the process. Reads
         are never fenced. None: every write is sent (no leader election, tests).
     """
@@ -175,7 +175,7 @@ class KubeWriter:
             )
             fence = self.fence if write else None
             if fence is not None:
-                fence()  # S3: the last moment before the request leaves the process
+                fence()  # field-reports.md S3: the last moment before the request leaves the process
             if write:
                 self.writes += 1
             retry_fenced = fence is not None and isinstance(self.api, RotatingTokenApiClient)

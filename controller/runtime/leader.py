@@ -5,7 +5,7 @@
 controller-runtime's durations (lease 15 s, renew deadline 10 s, retry 2 s); workers run
 only while leading and the process exits when leadership is lost. The kubernetes Python
 client's ``leaderelection`` module is deliberately not used (ConfigMap lock, and field
-report B13: it kept renewing after its work thread died).
+report field-reports.md B13: it kept renewing after its work thread died).
 
 The algorithm is client-go's (``k8s.io/client-go/tools/leaderelection``,
 ``tryAcquireOrRenew``, ``acquire``, ``renew``, ``release``):
@@ -23,7 +23,7 @@ The algorithm is client-go's (``k8s.io/client-go/tools/leaderelection``,
   ends leadership; so does seeing another holder. Since ``renew_deadline <
   lease_duration`` and a taker counts from a moment after our last write, the old leader
   stops believing it leads before anyone else can take over.
-* **Tied to the work (B13).** ``healthy()`` is called before each renew; a false answer
+* **Tied to the work (field-reports.md B13).** ``healthy()`` is called before each renew; a false answer
   (or an exception, or an exception from ``on_started_leading``) stops renewing and ends
   leadership at once. The Lease is not released in that case: it expires after
   ``lease_duration``, which leaves the time for the process to exit before a standby
@@ -50,7 +50,7 @@ call). An abandoned request may still land; that is safe, since the record it wr
 delays a takeover (and a stale one is refused by its resourceVersion).
 :attr:`LeaderElector.is_leader` also checks the deadline on every read.
 
-**No write after the renew deadline** (field report S3; cilium/cilium#42920: an operator
+**No write after the renew deadline** (field-reports.md S3; cilium/cilium#42920: an operator
 whose stop hook blocked past the hard deadline kept writing, and two operators gave two
 CiliumNodes one PodCIDR). The renew deadline ends leadership ``renew_deadline`` after the
 start of the last successful renew; a standby can take the Lease no earlier than
@@ -255,7 +255,7 @@ class LeaderElector:
         take the Lease (once per holder) and the Lease object, e.g. to say another release
         holds it.
     :param healthy: checked before every renew; ``False`` or an exception means the work
-        loop died (B13): stop renewing and end leadership.
+        loop died (field-reports.md B13): stop renewing and end leadership.
     :param rng: source of the acquire jitter.
     :raises ValueError: when the durations break ``lease_duration > renew_deadline >
         1.2 * retry_period > 0`` (client-go's checks) or ``identity`` is empty.
@@ -355,7 +355,7 @@ class LeaderElector:
         return rec.holder if rec else None
 
     def fence(self) -> None:
-        """The write fence of field report S3 (module docstring): returns while this process
+        """The write fence of field-reports.md S3 (module docstring): returns while this process
         leads (:attr:`is_leader`: the lease held and the renew deadline not passed), else
         raises. Give it to every writer, to be called just before a write is sent.
 
@@ -414,7 +414,7 @@ class LeaderElector:
         lease straight back (released, ``on_started_leading`` not called). A leader keeps
         renewing until :meth:`stop`, so that its work stops before the lease goes.
 
-        Seen on the bed's node (issue 17): in a rollout both pods get SIGTERM at once; the
+        Seen on the bed's node: in a rollout both pods get SIGTERM at once; the
         standby, still stopping, took the lease the old leader had just released and renewed
         it until the kubelet killed it at the end of the grace period (30 s), and the new
         pods then waited out the lease."""
@@ -648,7 +648,7 @@ class LeaderElector:
 
 
 class HardDeadline:
-    """Ends the process when it outlives its lease (field report S3, cilium/cilium#42920).
+    """Ends the process when it outlives its lease (field-reports.md S3, cilium/cilium#42920).
 
     Once the process has led, if it is still alive ``lease_duration`` less ``margin``
     seconds after the start of its last successful renew, it logs one line (``lease expired

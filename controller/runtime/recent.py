@@ -9,7 +9,7 @@ holds that resourceVersion or a newer one, the key sees a Conflict, or ``ttl`` s
 "Newer" is decided as client-go's mutation cache does (``etcdObjectVersioner``): when both
 resourceVersions are decimal integers (every etcd3-backed API server), the larger one is
 newer; otherwise only equality counts. Equality alone is not enough: after a relist (410
-Gone, field report B12) the watch never delivers the version we wrote, only a later one,
+Gone, field-reports.md B12) the watch never delivers the version we wrote, only a later one,
 and a pass reading our stale copy would not see, for example, a deletion that came after
 it (found by hack/chaos.py: a network deleted just after our status write, then an API
 server restart, stayed "live" until the next full resync).

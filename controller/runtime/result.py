@@ -20,7 +20,7 @@ class Stopping(Exception):
 
 
 class LostLeadership(Stopping):
-    """A write refused by the leader fence (field report S3): this process no longer holds
+    """A write refused by the leader fence (field-reports.md S3): this process no longer holds
     the Lease (its renew deadline passed, another replica took it, or it never held it), so
     nothing more may be sent, to the API server or to OVN NB. Raised by the fence
     :meth:`controller.runtime.leader.LeaderElector.fence` that ``controller.main`` gives the writers

@@ -41,7 +41,7 @@ class Controller:
     :param on_done: called with ``(controller, key)`` after every pass (the resync's tally).
     :param warm_up: called once on each worker thread before its first key (e.g. waiting,
         bounded and cancellable, for a peer's first sync): waits never run on the thread
-        that starts the workers, which may be the leader elector's (issue 15).
+        that starts the workers, which may be the leader elector's.
     """
 
     def __init__(
@@ -110,7 +110,7 @@ class Controller:
             if result is None:
                 return
         except LostLeadership as why:
-            # S3: the fence refused a write; nothing more is sent, the process exits. No
+            # field-reports.md S3: the fence refused a write; nothing more is sent, the process exits. No
             # retry: a requeued key would only be refused again.
             log.warning("pass abandoned: leadership lost; the write was not sent", key=label, error=str(why))
             return

@@ -113,7 +113,7 @@ def _exhausted_on(listers: Any, provider: Any) -> list[NetworkKey]:
 
 def for_network(net: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], list[ZoneKey]]:
     """A network changed: itself, every other network naming its Subnet (the oldest
-    claimant wins: issue 15), and its zone's counts."""
+    claimant wins), and its zone's counts."""
     spec = net.get("spec") or {}
     z, sub = spec.get("zone"), spec.get("subnet")
     own = NetworkKey.of(net)
@@ -181,7 +181,7 @@ def for_provider_network(pn: Mapping[str, Any], listers: Any) -> list[ZoneKey]:
 
 def for_subnet(subnet: Mapping[str, Any], listers: Any) -> tuple[list[NetworkKey], list[ZoneKey]]:
     """A Subnet changed: the networks naming it, the network whose Vlan it names (another's
-    Subnet on that Vlan is its VLANConflict: field report R1), and the zone of the Vlan it
+    Subnet on that Vlan is its VLANConflict: field-reports.md R1), and the zone of the Vlan it
     binds (a Subnet bound to an orphaned Vlan holds it)."""
     v = (subnet.get("spec") or {}).get("vlan")
     vlan = listers.vlans.get(v) if isinstance(v, str) and v else None
@@ -196,7 +196,7 @@ def for_pool_user(kind: str, obj: Mapping[str, Any], listers: Any) -> list[Netwo
     """A pool (``pools``), an address or claim (``addresses``, ``claims``: by ``spec.poolRef``)
     or a machine (``machines``: by its pool references) changed: the networks of those pools.
 
-    Field report S4: a claim or address of a machine is also one of the networks its NICs are
+    field-reports.md S4: a claim or address of a machine is also one of the networks its NICs are
     on (:func:`for_machine`), whichever pool it names: an address of another pool on the
     network's VLAN is reported on the network (``controller.rules.foreign``)."""
     ns = str((obj.get("metadata") or {}).get("namespace") or "")
@@ -217,7 +217,7 @@ def for_pool_user(kind: str, obj: Mapping[str, Any], listers: Any) -> list[Netwo
 
 def for_machine(machine: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
     """A ProxmoxMachine changed: the networks of the pools it references, and the networks of
-    its namespace whose bridge and VLAN one of its NICs is on (field report S4)."""
+    its namespace whose bridge and VLAN one of its NICs is on (field-reports.md S4)."""
     ns = str((machine.get("metadata") or {}).get("namespace") or "")
     pools = [str(r["name"]) for r in machine_pool_refs(machine) if r.get("name")]
     out: list[NetworkKey] = []
@@ -285,7 +285,7 @@ def for_subnet_overlap(subnet: Mapping[str, Any], listers: Any) -> list[NetworkK
 
 def for_vpc(vpc: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
     """A Kube-OVN Vpc changed (its ``spec.namespaces``): the networks whose Subnet is in it
-    (their foreign-VPC report, field report R2)."""
+    (their foreign-VPC report, field-reports.md R2)."""
     subnets = listers.subnets.by_index("vpc", _name(vpc)) if listers.subnets is not None else []
     out: list[NetworkKey] = []
     for sub in subnets:

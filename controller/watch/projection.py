@@ -1,4 +1,4 @@
-"""What the controller keeps of each cached kind that grows with the cluster (issue 29):
+"""What the controller keeps of each cached kind that grows with the cluster:
 the informer transform of client-go's ``SetTransform`` idea, one keep-list per kind.
 
 Every Kube-OVN ``IP`` (one per pod and VM NIC in the cluster), every Node and Namespace, and
@@ -69,20 +69,20 @@ def _kind(metadata: Mapping[str, Any] | None = None, **rest: Any) -> Keep:
 
 
 KEEP: dict[tuple[str, str], Keep] = {
-    # addresses.find_address_conflicts, network.ip_index_subnet, keys.for_kube_ovn_ip
+    # addresses.find_address_conflicts, indexes.ip_index_subnet, keys.for_kube_ovn_ip
     ("kubeovn.io", "ips"): _kind(spec={"subnet": True, "ipAddress": True, "v4IpAddress": True,
                                        "v6IpAddress": True, "podName": True, "namespace": True}),
-    # gateway.node_index_provider / node_providers / gateway_key, ovn.planner.trunk_nodes
+    # indexes.node_index_provider / node_providers / gateway_key, ovn.planner.trunk_nodes
     ("", "nodes"): _kind({"labels": Keys(lambda k: k.endswith(READY_LABEL_SUFFIX)),
                           "annotations": Keys(lambda k: k == CHASSIS_ANNOTATION)}),
     # plan_network.namespace_allowed (any label a zone selector names), namespaces.py
     ("", "namespaces"): _kind({"labels": True,
                                "annotations": Keys(lambda k: k == names.ANNOTATION_NAMESPACE_NETWORKS)}),
-    # consumers.holders_of / count_consumers, addresses.ipaddress_holders, network.address_index_pool,
+    # consumers.holders_of / count_consumers, addresses.ipaddress_holders, indexes.address_index_pool,
     # foreign.find_foreign_addresses
     ("ipam.cluster.x-k8s.io", "ipaddresses"): _kind({"finalizers": True, "annotations": Keys(lambda k: k == PAUSED)},
                                                      spec={"address": True, "poolRef": True, "claimRef": True}),
-    # consumers.holders_of / count_consumers, keys.for_pool_user, network.claim_index_machine,
+    # consumers.holders_of / count_consumers, keys.for_pool_user, indexes.claim_index_machine,
     # foreign.find_foreign_addresses
     ("ipam.cluster.x-k8s.io", "ipaddressclaims"): _kind({"finalizers": True, "ownerReferences": True,
                                                          "annotations": Keys(lambda k: k == PAUSED)},

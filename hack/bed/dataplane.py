@@ -159,7 +159,7 @@ class Vm:
 class Prober:
     """A probe running in a VM's namespace until :meth:`stop`: ``ping`` (ICMP echo) or
     ``arping`` (broadcast ARP requests, ``-b``: a fresh resolution each time) every
-    ``interval`` seconds (hack/arp_probe.py: iputils arping takes whole seconds only); each
+    ``interval`` seconds (hack/bed/arp_probe.py: iputils arping takes whole seconds only); each
     reply is recorded with the ``time.monotonic()`` it was read at.
 
     Use :meth:`first_reply_after`, :meth:`steady_after` and :meth:`longest_gap` on the recorded times.
@@ -169,7 +169,7 @@ class Prober:
 
     def __init__(self, vm: Vm, kind: str, target: str, interval: float = 0.1) -> None:
         argv = (["ping", "-n", "-i", f"{interval:g}", "-W", "1", target] if kind == "ping"
-                else [sys.executable, str(Path(__file__).parent.parent / "arp_probe.py"), "eth0", target, f"{interval:g}"])
+                else [sys.executable, str(Path(__file__).parent / "arp_probe.py"), "eth0", target, f"{interval:g}"])
         self.kind, self.replies, self.interval = kind, [], interval  # type: str, list[float], float
         self.seqs: set[int] = set()  # ping's icmp_seq of each reply (ping only)
         self.reply_at: dict[int, float] = {}  # icmp_seq -> when its reply was read (ping only)

@@ -3,7 +3,7 @@
 iputils arping does not take) and print each reply as ``reply from <ip> [<mac>]``, flushed,
 until killed. Run inside a VM's namespace by hack/bed/dataplane.py's ``Prober``.
 
-    python3 hack/arp_probe.py IFACE TARGET [INTERVAL]
+    python3 hack/bed/arp_probe.py IFACE TARGET [INTERVAL]
 """
 
 from __future__ import annotations
