@@ -9,7 +9,7 @@ import pytest
 
 from controller.rules.conditions import compute_ready, find, set_condition
 from controller.runtime.kube import finalizer_add_patch, finalizer_remove_patch
-from controller.plan.network import set_not_ready
+from controller.plan.network_status import set_not_ready
 from controller.rules.selectors import InvalidSelector, matches
 
 T0 = dt.datetime(2026, 10, 7, 8, 0, 0, 123456, tzinfo=dt.timezone.utc)

@@ -32,7 +32,7 @@ from controller.rules.foreign import (
 )
 from controller.watch.keys import NetworkKey
 from controller.watch.indexes import CLAIM_INDEXERS, MACHINE_INDEXERS, claim_index_machine
-from controller.plan.network import NetworkSnapshot
+from controller.plan.network_status import NetworkSnapshot
 from informers import ThreadSafeStore
 from tests import test_plan_network as tp
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from controller.plan.actions import Event
 from controller.watch.indexes import gateway_key, networks_for_node, node_index_provider, node_providers
 from controller.plan.gateway import NB_GRACE_PERIOD, GatewayOutcome, gateway_failed, gateway_status
-from controller.plan.network import requeue_after
+from controller.plan.network_status import requeue_after
 from ovn import planner
 from tests.support.gateway import FAILOVER_NOTE
 
@@ -268,7 +268,7 @@ def test_gateway_status_writes_the_serving_chassis_and_a_moved_event():
 
 
 def test_the_serving_series_follow_the_status_whatever_step_wrote_it():
-    from controller.plan.network import serving_series
+    from controller.plan.network_status import serving_series
 
     assigned = {"type": "GatewayReady", "status": "True", "reason": "ChassisAssigned"}
     assert serving_series({"servingChassis": "ch-a"}, assigned) == (True, "ch-a")

@@ -47,7 +47,8 @@ from controller.plan.actions import (
 from controller.apply.executor import fill
 from controller.rules.consumers import Consumers, count_consumers
 from controller.plan.gateway import GatewayOutcome
-from controller.plan.network import NetworkSnapshot, plan_network
+from controller.plan.network import plan_network
+from controller.plan.network_status import NetworkSnapshot
 from ovn.planner import GatewayState
 from tests.support import plans
 from tests.support.gateway import assigned

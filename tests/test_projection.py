@@ -26,7 +26,7 @@ from controller.rules.consumers import PAUSED, count_consumers, machine_pool_ref
 from controller.watch.indexes import gateway_key, node_index_provider, node_providers
 from controller.watch.keys import keys_for_namespace
 from controller.watch.indexes import address_index_pool, ip_index_subnet
-from controller.plan.network import namespace_allowed
+from controller.plan.network_status import namespace_allowed
 from controller.watch.projection import KEEP, Keys, project, transform_for
 from controller.rules.addresses import find_address_conflicts, ipaddress_holders, kube_ovn_ip_addresses, pool_spans
 from controller.rules.consumers import PAUSED, count_consumers, machine_pool_refs
@@ -35,7 +35,7 @@ from controller.watch.indexes import gateway_key, node_index_provider, node_prov
 from controller.watch.keys import keys_for_namespace
 from controller.watch.indexes import claim_index_machine
 from controller.watch.indexes import address_index_pool, ip_index_subnet
-from controller.plan.network import namespace_allowed
+from controller.plan.network_status import namespace_allowed
 from controller.watch.projection import KEEP, Keys, project, transform_for
 from ovn.planner import trunk_nodes
 

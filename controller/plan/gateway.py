@@ -273,7 +273,7 @@ def gateway_status(
     outcome (§9.2, the grace of §9.5) and, when the SB is read, the router port's ``cr-``
     binding (``binding``, an ``ovn.sb.Binding``; product-decisions.md §10, :func:`serving`),
     set in ``status``/``conds``; the requeue of §5.10 follows from them
-    (``controller.plan.network.requeue_after``).
+    (``controller.plan.network_status.requeue_after``).
 
     :returns: the Events, log lines and metrics of the outcome, as plan actions; and the
         seconds after which the pass must look at the binding again (None: no need).

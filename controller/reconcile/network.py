@@ -1,7 +1,7 @@
 """ProxmoxNetwork reconcile: observe, plan, apply (reference-behaviour.md §5 and §6).
 
 A pass reads the network and everything it depends on from the caches into a
-:class:`controller.plan.network.NetworkSnapshot`, and runs the pure planner
+:class:`controller.plan.network_status.NetworkSnapshot`, and runs the pure planner
 (:func:`controller.plan.network.plan_network`) with the executor
 (``controller.apply.executor.Executor``) until the plan settles. This module holds the listers,
 their index functions and the observer; the rules live in the planner.
@@ -37,7 +37,8 @@ from controller.rules import allocator
 from controller.rules.foreign import machine_index_keys, owner_machines
 from controller.metrics import Metrics
 from controller.reconcile.namespaces import NamespaceReconciler
-from controller.plan.network import NetworkSnapshot, plan_network
+from controller.plan.network import plan_network
+from controller.plan.network_status import NetworkSnapshot
 from controller.runtime.recent import RecentWrites
 from controller.runtime.result import Result
 from controller.apply.vlans import VlanManager
