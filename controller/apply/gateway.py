@@ -1,10 +1,9 @@
-"""GatewayReady of a network pass, the NB failure grace, release and collection glue
-(reference-behaviour.md §9.2, §9.5-§9.7; product-decisions.md §4.6-§4.8).
-
-The NB work itself is ``ovn.gateway.GatewayApplier``; this module decides what a pass
-does with its outcome. The start of an NB failure is kept in the object
-(``status.gatewayFailingSince``, RFC 3339), not in memory, so a controller restart
-neither extends nor restarts the 10 min grace (product-decisions.md §4.6).
+"""The NB side of a network pass (reference-behaviour.md §9.2, §9.6-§9.7;
+product-decisions.md §4.6-§4.8): :class:`GatewayStep` runs ``ovn.gateway.GatewayApplier``
+for a pass and holds a trunk node that left the ready set down for
+``--trunk-node-hold-down`` (:class:`TrunkHoldDown`, field-reports.md R12);
+:class:`GatewayCollector` removes the groups of deleted networks. What a pass shows from
+the outcome is :mod:`controller.plan.gateway`.
 """
 
 from __future__ import annotations

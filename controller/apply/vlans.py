@@ -1,4 +1,5 @@
-"""The allocator's side effects: look up, adopt or create the Kube-OVN Vlan of a network.
+"""The allocator's side effects: look up, adopt or create the Kube-OVN Vlan of a network
+(:class:`VlanManager`; the claim rules are :mod:`controller.rules.vlan_claims`).
 
 Used set = the synced Vlan cache plus the Vlans this process created and the watch has not
 brought back yet (the "assumed" set), so no allocation needs an API list

@@ -1,10 +1,11 @@
-"""GatewayReady of a network pass, the NB failure grace, release and collection glue
-(reference-behaviour.md §9.2, §9.5-§9.7; product-decisions.md §4.6-§4.8).
+"""GatewayReady of a network pass, pure (reference-behaviour.md §9.2, §9.5; product-decisions.md
+§4.6-§4.8, §10): what a pass shows from the NB step's outcome (:class:`GatewayOutcome`) and
+the OVN SB's binding, the NB failure grace, and the classes of an NB failure.
 
-The NB work itself is ``ovn.gateway.GatewayApplier``; this module decides what a pass
-does with its outcome. The start of an NB failure is kept in the object
-(``status.gatewayFailingSince``, RFC 3339), not in memory, so a controller restart
-neither extends nor restarts the 10 min grace (product-decisions.md §4.6).
+The start of an NB failure is kept in the object (``status.gatewayFailingSince``, RFC
+3339), not in memory, so a controller restart neither extends nor restarts the 10 min
+grace (product-decisions.md §4.6). The NB work itself is ``ovn.gateway.GatewayApplier``,
+run by :mod:`controller.apply.gateway`.
 """
 
 from __future__ import annotations

@@ -1,41 +1,9 @@
-"""The namespace annotation ``proxmox.cozystack.io/networks`` (reference-behaviour.md §5.9):
-a reconciler of its own, keyed by namespace.
-
-One job: keep each namespace's annotation equal to the §5.9 full sync, i.e. the sorted
-``<bridge>/<vlan>/<ipPool>`` triples of its networks with a VLAN and a bridge (Terminating
-networks without our finalizer left out, duplicates kept, the key deleted when the list is
-empty), plus the triples network passes have asked for and not yet written to their status
-(the *pending adds*).
-
-Why the pending adds: admission policies read the annotation, so a network's
-``status.vlan``/``status.bridge`` must never be visible before its triple is listed (§5.9
-"add", step 8, before the status write). A network pass whose triple is missing asks for it
-here (:meth:`NamespaceReconciler.want`), does not write its status, and is queued again once
-a namespace pass has written the annotation with it. Between the ask and the status write
-only the pending add keeps the triple in the desired value; once the network's own status
-(read through its read-your-writes overlay) shows the triple, the pending add is dropped.
-
-Why a queue of its own: the queue hands a namespace key to one worker at a time, so two
-read-modify-write patches of one annotation never race (no locks), and a burst of networks
-in one namespace shares a few patches: every ask only queues the namespace, and a namespace
-is passed at most once per ``write_window`` seconds (the first pass after a quiet spell at
-once; a pass asked for sooner waits for the window's end, so what arrives meanwhile is
-handled by one pass and written in one patch, and a waiting pass costs nothing).
-
-Which namespaces are ours: a namespace with a network in the cache, a pending add, a
-network that has just gone (:meth:`NamespaceReconciler.network_gone`: the pass then reads
-the Namespace from the API server, so the removal of the last triple is never skipped on a
-stale copy), or an annotation that lists a triple on the bridge of a zone (a leftover of
-ours: the network went while no leader was there to pass its namespace, e.g. the leader
-was killed between the network's NotFound pass and the namespace pass; the next leader
-never sees that network, and admission would keep honouring the triple, so the memory of
-a departure cannot be what decides; product-decisions.md §5 item 6, chaos short form).
-Any other namespace's annotation is left alone.
-
-Without a queue (``enqueue=None``, as when a :class:`controller.reconcile.network.NetworkReconciler`
-is used on its own) an ask runs the namespace pass at once on the caller's thread, which is
-the reference's synchronous "add"; those passes are serialised by one lock, because there is
-no queue to hand out one namespace at a time.
+"""The value of the namespace annotation ``proxmox.cozystack.io/networks``
+(reference-behaviour.md §5.9), pure: a network's ``<bridge>/<vlan>/<ipPool>`` triple, the
+parsing of a stored value, which pending adds are still open, and the desired value of a
+namespace (the sorted triples of its networks with a VLAN and a bridge, Terminating
+networks without our finalizer left out, duplicates kept, plus the pending adds).
+:class:`controller.reconcile.namespaces.NamespaceReconciler` writes it.
 """
 
 from __future__ import annotations

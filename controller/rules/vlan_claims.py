@@ -1,14 +1,10 @@
-"""The allocator's side effects: look up, adopt or create the Kube-OVN Vlan of a network.
-
-Used set = the synced Vlan cache plus the Vlans this process created and the watch has not
-brought back yet (the "assumed" set), so no allocation needs an API list
-(``product-decisions.md`` §4.4). Pick, assume and create run under one lock per provider
-network (§7 "Allocation concurrency"); other work runs outside it.
-
-Safety does not rest on the cache alone: Vlan names are deterministic (= the Subnet
-name), so a second create for one network fails with AlreadyExists and adopts the
-existing Vlan; a hand-made Vlan racing us on the same ID is reported as ``VLANConflict``
-by the network pass, never shared silently.
+"""Which Kube-OVN Vlan a network may claim, pure (reference-behaviour.md §4.3;
+product-decisions.md §8): the Vlan this controller makes (:func:`desired_vlan`)
+and how it recognises its own (:func:`made_by_controller`, :func:`vlan_owner`), why a
+network may not take a Vlan (:func:`claim_refusal`, :func:`vlan_name_error`), which of two
+claimants of one Subnet wins (:func:`older_claimant`: the oldest), a hand edit of an ID
+(:func:`changed_externally`), and a self-made duplicate that is given back
+(:func:`gives_back_duplicate`). :class:`controller.apply.vlans.VlanManager` does the writes.
 """
 
 from __future__ import annotations
