@@ -260,18 +260,16 @@ class Executor:
         return fill(s, a.into, vlan)
 
     def _SetPoolCidrs(self, a: SetPoolCidrs, s: Any) -> Any:
-        name = a.vlan["metadata"]["name"]
-        try:
-            vlan = self.writer.json_patch(names.VLANS, name, annotation_patch(a.vlan, names.ANNOTATION_POOL_CIDRS, a.value))
-            self.vlans.wrote(vlan)
-        except ApiError as err:
-            if not (err.conflict or err.invalid):
-                raise
-            # The resourceVersion test failed: a cache behind our own earlier write is the usual
-            # cause. Done when the API server's copy already carries the value; else retry later.
-            vlan = self.writer.get(names.VLANS, name)
-            if ((vlan.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_POOL_CIDRS) != a.value:
-                raise err from None
+        # One annotation of ours, derived from the pool and not from the Vlan: a merge patch of
+        # that key alone, held to the same object by its uid (a uid that does not match is
+        # refused). A resourceVersion guard was refused whenever Kube-OVN had just updated
+        # the Vlan it saw created (a refused write on the normal path of a burst).
+        meta = a.vlan["metadata"]
+        name = meta["name"]
+        held = {"uid": meta["uid"]} if meta.get("uid") else {}
+        vlan = self.writer.merge_patch(names.VLANS, name, {"metadata": {
+            **held, "annotations": {names.ANNOTATION_POOL_CIDRS: a.value}}})
+        self.vlans.wrote(vlan)
         return fill(s, a.into, vlan)
 
     def _PruneReleasedVlans(self, a: PruneReleasedVlans, s: Any) -> Any:

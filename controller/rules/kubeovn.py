@@ -68,9 +68,9 @@ def stale_vlan_validation(subnet: Mapping[str, Any], vlan: Mapping[str, Any] | N
     ready = next((c for c in conds or [] if isinstance(c, Mapping) and c.get("type") == "Ready"), None)
     if ready is None or ready.get("status") != "False" or ready.get("reason") != SUBNET_VLAN_INVALID:
         return "", None
-    made = parse((vlan.get("metadata") or {}).get("creationTimestamp"))
-    if made is None:
-        return "", None
+    # A Vlan this process has just created and the watch has not brought back may carry no
+    # creationTimestamp yet: it was made now, and the pass comes back when the grace ends.
+    made = parse((vlan.get("metadata") or {}).get("creationTimestamp")) or now
     since = max([made] + [t for t in (parse(ready.get("lastUpdateTime")), parse(ready.get("lastTransitionTime")))
                           if t is not None])
     left = after - (now - since).total_seconds()
