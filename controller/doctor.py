@@ -32,7 +32,7 @@ from controller.runtime.kube import ApiError, KubeWriter
 from controller.manager import OPTIONAL_KINDS, discover
 from informers.resource import Resource
 from ovn.nb import NBError, jsonrpc_call, parse_addresses
-from ovn.tls import TLSSource
+from ovn.tls import DEFAULT_SECRET, TLSSource
 
 RUNBOOK = "docs/operations.md"
 
@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ovn-nb-address", default="",
                    help="the OVN NB, read only (the controller's address forms; ssl: uses --ovn-tls-secret): a "
                         "network in VLANConflict then lists the localnet ports on its VLAN; empty: not read")
-    p.add_argument("--ovn-tls-secret", default="cozy-kubeovn/kube-ovn-tls",
+    p.add_argument("--ovn-tls-secret", default=DEFAULT_SECRET,
                    help="<namespace>/<name> of Kube-OVN's TLS Secret, for an ssl: NB address")
     return p
 

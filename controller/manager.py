@@ -67,7 +67,7 @@ from informers import Resource, SharedInformerFactory, meta_namespace_key
 from ovn.gateway import GatewayApplier
 from ovn.planner import KUBE_OVN_OVERLAY_MTU
 from ovn.sb import SBReader
-from ovn.tls import TLSSource
+from ovn.tls import DEFAULT_SECRET, TLSSource
 
 log = structlog.get_logger(__name__)
 
@@ -107,7 +107,7 @@ class Options:
     gateway_failback: bool = False  # the preferred chassis takes the gateway back (off: the server stays)
     # The pods' MTU, bound of each router port's options:gateway_mtu (0: left alone).
     overlay_mtu: int = KUBE_OVN_OVERLAY_MTU
-    ovn_tls_secret: str = "cozy-kubeovn/kube-ovn-tls"
+    ovn_tls_secret: str = DEFAULT_SECRET
     ovn_tls_dir: str = ""  # private directory for the TLS files; "" = a fresh temporary one
     nb_grace_period: float = NB_GRACE_PERIOD
     # field-reports.md R12: seconds a trunk node that left the ready set stays in the groups; the CLI's

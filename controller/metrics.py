@@ -106,7 +106,6 @@ called with the queue's lock held.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -629,15 +628,6 @@ class Metrics:
     def observe_reconcile(self, seconds: float) -> None:
         """Duration of one network Reconcile call."""
         self.reconcile_duration.observe(seconds)
-
-    @contextlib.contextmanager
-    def time_reconcile(self) -> Iterator[None]:
-        """``with metrics.time_reconcile(): ...`` observes the block's duration (also on exceptions)."""
-        start = time.monotonic()
-        try:
-            yield
-        finally:
-            self.observe_reconcile(time.monotonic() - start)
 
     # ----------------------------------------------------------------- leader
 

@@ -78,10 +78,6 @@ class ThreadSafeStore:
         with self._lock:
             return self._items.get(key)
 
-    def get_by_object(self, obj: dict) -> dict | None:
-        """The cached object with the same key as ``obj``, or ``None``."""
-        return self.get(self._key_func(obj))
-
     def list(self) -> list[dict]:
         """All cached objects (a new list; the dicts are the stored ones)."""
         with self._lock:

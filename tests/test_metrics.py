@@ -387,16 +387,6 @@ def test_counters_vlan_allocations_and_reconcile_errors():
         lbl(reason="error"): 1, lbl(reason="VLANExhausted"): 2}
 
 
-def test_time_reconcile_observes_even_on_error():
-    m = Metrics()
-    with pytest.raises(RuntimeError):
-        with m.time_reconcile():
-            raise RuntimeError("boom")
-    with m.time_reconcile():
-        pass
-    assert series_of(m, "cozy_proxmox_network_reconcile_duration_seconds_count") == {frozenset(): 2}
-
-
 def test_leader_gauge():
     m = Metrics()
     assert series_of(m, "cozy_proxmox_leader") == {frozenset(): 0}

@@ -304,7 +304,7 @@ class Plan:
     """A planner's answer: actions in order; ``replan`` when the planner needs their results
     to go on; ``requeue_after`` (seconds, or None) of the pass once it settles."""
 
-    actions: tuple[Any, ...] = ()
+    actions: tuple[Action, ...] = ()
     replan: bool = False
     requeue_after: float | None = None
 

@@ -61,11 +61,6 @@ def remove_condition(conditions: list[dict[str, Any]], ctype: str) -> None:
     conditions[:] = [c for c in conditions if c.get("type") != ctype]
 
 
-def is_true(conditions: Sequence[dict[str, Any]] | None, ctype: str) -> bool:
-    c = find(conditions, ctype)
-    return c is not None and c.get("status") == TRUE
-
-
 # GatewayReady reasons of a peer outage: Unknown with one of these does not decide Ready.
 OUTAGE_REASONS = frozenset({"NBUnavailable", "SBUnavailable"})
 
