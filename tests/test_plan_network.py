@@ -2000,3 +2000,15 @@ def test_s1_a_flagged_or_foreign_vlan_is_not_called_stale(case):
     p = drive(live(vlan=v, holders=(v,), subnet=vlan_failed(ts(made))))
     assert S1_STALE not in str(p.crm("SubnetReady"))
     assert not [a for a in p.applied if isinstance(a, Event) and a.reason == "KubeOVNStale"]
+
+
+def test_s1_once_named_the_stale_state_stays_named_on_a_copy_of_the_vlan_without_its_creation_time():
+    """S1: a pass that reads the Vlan from this process's own write (no creationTimestamp)
+    must not flip SubnetReady back to Kube-OVN's message while Kube-OVN's state holds."""
+    made = T0 - dt.timedelta(seconds=121)
+    s = live(vlan=vlan(created=ts(made)), subnet=vlan_failed(ts(made - dt.timedelta(seconds=30))))
+    written = vlan(created=ts(made))
+    del written["metadata"]["creationTimestamp"]
+    p = drive(attrs.evolve(converged(s), vlan=written, holders=(written,)))
+    assert not p.of(WriteStatus)  # nothing changed: still named stale
+    assert not [a for a in p.applied if isinstance(a, Event)]

@@ -402,12 +402,13 @@ class _Live:
         st, reason, message = subnet_conditions(sub)
         vlan = s.vlan
         ours = vlan is not None and vlan_owner(vlan) == (self.ns, self.name)
-        stale, self.stale_recheck = kubeovn.stale_vlan_validation(sub, vlan if ours else None, s.now,
-                                                                   s.kube_ovn_stale_after)
+        was = find((self.old.get("conditions") or []), names.SUBNET_READY) or {}
+        stale, self.stale_recheck = kubeovn.stale_vlan_validation(
+            sub, vlan if ours else None, s.now, s.kube_ovn_stale_after,
+            shown=str(was.get("message") or "").startswith("Kube-OVN has not re-validated Subnet"))
         if stale:
             # field-reports.md S1: Kube-OVN's state, not the tenant's mistake; the Vlan and Subnet stay untouched.
             reason, message = reasons.SUBNET_NOT_READY, stale
-            was = find((self.old.get("conditions") or []), names.SUBNET_READY) or {}
             if stale not in str(was.get("message") or ""):
                 self.actions.append(Event(self.net, WARNING, reasons.KUBE_OVN_STALE, stale))
         foreign = kubeovn.foreign_vpc_note(sub, self.s.subnet_vpc, self.ns)

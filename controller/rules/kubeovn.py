@@ -48,7 +48,7 @@ KUBE_OVN_STALE_AFTER = 120.0
 
 
 def stale_vlan_validation(subnet: Mapping[str, Any], vlan: Mapping[str, Any] | None, now: _dt.datetime,
-                          after: float = KUBE_OVN_STALE_AFTER) -> tuple[str, float | None]:
+                          after: float = KUBE_OVN_STALE_AFTER, shown: bool = False) -> tuple[str, float | None]:
     """field-reports.md S1 (kubeovn/kube-ovn#6352, fixed in v1.15.5): before v1.15.5 a Subnet
     made before its Vlan keeps ``Ready=False ValidateSubnetVlanFailed`` after the Vlan
     exists, until kube-ovn-controller restarts (its handler dropped the key and the Vlan's
@@ -58,6 +58,8 @@ def stale_vlan_validation(subnet: Mapping[str, Any], vlan: Mapping[str, Any] | N
     state, not the tenant's mistake.
 
     :param vlan: the network's own Vlan (the caller checks it is ours), None when absent.
+    :param shown: the network already says so: it keeps saying it while the state holds (a
+        copy of the Vlan without its creationTimestamp, just written, must not flip it back).
     :returns: ``(message, None)`` when stale; ``("", seconds)`` until it would be called
         stale (the pass to come back then); ``("", None)`` when not in that state.
     """
@@ -70,16 +72,19 @@ def stale_vlan_validation(subnet: Mapping[str, Any], vlan: Mapping[str, Any] | N
         return "", None
     # A Vlan this process has just created and the watch has not brought back may carry no
     # creationTimestamp yet: it was made now, and the pass comes back when the grace ends.
+    sname = str((subnet.get("metadata") or {}).get("name") or "")
+    vname = str((vlan.get("metadata") or {}).get("name") or "")
+    message = (f'Kube-OVN has not re-validated Subnet "{sname}" since Vlan "{vname}" was created; '
+               "kube-ovn-controller before v1.15.5 needs a restart (kube-ovn#6352)")
+    if shown:
+        return message, None
     made = parse((vlan.get("metadata") or {}).get("creationTimestamp")) or now
     since = max([made] + [t for t in (parse(ready.get("lastUpdateTime")), parse(ready.get("lastTransitionTime")))
                           if t is not None])
     left = after - (now - since).total_seconds()
     if left > 0:
         return "", left
-    sname = str((subnet.get("metadata") or {}).get("name") or "")
-    vname = str((vlan.get("metadata") or {}).get("name") or "")
-    return (f'Kube-OVN has not re-validated Subnet "{sname}" since Vlan "{vname}" was created; '
-            "kube-ovn-controller before v1.15.5 needs a restart (kube-ovn#6352)"), None
+    return message, None
 
 
 def flags_conflict(vlan: Mapping[str, Any]) -> bool:
