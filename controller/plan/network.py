@@ -405,7 +405,7 @@ class _Live:
         was = find((self.old.get("conditions") or []), names.SUBNET_READY) or {}
         stale, self.stale_recheck = kubeovn.stale_vlan_validation(
             sub, vlan if ours else None, s.now, s.kube_ovn_stale_after,
-            shown=str(was.get("message") or "").startswith("Kube-OVN has not re-validated Subnet"))
+            shown=str(was.get("message") or "").startswith(kubeovn.STALE_PREFIX))
         if stale:
             # field-reports.md S1: Kube-OVN's state, not the tenant's mistake; the Vlan and Subnet stay untouched.
             reason, message = reasons.SUBNET_NOT_READY, stale

@@ -45,6 +45,8 @@ SUBNET_VLAN_INVALID = "ValidateSubnetVlanFailed"
 # field-reports.md S1: how long a Subnet may keep ValidateSubnetVlanFailed after its Vlan exists
 # before the controller calls Kube-OVN's state stale (one Kube-OVN pass takes well under this).
 KUBE_OVN_STALE_AFTER = 120.0
+# How the stale state's message begins: a network whose SubnetReady begins so has said it.
+STALE_PREFIX = "Kube-OVN has not re-validated Subnet"
 
 
 def stale_vlan_validation(subnet: Mapping[str, Any], vlan: Mapping[str, Any] | None, now: _dt.datetime,
@@ -74,7 +76,7 @@ def stale_vlan_validation(subnet: Mapping[str, Any], vlan: Mapping[str, Any] | N
     # creationTimestamp yet: it was made now, and the pass comes back when the grace ends.
     sname = str((subnet.get("metadata") or {}).get("name") or "")
     vname = str((vlan.get("metadata") or {}).get("name") or "")
-    message = (f'Kube-OVN has not re-validated Subnet "{sname}" since Vlan "{vname}" was created; '
+    message = (f'{STALE_PREFIX} "{sname}" since Vlan "{vname}" was created; '
                "kube-ovn-controller before v1.15.5 needs a restart (kube-ovn#6352)")
     if shown:
         return message, None
