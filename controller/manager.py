@@ -47,7 +47,7 @@ from controller.watch.projection import transform_for
 from controller.rules.kubeovn import KUBE_OVN_STALE_AFTER
 from controller.rules.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
 from controller.runtime.recent import RecentWrites
-from controller.rules.addresses import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
+from controller.rules.spans import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
 from controller.reconcile.network import NetworkReconciler
 from controller.watch.indexes import (
     ADDRESS_INDEXERS,

@@ -14,16 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.rules.addresses import (
-    AddressError,
-    check_pool_split,
-    covered,
-    go_quote,
-    POOL_CIDRS_MAX,
-    parse_address_range,
-    pool_cidrs,
-    prefix_bits,
-)
+from controller.rules.pool_cidrs import POOL_CIDRS_MAX, pool_cidrs
+from controller.rules.ranges import AddressError, check_pool_split, covered, parse_address_range, prefix_bits
+from controller.rules.netip import go_quote
 
 # -- §5.6 address-range syntax -------------------------------------------------------------
 
@@ -607,19 +600,14 @@ def test_pool_cidrs_cover_exactly_the_pool(ranges):
 
 # -- issue 15, item 3: pool address sets, overlaps, the bucket index, address conflicts ------
 
-from controller.rules.addresses import (  # noqa: E402
-    MAX_BUCKETS,
-    WIDE,
+from controller.rules.pool_conflicts import (
     AddressConflict,
     address_conflicts_message,
     find_address_conflicts,
     find_pool_overlaps,
-    pool_buckets,
     pool_overlaps_message,
-    pool_spans,
-    shared_spans,
-    span_text,
 )
+from controller.rules.spans import MAX_BUCKETS, WIDE, pool_buckets, pool_spans, shared_spans, span_text
 
 
 def v4(a: str) -> int:
@@ -841,13 +829,13 @@ def test_overlap_lookups_do_not_grow_with_the_number_of_pools(layout):
 # -- addresses are unique per VPC (product-decisions.md §10) ---------------------------------
 
 def _ov(name, created, kind="InClusterIPPool"):
-    from controller.rules.addresses import PoolOverlap
+    from controller.rules.pool_conflicts import PoolOverlap
 
     return PoolOverlap(kind, name, ((4, 1, 2),), created)
 
 
 def test_an_overlap_with_another_vpcs_network_never_counts_and_within_one_vpc_only_the_later_pool_carries_it():
-    from controller.rules.addresses import split_overlaps
+    from controller.rules.pool_conflicts import split_overlaps
 
     own = ("2026-12-06T10:00:00Z", "a/pool")
     older, newer = _ov("b/pool", "2026-12-06T09:00:00Z"), _ov("c/pool", "2026-12-06T11:00:00Z")
@@ -870,7 +858,7 @@ def test_an_overlap_with_another_vpcs_network_never_counts_and_within_one_vpc_on
 
 
 def test_a_pool_of_no_network_is_carried_when_older_and_only_a_warning_when_later():
-    from controller.rules.addresses import split_overlaps
+    from controller.rules.pool_conflicts import split_overlaps
 
     own = ("2026-12-06T10:00:00Z", "a/pool")
     old_plain, new_plain = _ov("b/twin", "2026-12-06T09:00:00Z"), _ov("b/late", "2026-12-06T11:00:00Z")

@@ -19,7 +19,9 @@ import pytest
 
 from controller.watch import keys
 from controller.plan.actions import Event, NetworkGone, ReportOnce, WriteStatus
-from controller.rules.addresses import find_address_conflicts, find_duplicate_addresses, in_cidr_block, pool_spans
+from controller.rules.pool_conflicts import find_address_conflicts, find_duplicate_addresses
+from controller.rules.spans import pool_spans
+from controller.rules.ranges import in_cidr_block
 from controller.apply.executor import Executor
 from controller.rules.consumers import count_consumers
 from controller.rules.foreign import (

@@ -40,10 +40,8 @@ from controller.plan.actions import (
     WriteStatus,
     unread,
 )
-from controller.rules.addresses import (
-    IN_CLUSTER_IP_POOL,
+from controller.rules.pool_conflicts import (
     address_conflicts_message,
-    check_pool_split,
     duplicate_addresses_message,
     find_address_conflicts,
     find_duplicate_addresses,
@@ -51,10 +49,10 @@ from controller.rules.addresses import (
     overlap_order,
     split_overlaps,
     pool_overlaps_message,
-    pool_cidrs,
-    pool_spans,
-    prefix_bits,
 )
+from controller.rules.pool_cidrs import pool_cidrs
+from controller.rules.spans import IN_CLUSTER_IP_POOL, pool_spans
+from controller.rules.ranges import check_pool_split, prefix_bits
 from controller.rules.conditions import (
     FALSE,
     TRUE,
@@ -267,7 +265,7 @@ class _Live:
 
     def pool_cidrs_step(self, vlan: Mapping[str, Any]) -> None:
         """the network's own Vlan carries its pool's addresses as CIDRs
-        (annotation ``proxmox.cozystack.io/pool-cidrs``, :func:`controller.rules.addresses.pool_cidrs`),
+        (annotation ``proxmox.cozystack.io/pool-cidrs``, :func:`controller.rules.pool_cidrs.pool_cidrs`),
         which the admission policies ``proxmox-network-{pod,ip}-addresses`` read with the
         Vlan as their param (docs/admission.md). Written only when it differs, so a converged
         pass writes nothing; not while the pool is absent from the cache (its last addresses
@@ -424,11 +422,11 @@ class _Live:
     def pool_step(self, subnet: Mapping[str, Any] | None) -> None:
         """§5.6 and product-decisions.md §8. IPPoolReady, first failure wins: ``PoolNotFound``;
         Unknown ``SubnetUnavailable``; the split checks of
-        :func:`controller.rules.addresses.check_pool_split` (the pool's own fields and its place
+        :func:`controller.rules.ranges.check_pool_split` (the pool's own fields and its place
         in the Subnet, ending with ``PoolOverlapsSubnet``); ``PoolOverlapsPool`` (another
         pool shares addresses); ``AddressConflict`` (a Kube-OVN IP holds one now); True
         ``PoolExhausted``; True ``Ready``. ``PoolOverlapsPool`` follows product-decisions.md §10
-        (:func:`controller.rules.addresses.split_overlaps`): False on the pool that came later, True
+        (:func:`controller.rules.pool_conflicts.split_overlaps`): False on the pool that came later, True
         (a warning, before ``PoolExhausted``) on a pool that a later pool of no network
         overlaps. The pool's own faults come first: until they are
         fixed its addresses are not the ones it will hand out. The two clashes follow in the

@@ -18,13 +18,13 @@ import structlog
 
 from controller import names, reasons, schema
 from controller.rules import conditions, kubeovn, prune
-from controller.rules.addresses import (
+from controller.rules.pool_conflicts import pool_name
+from controller.rules.spans import (
     GLOBAL_IN_CLUSTER_IP_POOL,
     IN_CLUSTER_IP_POOL,
     WIDE,
     Span,
     pool_buckets,
-    pool_name,
     pool_spans,
 )
 from controller.apply.executor import Executor, run

@@ -74,8 +74,6 @@ def pool_ref_names_pool(obj: Mapping[str, Any], pool: str) -> bool:
     return isinstance(spec, Mapping) and _is_pool_ref(spec.get("poolRef"), pool)
 
 
-
-
 @attrs.frozen
 class Holder:
     """One object that holds a pool: ``kind`` and ``name``, and what is odd about it

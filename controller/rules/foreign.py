@@ -24,7 +24,8 @@ from typing import Any
 
 import attrs
 
-from controller.rules.addresses import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL, in_cidr_block, parse_address
+from controller.rules.spans import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
+from controller.rules.ranges import in_cidr_block, parse_address
 
 MACHINE_KIND = "ProxmoxMachine"
 CAPMOX_868 = "cluster-api-provider-proxmox#868"

@@ -15,7 +15,7 @@ import attrs
 
 from controller import names, reasons
 from controller.rules import allocator, conditions
-from controller.rules.addresses import (
+from controller.rules.spans import (
     GLOBAL_IN_CLUSTER_IP_POOL,
     IN_CLUSTER_IP_POOL,
     WIDE,
@@ -196,7 +196,7 @@ def network_indexers() -> dict[str, Any]:
 
 def pool_index_buckets(pool: Mapping[str, Any]) -> list[str]:
     """Indexer ``buckets`` of InClusterIPPools and GlobalInClusterIPPools: the 256-address
-    buckets their addresses touch, or ``wide`` (:func:`controller.rules.addresses.pool_buckets`
+    buckets their addresses touch, or ``wide`` (:func:`controller.rules.spans.pool_buckets`
     explains the index and its cost)."""
     return pool_buckets(pool_spans(pool.get("spec")))
 
@@ -249,7 +249,7 @@ def overlap_candidates(
     """``(kind, pool)`` of every pool that may share an address with ``spans``: those in
     the same buckets and the wide ones, from the ``buckets`` index of both stores (every
     pool when ``spans`` is itself wide). The exact check is
-    :func:`controller.rules.addresses.find_pool_overlaps`; a pool may be listed twice."""
+    :func:`controller.rules.pool_conflicts.find_pool_overlaps`; a pool may be listed twice."""
     values = pool_buckets(spans)
     out: list[tuple[str, dict[str, Any]]] = []
     for kind, store in ((IN_CLUSTER_IP_POOL, pools), (GLOBAL_IN_CLUSTER_IP_POOL, global_pools)):
