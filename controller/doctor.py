@@ -25,11 +25,8 @@ from controller.config import load_api_client, parse_duration
 from controller.rules.consumers import count_consumers
 from controller.plan.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
 from controller.runtime.kube import ApiError, KubeWriter
-from controller.rules.consumers import count_consumers
 from controller.rules.foreign import find_foreign_addresses, foreign_address_message
-from controller.plan.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
-from controller.runtime.kube import ApiError, KubeWriter
-from controller.manager import OPTIONAL_KINDS, discover
+from controller.watch.kinds import OPTIONAL_KINDS, discover
 from informers.resource import Resource
 from ovn.nb import NBError, jsonrpc_call, parse_addresses
 from ovn.tls import DEFAULT_SECRET, TLSSource

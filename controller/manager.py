@@ -1,9 +1,10 @@
-"""The controller's run loop: shared informers feed one controller per kind (networks,
+"""The composition root: builds the shared informers, one controller per kind (networks,
 zones, egress-gateway pods, the namespace annotation), each with its own rate-limited
-queue of typed keys (``controller.watch.keys``) and its workers (``product-decisions.md`` §3).
+queue of typed keys and its workers, and the reconcilers they run (``product-decisions.md`` §3);
+then runs and stops them.
 
-Event handlers only map objects to keys (``controller.watch.keys``); every decision is taken in
-a reconcile pass from the caches, so any event (or a full resync) leads to the same result.
+Which passes an event concerns is ``controller.routes``; which kinds of other projects are
+watched, and in which version, is ``controller.watch.kinds``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -21,19 +22,9 @@ import structlog
 import urllib3
 from kubernetes import client as k8s
 
-from controller import names
-from controller import schema
-from controller.watch import keys
-from controller.rules import kubeovn
-from controller.runtime.worker import Controller
-from controller.watch.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
-from controller.reconcile.egress import LABEL_GATEWAY, PODS, EgressGatewayPodReconciler
-from controller.runtime.signals import wait
-from controller.runtime.events import EventRecorder
+from controller import names, schema
 from controller.apply.gateway import COLLECT_PERIOD, GatewayCollector, GatewayStep
-from controller.watch.indexes import networks_for_node, node_index_provider, subnet_index_vpc
-from controller.plan.gateway import NB_GRACE_PERIOD, SERVING_SETTLE
-from controller.runtime.kube import ApiError, KubeWriter
+from controller.apply.vlans import VlanManager
 from controller.metrics import (
     NAMESPACE_WORKQUEUE_NAME,
     NETWORK_WORKQUEUE_NAME,
@@ -41,29 +32,43 @@ from controller.metrics import (
     ZONE_WORKQUEUE_NAME,
     Metrics,
 )
+from controller.plan.gateway import NB_GRACE_PERIOD, SERVING_SETTLE
+from controller.reconcile.egress import LABEL_GATEWAY, PODS, EgressGatewayPodReconciler
 from controller.reconcile.namespaces import NAMESPACE_WRITE_WINDOW, NamespaceReconciler
-from controller.watch.keys import keys_for_namespace, keys_for_network
-from controller.watch.projection import transform_for
+from controller.reconcile.network import NetworkReconciler
+from controller.reconcile.zone import ZoneReconciler
+from controller.routes import NAMESPACE_COALESCE, Routes
 from controller.rules.kubeovn import KUBE_OVN_STALE_AFTER
 from controller.rules.prune import DEFAULT_SUBNET_PRUNE_TIMEOUT
+from controller.runtime.events import EventRecorder
+from controller.runtime.kube import ApiError, KubeWriter
 from controller.runtime.recent import RecentWrites
-from controller.rules.spans import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
-from controller.reconcile.network import NetworkReconciler
+from controller.runtime.signals import wait
+from controller.runtime.worker import Controller
 from controller.watch.indexes import (
-    ADDRESS_INDEXERS,
-    CLAIM_INDEXERS,
-    IP_INDEXERS,
-    MACHINE_INDEXERS,
-    POOL_INDEXERS,
     Listers,
     index_namespace,
     network_indexers,
+    node_index_provider,
+    subnet_index_vlan,
+    subnet_index_vpc,
+    vlan_indexers,
+    zone_index_provider,
 )
-from controller.apply.vlans import VlanManager
-from controller.watch.indexes import vlan_indexers
-from controller.reconcile.zone import ZoneReconciler
+from controller.watch.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
+from controller.watch.kinds import (
+    CLUSTER_KINDS,
+    OPTIONAL_INDEXERS,
+    OPTIONAL_KINDS,
+    UNLISTABLE_GRACE,
+    failing_past,
+    listable_version,
+    projected,
+    resource_of,
+    served_versions,
+)
+from informers import SharedInformerFactory
 from informers.backoff import Backoff
-from informers import Resource, SharedInformerFactory, meta_namespace_key
 from ovn.gateway import GatewayApplier
 from ovn.planner import KUBE_OVN_OVERLAY_MTU
 from ovn.sb import SBReader
@@ -71,20 +76,9 @@ from ovn.tls import DEFAULT_SECRET, TLSSource
 
 log = structlog.get_logger(__name__)
 
-# seconds a namespace annotation pass waits after a network asks for it: a pass walks every
-# network of the namespace, so a burst of 200 networks in one namespace is a few passes, not
-# one per network (each network's status waits for it: §5.9, so keep it short).
-NAMESPACE_COALESCE = 0.2
-ZONE_COUNTS_DELAY = 5.0  # seconds a zone pass waits after another kind's event (Manager._route); its counts lag by at most this
 STOP_TIMEOUT = 1.2  # seconds for Manager.stop, within main's EXIT_BUDGET (exit within 2 s of SIGTERM)
 DISCOVERY_RETRY_FIRST = 1.0  # seconds before the first retry of a failed API discovery
 DISCOVERY_RETRY_MAX = 30.0  # cap of the discovery retry backoff
-UNLISTABLE_GRACE = 30.0  # seconds a kind's LISTs fail before /readyz names it (field-reports.md R8); a blip is not named
-
-def zone_index_provider(zone: Mapping[str, Any]) -> list[str]:
-    """Indexer ``provider``: a zone's ``spec.providerNetwork``."""
-    p = (zone.get("spec") or {}).get("providerNetwork")
-    return [p] if isinstance(p, str) and p else []
 
 
 @attrs.define
@@ -117,102 +111,6 @@ class Options:
     # field-reports.md S1: seconds a Subnet may keep ValidateSubnetVlanFailed after its Vlan exists.
     kube_ovn_stale_after: float = KUBE_OVN_STALE_AFTER
     nb_first_sync_timeout: float = 10.0  # seconds the first workers wait for the NB's first sync
-
-
-def failing_past(inf: Any, grace: float) -> str | None:
-    """The error of ``inf``'s run of LIST/WATCH failures once it has lasted ``grace``
-    seconds, else None: the one rule behind /readyz and the move to another version (field-reports.md R8)."""
-    f = inf.failure()
-    return f[0] if f is not None and f[1] >= grace else None
-
-
-def subnet_index_vlan(subnet: Mapping[str, Any]) -> list[str]:
-    """Indexer ``vlan``: a Subnet's ``spec.vlan``."""
-    v = (subnet.get("spec") or {}).get("vlan")
-    return [v] if isinstance(v, str) and v else []
-
-
-# Consumers and pools, newest served version first (product-decisions.md §4.2).
-MACHINE_VERSIONS = ("v1alpha2", "v1alpha1")
-ADDRESS_VERSIONS = ("v1beta2", "v1beta1", "v1alpha1")
-POOL_VERSIONS = ("v1alpha2", "v1alpha1")
-
-
-# Kinds other projects serve, by the key the listers use: (group, plural, versions, kind).
-# Namespaced; the consumers of a pool (and the pools), read fresh before a release too.
-OPTIONAL_KINDS = {
-    "pools": ("ipam.cluster.x-k8s.io", "inclusterippools", POOL_VERSIONS, "InClusterIPPool"),
-    "addresses": ("ipam.cluster.x-k8s.io", "ipaddresses", ADDRESS_VERSIONS, "IPAddress"),
-    "claims": ("ipam.cluster.x-k8s.io", "ipaddressclaims", ADDRESS_VERSIONS, "IPAddressClaim"),
-    "machines": ("infrastructure.cluster.x-k8s.io", "proxmoxmachines", MACHINE_VERSIONS, "ProxmoxMachine"),
-}
-# Cluster-scoped kinds of other projects, read for the pool clashes:
-# GlobalInClusterIPPool comes with the IPAM provider, IP with Kube-OVN. Not consumers.
-CLUSTER_KINDS = {
-    "global_pools": ("ipam.cluster.x-k8s.io", "globalinclusterippools", POOL_VERSIONS, "GlobalInClusterIPPool"),
-    "kube_ovn_ips": ("kubeovn.io", "ips", ("v1",), "IP"),
-    # Which namespaces a VPC is for (spec.namespaces): a Subnet in another's VPC is reported (field-reports.md R2).
-    "vpcs": ("kubeovn.io", "vpcs", ("v1",), "Vpc"),
-}
-# Indexes of the optional kinds' stores (controller.watch.indexes.Listers); others: "namespace".
-OPTIONAL_INDEXERS = {
-    "pools": POOL_INDEXERS,
-    "addresses": ADDRESS_INDEXERS,
-    "machines": MACHINE_INDEXERS,
-    "claims": CLAIM_INDEXERS,
-    "global_pools": POOL_INDEXERS,
-    "kube_ovn_ips": IP_INDEXERS,
-}
-
-
-def served_versions(writer: KubeWriter, group: str, plural: str, versions: tuple[str, ...]) -> list[str]:
-    """Those of ``versions`` in which the API server serves ``group``/``plural``, in order.
-
-    :raises ApiError: for discovery failures other than 404 (the group is not served).
-    """
-    out = []
-    for version in versions:
-        try:
-            doc = writer.request("GET", f"/apis/{group}/{version}")
-        except ApiError as err:
-            if err.not_found:
-                continue
-            raise
-        if any(r.get("name") == plural for r in doc.get("resources") or []):
-            out.append(version)
-    return out
-
-
-def discover(writer: KubeWriter, group: str, plural: str, versions: tuple[str, ...]) -> str | None:
-    """The first of ``versions`` in which the API server serves ``group``/``plural``, or None.
-
-    :raises ApiError: for discovery failures other than 404 (the group is not served).
-    """
-    return next(iter(served_versions(writer, group, plural, versions)), None)
-
-
-def listable_version(writer: KubeWriter, resource: Callable[[str], Resource], served: list[str]) -> str | None:
-    """The first of the ``served`` versions whose LIST answers (``limit=1``, all
-    namespaces), or None. A version can be served and still not list: capmox converts its
-    stored version through a conversion webhook, and while that webhook fails every LIST and
-    WATCH of another version fails whole (field-reports.md R8), while the stored one lists.
-
-    :raises ApiError: only for failures of the API server itself (5xx of every version is
-        "none lists", not an error).
-    """
-    for version in served:
-        try:
-            writer.request("GET", resource(version).path(None), query=[("limit", "1")])
-            return version
-        except ApiError as err:
-            log.info("served version does not list", resource=str(resource(version)), error=str(err))
-    return None
-
-
-def projected(resource: Resource) -> Any:
-    """The informer transform of ``resource``'s kind (controller/watch/projection.py), or None:
-    cached whole less managedFields."""
-    return transform_for(resource.group, resource.plural)
 
 
 class Manager:
@@ -303,7 +201,8 @@ class Manager:
         self._writes_at_resync = 0
         self._nb_wait_logged = False
         self.resyncs_completed = 0
-        self._wire_handlers()
+        self.routes = Routes(self)
+        self.routes.wire()
         self.metrics.register_informers({str(inf.resource): inf for inf in self.factory.informers()})
 
     def _gateway(self, options: Options) -> GatewayStep | None:
@@ -418,7 +317,7 @@ class Manager:
         added = self._optional_informers(missing)
         for key, inf in added.items():
             self._use_optional(key, inf)
-            self._wire_optional(key, inf)
+            self.routes.wire_optional(key, inf)
         if added:
             self.metrics.register_informers({str(inf.resource): inf for inf in self.factory.informers()})
         return list(added)
@@ -434,7 +333,7 @@ class Manager:
                 log.info("kind not served; treated as having no objects", group=group, resource=plural)
                 continue
             # The newest version that lists; if none does, the newest (its informer says why).
-            version = listable_version(self.writer, self._resource_of(key), served) or served[0]
+            version = listable_version(self.writer, resource_of(key), served) or served[0]
             log.info("watching", group=group, version=version, resource=plural)
             out[key] = self._optional_informer(key, version)
         return out
@@ -442,14 +341,9 @@ class Manager:
     def _optional_informer(self, key: str, version: str) -> Any:
         """The (shared) informer of optional kind ``key`` in ``version``: its indexes, its
         projection (controller/watch/projection.py)."""
-        resource = self._resource_of(key)(version)
+        resource = resource_of(key)(version)
         return self.factory.informer(resource, indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}),
                                      transform=projected(resource))
-
-    @staticmethod
-    def _resource_of(key: str) -> Callable[[str], Resource]:
-        group, plural, _, kind = (OPTIONAL_KINDS | CLUSTER_KINDS)[key]
-        return lambda version: Resource(group, version, plural, namespaced=key not in CLUSTER_KINDS, kind=kind)
 
     def move_failing_kinds(self, sync_timeout: float = 60.0, grace: float = UNLISTABLE_GRACE) -> list[str]:
         """field-reports.md R8: an optional kind whose informer cannot list moves to another
@@ -467,11 +361,11 @@ class Manager:
                 continue
             group, plural, versions, _ = (OPTIONAL_KINDS | CLUSTER_KINDS)[key]
             served = served_versions(self.writer, group, plural, versions)
-            version = listable_version(self.writer, self._resource_of(key), served)
+            version = listable_version(self.writer, resource_of(key), served)
             if version is None or version == inf.resource.version:
                 continue
             new = self._optional_informer(key, version)
-            self._wire_optional(key, new)
+            self.routes.wire_optional(key, new)
             new.start()
             if not new.wait_for_sync(sync_timeout) or self._stop.is_set():
                 log.warning("moving to another version: its cache did not sync; keeping the old one",
@@ -501,138 +395,6 @@ class Manager:
         at least ``grace`` seconds (``/readyz`` names them; field-reports.md R8)."""
         failures = ((inf.resource, failing_past(inf, grace)) for inf in self.factory.informers())
         return [f"{resource}: {error}" for resource, error in failures if error is not None]
-
-    # -- event -> key mapping (controller.watch.keys) ----------------------------------------------
-    def _route(self, keys: tuple[list[NetworkKey], list[ZoneKey]]) -> None:
-        """Networks at once; zones after ``ZONE_COUNTS_DELAY``: what another kind's event
-        changes on a zone is its counts, and a burst of 2,000 allocations is one zone pass
-        per zone every few seconds instead of a status write per allocation (a later add
-        never postpones a waiting key, so counts lag by at most the delay)."""
-        self.network_controller.add_all(keys[0])
-        for k in keys[1]:
-            self.zone_controller.queue.add_after(k, ZONE_COUNTS_DELAY)
-
-    def _wire_handlers(self) -> None:
-        l = self.listers
-        nets, nsq = self.network_controller, self.namespace_controller
-
-        def on_network(obj: Mapping[str, Any]) -> None:
-            self.network_reconciler.recent.observe(obj)
-            self._route(keys.for_network(obj, l))
-
-        def annotations_of(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-            for ns in keys_for_network(old, new):  # coalesced: one pass walks the whole namespace
-                nsq.queue.add_after(NamespaceKey(ns), NAMESPACE_COALESCE)
-
-        def overlaps_of(*objs: Mapping[str, Any]) -> None:
-            for o in objs:
-                nets.add_all(keys.for_network_overlap(o, l))
-
-        self.networks.add_event_handler(
-            on_add=lambda o: (on_network(o), annotations_of(None, o), overlaps_of(o)),
-            on_update=lambda old, new: (on_network(old), on_network(new), annotations_of(old, new),
-                                        old.get("spec") != new.get("spec") and overlaps_of(old, new)),
-            on_delete=lambda o: (on_network(o), annotations_of(o, None), overlaps_of(o)),
-        )
-
-        def on_zone(obj: Mapping[str, Any]) -> None:
-            self.zone_reconciler.recent.observe(obj)
-            own = ZoneKey(obj["metadata"]["name"])
-            nets, zones = keys.for_zone(obj, l)
-            self._route((nets, [z for z in zones if z != own]))  # the others' counts: coalesced
-            self.zone_controller.add(own)  # its own change: at once, and once
-
-        def on_zone_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-            if not keys.zone_inputs_changed(old, new):
-                # Its status only (our own write): nothing reads a zone's status.
-                self.zone_reconciler.recent.observe(new)
-                return
-            on_zone(old)
-            on_zone(new)
-
-        self.zones.add_event_handler(on_add=on_zone, on_update=on_zone_update, on_delete=on_zone)
-
-        # The assumed set learns of every event first (the store already shows it).
-        self.vlan_informer.add_event_handler(
-            on_add=lambda o: (self.vlans.observe(o), self._route(keys.for_vlan_come_or_gone(o, l))),
-            on_update=lambda old, new: (self.vlans.observe(new), self._route(keys.for_vlan(old, l)),
-                                        self._route(keys.for_vlan(new, l))),
-            on_delete=lambda o: (self.vlans.observe(o, deleted=True), self._route(keys.for_vlan_come_or_gone(o, l))),
-        )
-
-        def on_namespace(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> None:
-            self.network_reconciler.recent_namespaces.observe(new)
-            nets.add_all(keys.for_namespace_labels(old, new, l))
-
-        def namespace_annotation(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-            nsq.add_all(NamespaceKey(ns) for ns in keys_for_namespace(old, new))
-
-        self.namespaces.add_event_handler(
-            on_add=lambda o: (on_namespace(None, o), namespace_annotation(None, o)),
-            on_update=lambda old, new: (on_namespace(old, new), namespace_annotation(old, new)),
-            on_delete=lambda o: (on_namespace(None, o), namespace_annotation(o, None)),
-        )
-
-        self.provider_networks.add_event_handler(
-            on_add=lambda o: self.zone_controller.add_all(keys.for_provider_network(o, l)),
-            on_update=lambda old, new: self.zone_controller.add_all(keys.for_provider_network(new, l)),
-            on_delete=lambda o: self.zone_controller.add_all(keys.for_provider_network(o, l)),
-        )
-
-        def subnet_vpc_of(*subs: Mapping[str, Any]) -> None:
-            for o in subs:
-                nets.add_all(keys.for_subnet_overlap(o, l))
-
-        self.subnets.add_event_handler(
-            on_add=lambda o: (self._route(keys.for_subnet(o, l)), subnet_vpc_of(o)),
-            on_update=lambda old, new: (self._route(keys.for_subnet(old, l)), self._route(keys.for_subnet(new, l)),
-                                        kubeovn.subnet_vpc(old) != kubeovn.subnet_vpc(new) and subnet_vpc_of(old, new)),
-            on_delete=lambda o: (self._route(keys.for_subnet(o, l)), subnet_vpc_of(o)),
-        )
-
-        if self.nodes is not None:
-            def on_node(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-                found = networks_for_node(
-                    old, new, l.zones.list(),
-                    lambda z: [meta_namespace_key(n) for n in l.networks.by_index("zone", z)],
-                )
-                nets.add_all(NetworkKey.parse(k) for k in found)
-
-            self.nodes.add_event_handler(
-                on_add=lambda o: on_node(None, o), on_update=on_node, on_delete=lambda o: on_node(o, None)
-            )
-
-        pods = self.pod_controller
-        self.pods.add_event_handler(
-            on_add=lambda o: pods.add(PodKey.of(o)),
-            on_update=lambda old, new: pods.add(PodKey.of(new)),
-            on_delete=lambda o: None,
-        )
-
-    def _wire_optional(self, key: str, inf: Any) -> None:
-        l, nets = self.listers, self.network_controller
-
-        pool_kind = {"pools": IN_CLUSTER_IP_POOL, "global_pools": GLOBAL_IN_CLUSTER_IP_POOL}.get(key)
-
-        def handler(obj: Mapping[str, Any], overlaps: bool = True) -> None:
-            if key == "kube_ovn_ips":
-                nets.add_all(keys.for_kube_ovn_ip(obj, l))
-                return
-            if key == "vpcs":
-                nets.add_all(keys.for_vpc(obj, l))
-                return
-            if key != "global_pools":
-                nets.add_all(keys.for_pool_user(key, obj, l))
-            if pool_kind is not None and overlaps:
-                nets.add_all(keys.for_pool_overlap(pool_kind, obj, l))
-
-        def on_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-            # A pool's status (its counts, rewritten on every allocation) moves no range.
-            moved = old.get("spec") != new.get("spec")
-            handler(old, moved)
-            handler(new, moved)
-
-        inf.add_event_handler(on_add=handler, on_update=on_update, on_delete=handler)
 
     # -- running ------------------------------------------------------------------
     def start(self) -> None:

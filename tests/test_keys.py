@@ -6,7 +6,7 @@ from __future__ import annotations
 from controller import names
 from controller.watch import keys
 from controller.watch.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
-from controller.manager import subnet_index_vlan, zone_index_provider
+from controller.watch.indexes import subnet_index_vlan, zone_index_provider
 from controller.watch.indexes import Listers, network_indexers
 from controller.watch.indexes import vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from informers import ThreadSafeStore

@@ -48,7 +48,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from controller import names
 from controller.runtime.kube import ApiError, KubeWriter
-from controller.manager import subnet_index_vlan, zone_index_provider
+from controller.watch.indexes import subnet_index_vlan, zone_index_provider
 from controller.reconcile.network import NetworkReconciler
 from controller.watch.indexes import (
     ADDRESS_INDEXERS,

@@ -29,16 +29,8 @@ from controller.watch.keys import keys_for_namespace
 from controller.watch.indexes import address_index_pool, ip_index_subnet
 from controller.plan.network_status import namespace_allowed
 from controller.watch.projection import KEEP, Keys, project, transform_for
-from controller.rules.pool_conflicts import find_address_conflicts, ipaddress_holders, kube_ovn_ip_addresses
-from controller.rules.spans import pool_spans
-from controller.rules.consumers import PAUSED, count_consumers, machine_pool_refs
 from controller.rules.foreign import find_foreign_addresses, machine_devices, machine_index_keys
-from controller.watch.indexes import gateway_key, node_index_provider, node_providers
-from controller.watch.keys import keys_for_namespace
 from controller.watch.indexes import claim_index_machine
-from controller.watch.indexes import address_index_pool, ip_index_subnet
-from controller.plan.network_status import namespace_allowed
-from controller.watch.projection import KEEP, Keys, project, transform_for
 from ovn.planner import trunk_nodes
 
 MANAGED = [{"manager": "kube-ovn-controller", "operation": "Update", "fieldsV1": {"f:spec": {"f:x": {}}}}]

@@ -32,7 +32,7 @@ import pytest
 from tests.support.vlans import ensure
 from controller import names
 from controller.runtime.kube import KubeWriter
-from controller.manager import zone_index_provider
+from controller.watch.indexes import zone_index_provider
 from controller.apply.vlans import VlanManager
 from controller.watch.indexes import vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from informers import SharedInformerFactory

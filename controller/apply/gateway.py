@@ -23,7 +23,7 @@ from ovn import planner
 from ovn.gateway import GatewayApplier
 
 from ovn.nb import NBError
-from controller.plan.gateway import GatewayOutcome, NB_GRACE_PERIOD, SERVING_SETTLE, failure_class, serving, settled_serving
+from controller.plan.gateway import GatewayOutcome, NB_GRACE_PERIOD, SERVING_SETTLE, failure_class, settled_serving
 
 log = structlog.get_logger(__name__)
 

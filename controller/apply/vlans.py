@@ -15,7 +15,6 @@ by the network pass, never shared silently.
 from __future__ import annotations
 
 import datetime as _dt
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping

@@ -8,7 +8,6 @@ networks without our finalizer left out, duplicates kept, plus the pending adds)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 

@@ -15,6 +15,7 @@ import attrs
 
 from controller import names, reasons
 from controller.rules import allocator, conditions
+from controller.rules.foreign import machine_index_keys, owner_machines
 from controller.rules.spans import (
     GLOBAL_IN_CLUSTER_IP_POOL,
     IN_CLUSTER_IP_POOL,
@@ -23,7 +24,6 @@ from controller.rules.spans import (
     pool_buckets,
     pool_spans,
 )
-from controller.rules.foreign import machine_index_keys, owner_machines
 from controller.rules.vlan_claims import edited
 from informers.store import ThreadSafeStore
 from ovn import planner
@@ -261,3 +261,15 @@ def overlap_candidates(
         for v in (*values, WIDE):
             out += [(kind, p) for p in store.by_index("buckets", v)]
     return out
+
+
+def zone_index_provider(zone: Mapping[str, Any]) -> list[str]:
+    """Indexer ``provider``: a zone's ``spec.providerNetwork``."""
+    p = (zone.get("spec") or {}).get("providerNetwork")
+    return [p] if isinstance(p, str) and p else []
+
+
+def subnet_index_vlan(subnet: Mapping[str, Any]) -> list[str]:
+    """Indexer ``vlan``: a Subnet's ``spec.vlan``."""
+    v = (subnet.get("spec") or {}).get("vlan")
+    return [v] if isinstance(v, str) and v else []

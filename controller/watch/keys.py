@@ -24,14 +24,7 @@ from controller.watch.indexes import vlan_index_provider_id
 from controller.rules.annotation import contribution
 from controller.rules.vlan_claims import vlan_owner
 from informers.resource import meta_namespace_key
-from controller.rules.pool_conflicts import find_pool_overlaps, pool_name
-from controller.rules.spans import IN_CLUSTER_IP_POOL, pool_spans
-from controller.rules.consumers import machine_pool_refs
 from controller.rules.foreign import machine_devices, owner_machines
-from controller.watch.indexes import overlap_candidates
-from controller.watch.indexes import vlan_index_provider_id
-from controller.rules.vlan_claims import vlan_owner
-from informers.resource import meta_namespace_key
 
 
 @attrs.frozen(order=True)
