@@ -67,6 +67,7 @@ from controller.watch.kinds import (
     resource_of,
     served_versions,
 )
+from controller.watch.indexes import BY_NAMESPACE, BY_PROVIDER, BY_VLAN, BY_VPC
 from informers import SharedInformerFactory
 from informers.backoff import Backoff
 from ovn.gateway import GatewayApplier
@@ -138,11 +139,11 @@ class Manager:
             names.PROXMOX_NETWORKS,
             indexers=network_indexers(),
         )
-        self.zones = f.informer(names.PROXMOX_NETWORK_ZONES, indexers={"provider": zone_index_provider})
+        self.zones = f.informer(names.PROXMOX_NETWORK_ZONES, indexers={BY_PROVIDER: zone_index_provider})
         self.vlan_informer = f.informer(names.VLANS, indexers=vlan_indexers())
         self.namespaces = f.informer(names.NAMESPACES, transform=projected(names.NAMESPACES))
         self.provider_networks = f.informer(names.PROVIDER_NETWORKS)
-        self.subnets = f.informer(names.SUBNETS, indexers={"vlan": subnet_index_vlan, "vpc": subnet_index_vpc})
+        self.subnets = f.informer(names.SUBNETS, indexers={BY_VLAN: subnet_index_vlan, BY_VPC: subnet_index_vpc})
         # Only egress-gateway pods are cached (§12).
         self.pods = f.informer(PODS, label_selector=LABEL_GATEWAY)
         self.optional: dict[str, Any] = {}
@@ -212,7 +213,7 @@ class Manager:
         self.collector = None
         if not (options.manage_gateway and options.ovn_nb_address):
             return None
-        self.nodes = self.factory.informer(names.NODES, indexers={"provider": node_index_provider},
+        self.nodes = self.factory.informer(names.NODES, indexers={BY_PROVIDER: node_index_provider},
                                            transform=projected(names.NODES))
         tls_source = None
         if "ssl:" in options.ovn_nb_address or "ssl:" in options.ovn_sb_address:
@@ -342,7 +343,7 @@ class Manager:
         """The (shared) informer of optional kind ``key`` in ``version``: its indexes, its
         projection (controller/watch/projection.py)."""
         resource = resource_of(key)(version)
-        return self.factory.informer(resource, indexers=OPTIONAL_INDEXERS.get(key, {"namespace": index_namespace}),
+        return self.factory.informer(resource, indexers=OPTIONAL_INDEXERS.get(key, {BY_NAMESPACE: index_namespace}),
                                      transform=projected(resource))
 
     def move_failing_kinds(self, sync_timeout: float = 60.0, grace: float = UNLISTABLE_GRACE) -> list[str]:

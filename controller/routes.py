@@ -16,6 +16,7 @@ from controller.rules.spans import GLOBAL_IN_CLUSTER_IP_POOL, IN_CLUSTER_IP_POOL
 from controller.watch import keys
 from controller.watch.indexes import networks_for_node
 from controller.watch.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey, keys_for_namespace, keys_for_network
+from controller.watch.indexes import BY_ZONE
 from informers import meta_namespace_key
 
 # seconds a namespace annotation pass waits after a network asks for it: a pass walks every
@@ -126,7 +127,7 @@ class Routes:
             def on_node(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
                 found = networks_for_node(
                     old, new, l.zones.list(),
-                    lambda z: [meta_namespace_key(n) for n in l.networks.by_index("zone", z)],
+                    lambda z: [meta_namespace_key(n) for n in l.networks.by_index(BY_ZONE, z)],
                 )
                 nets.add_all(NetworkKey.parse(k) for k in found)
 

@@ -24,6 +24,7 @@ from ovn.gateway import GatewayApplier
 
 from ovn.nb import NBError
 from controller.plan.gateway import GatewayOutcome, NB_GRACE_PERIOD, SERVING_SETTLE, failure_class, settled_serving
+from controller.watch.indexes import BY_PROVIDER
 
 log = structlog.get_logger(__name__)
 
@@ -133,7 +134,7 @@ class GatewayStep:
         (:class:`TrunkHoldDown`), and the seconds until a held one leaves (None: none)."""
         if not provider:
             return [], None
-        ready = planner.trunk_nodes(self.nodes.by_index("provider", provider), provider)
+        ready = planner.trunk_nodes(self.nodes.by_index(BY_PROVIDER, provider), provider)
         return self.hold.apply(provider, ready, self.nodes.get)
 
     def binding(self, vpc: str, subnet: str) -> Any:

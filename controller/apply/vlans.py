@@ -29,6 +29,7 @@ from controller.rfc3339 import utc_now
 from controller.runtime.kube import ApiError, KubeWriter, annotation_patch, finalizer_add_patch
 from informers.store import ThreadSafeStore
 from controller.rules.vlan_claims import VlanOutcome, desired_vlan, edited, recorded_id, shows_at_least, vlan_owner
+from controller.watch.indexes import BY_EDITED, BY_PROVIDER, BY_PROVIDER_ID
 
 log = structlog.get_logger(__name__)
 
@@ -147,7 +148,7 @@ class VlanManager:
 
         The assumed set is read before the cache (see the class invariant)."""
         assumed = self._assumed_on(provider)
-        out = list(self.vlans.by_index("provider", provider))
+        out = list(self.vlans.by_index(BY_PROVIDER, provider))
         cached = {v["metadata"]["name"] for v in out}
         return out + [v for v in assumed if v["metadata"]["name"] not in cached]
 
@@ -157,14 +158,14 @@ class VlanManager:
         ``status.vlan`` of each such Vlan's owner network. An assumed Vlan whose cached copy is older counts with both IDs: too
         many used IDs delay an allocation, too few duplicate one."""
         assumed = self._assumed_on(provider)
-        cached = self.vlans.by_index("provider", provider, ordered=False)
+        cached = self.vlans.by_index(BY_PROVIDER, provider, ordered=False)
         used = allocator.used_vlans(assumed, provider) | allocator.used_vlans(cached, None)
         used |= set(self.held_ids(provider))
         if self.networks is not None:
             # The owners' records too: a Vlan whose ID was changed by hand leaves its VMs on
             # the allocated ID, which stays used until the operator resolves it.
             # Only an edited Vlan (index ``edited``) can have a record naming another ID.
-            for v in (*assumed, *self.vlans.by_index("edited", provider)):
+            for v in (*assumed, *self.vlans.by_index(BY_EDITED, provider)):
                 rid = self._recorded(v)
                 if rid:
                     used.add(rid)
@@ -206,7 +207,7 @@ class VlanManager:
         """Every Vlan on ``provider`` with ID ``vid``: the assumed ones (read first), then
         the cache (index ``provider_id``) for the names the assumed set lacks."""
         assumed = [v for v in self._assumed_on(provider) if allocator.vlan_id(v) == vid]
-        cached = list(self.vlans.by_index("provider_id", f"{provider}/{vid}"))
+        cached = list(self.vlans.by_index(BY_PROVIDER_ID, f"{provider}/{vid}"))
         names_ = {v["metadata"]["name"] for v in assumed}
         return assumed + [v for v in cached if v["metadata"]["name"] not in names_]
 

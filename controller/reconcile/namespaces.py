@@ -55,6 +55,7 @@ from controller.runtime.result import Result
 from informers.resource import meta_namespace_key
 from informers.store import ThreadSafeStore
 from controller.rules.annotation import desired_value, lists_zone_bridge, open_pending
+from controller.watch.indexes import BY_NAMESPACE
 
 log = structlog.get_logger(__name__)
 
@@ -172,7 +173,7 @@ class NamespaceReconciler:
             # leader never sees that network; chaos short form).
             return Result(wait)
         nets = {}
-        for n in self.networks.by_index("namespace", ns):
+        for n in self.networks.by_index(BY_NAMESPACE, ns):
             key = meta_namespace_key(n)
             nets[key] = self.network_overlay.get(key) or n
         with self._lock:
@@ -223,7 +224,7 @@ class NamespaceReconciler:
             if not per:
                 self._pending.pop(ns, None)
             self._read_departures(ns, fresh)
-            if ns not in self._pending and not self.networks.by_index("namespace", ns):
+            if ns not in self._pending and not self.networks.by_index(BY_NAMESPACE, ns):
                 self._passed_at.pop(ns, None)
         for key in tell:
             self.enqueue_network(key)

@@ -44,6 +44,7 @@ from controller.runtime.result import Result
 from controller.apply.vlans import VlanManager
 from informers.resource import Resource
 from controller.watch.indexes import Listers, in_namespace, overlap_candidates
+from controller.watch.indexes import BY_IPPOOL, BY_MACHINE, BY_NETWORK_DEVICE, BY_SUBNET, BY_VLAN
 
 log = structlog.get_logger(__name__)
 
@@ -122,7 +123,7 @@ class NetworkReconciler:
             if name in out:
                 continue
             vpcs: set[str] = set()
-            users = self.l.networks.by_index("ippool", name)
+            users = self.l.networks.by_index(BY_IPPOOL, name)
             for net in users:
                 sname = (net.get("spec") or {}).get("subnet")
                 sub = self.l.subnets.get(sname) if isinstance(sname, str) and sname and self.l.subnets else None
@@ -140,7 +141,7 @@ class NetworkReconciler:
         for v in vlans:
             vname = str(v["metadata"]["name"])
             if vname != own:
-                out[vname] = tuple(sorted(str(o["metadata"]["name"]) for o in self.l.subnets.by_index("vlan", vname)))
+                out[vname] = tuple(sorted(str(o["metadata"]["name"]) for o in self.l.subnets.by_index(BY_VLAN, vname)))
         return out
 
     def on_network(self, ns: str, pool: str, bridge: str, vid: int | None) -> tuple[
@@ -155,11 +156,11 @@ class NetworkReconciler:
             wanted.append(f"{ns}/vlan/{bridge}/{vid}")
         machines: dict[str, dict[str, Any]] = {}
         for value in wanted:
-            for m in self.l.machines.by_index("network_device", value):
+            for m in self.l.machines.by_index(BY_NETWORK_DEVICE, value):
                 machines.setdefault(str(m["metadata"]["name"]), m)
         if not machines or self.l.claims is None:
             return tuple(machines.values()), (), ()
-        claims = [c for m in machines for c in self.l.claims.by_index("machine", f"{ns}/{m}")]
+        claims = [c for m in machines for c in self.l.claims.by_index(BY_MACHINE, f"{ns}/{m}")]
         addresses: list[dict[str, Any]] = []
         if self.l.addresses is not None:
             for c in claims:
@@ -192,7 +193,7 @@ class NetworkReconciler:
             )
             owns = self.gateway is not None and self.gateway.owns(key)
             sname = str(spec.get("subnet") or "")
-            on_vlan = self.l.subnets.by_index("vlan", sname) if sname and self.l.subnets is not None else []
+            on_vlan = self.l.subnets.by_index(BY_VLAN, sname) if sname and self.l.subnets is not None else []
             return attrs.evolve(base, consumers=consumers, owns_group=owns, strangers=tuple(sorted(
                 str(o["metadata"]["name"]) for o in on_vlan if o["metadata"]["name"] != sname)))
         zone = self.l.zones.get(str(spec.get("zone") or ""))
@@ -212,7 +213,7 @@ class NetworkReconciler:
             binding = self.gateway.binding(vpc, sname) if vpc else None
         own = pool_spans(pool.get("spec")) if pool is not None else ()
         others = tuple(overlap_candidates(self.l.pools, self.l.global_pools, own))
-        on_vlan = self.l.subnets.by_index("vlan", sname) if sname and self.l.subnets is not None else []
+        on_vlan = self.l.subnets.by_index(BY_VLAN, sname) if sname and self.l.subnets is not None else []
         holders = self.vlans.holders_of(vlan, zone)
         machines, claims, addresses = self.on_network(
             ns, pname, str(((zone or {}).get("spec") or {}).get("bridge") or ""),
@@ -224,7 +225,7 @@ class NetworkReconciler:
             vlan=vlan,
             holders=holders,
             holder_subnets=self.subnets_on(holders, sname),
-            rivals=tuple(self.l.networks.by_index("subnet", sname)) if sname else (),
+            rivals=tuple(self.l.networks.by_index(BY_SUBNET, sname)) if sname else (),
             subnet=subnet,
             subnet_vpc=(self.l.vpcs.get(str((subnet.get("spec") or {}).get("vpc") or ""))
                         if subnet is not None and self.l.vpcs is not None else None),
@@ -233,9 +234,9 @@ class NetworkReconciler:
             pool=pool,
             other_pools=others,
             pool_vpcs=self.pool_vpcs(others),
-            kube_ovn_ips=(tuple(self.l.kube_ovn_ips.by_index("subnet", sname))
+            kube_ovn_ips=(tuple(self.l.kube_ovn_ips.by_index(BY_SUBNET, sname))
                           if own and sname and self.l.kube_ovn_ips is not None else ()),
-            pool_addresses=(tuple(self.l.addresses.by_index("ippool", f"{ns}/{pname}"))
+            pool_addresses=(tuple(self.l.addresses.by_index(BY_IPPOOL, f"{ns}/{pname}"))
                             if own and self.l.addresses is not None else ()),
             machines=machines,
             machine_claims=claims,

@@ -25,6 +25,7 @@ from controller.runtime.recent import RecentWrites
 from controller.runtime.result import Result
 from controller.apply.vlans import VlanManager
 from controller.rules.vlan_claims import vlan_owner
+from controller.watch.indexes import BY_VLAN, BY_ZONE
 
 
 class ZoneReconciler:
@@ -67,7 +68,7 @@ class ZoneReconciler:
         if zone is None:
             return base
         provider = str((zone.get("spec") or {}).get("providerNetwork") or "")
-        labelled = tuple(self.l.vlans.by_index("zone", key))
+        labelled = tuple(self.l.vlans.by_index(BY_ZONE, key))
         cached: set[str] = set()
         bound: dict[str, tuple[Any, ...]] = defaultdict(tuple)
         for v in labelled:
@@ -76,13 +77,13 @@ class ZoneReconciler:
                 cached.add(f"{ns}/{nname}")
             vname = v["metadata"]["name"]
             if self.l.subnets is not None:
-                bound[vname] = tuple(self.l.subnets.by_index("vlan", vname))
+                bound[vname] = tuple(self.l.subnets.by_index(BY_VLAN, vname))
         return ZoneSnapshot(
             name=key, zone=zone, now=base.now, prune_timeout=self.prune_timeout,
             on_provider=tuple(self.vlans.vlans_on(provider)),
             labelled=labelled,
             zones=tuple(self.l.zones.list()),
-            networks=len(self.l.networks.by_index("zone", key)),
+            networks=len(self.l.networks.by_index(BY_ZONE, key)),
             provider_network=self.l.provider_networks.get(provider),
             cached_networks=frozenset(cached),
             bound=dict(bound),

@@ -29,6 +29,23 @@ from informers.store import ThreadSafeStore
 from ovn import planner
 
 
+# Index names (client-go's cache.Indexers keys): the one home of each; every store that
+# carries an index of this name maps its objects with the function given here.
+BY_NAMESPACE = "namespace"
+BY_PROVIDER = "provider"
+BY_PROVIDER_ID = "provider_id"
+BY_ZONE = "zone"
+BY_EDITED = "edited"
+BY_EXHAUSTED = "exhausted"
+BY_SUBNET = "subnet"
+BY_IPPOOL = "ippool"
+BY_BUCKETS = "buckets"
+BY_NETWORK_DEVICE = "network_device"
+BY_MACHINE = "machine"
+BY_VLAN = "vlan"
+BY_VPC = "vpc"
+
+
 def node_index_provider(node: Mapping[str, Any]) -> list[str]:
     """Indexer ``provider``: provider networks whose ready label is ``true`` on the node."""
     labels = ((node.get("metadata") or {}).get("labels")) or {}
@@ -106,8 +123,8 @@ def vlan_index_edited(vlan: Mapping[str, Any]) -> list[str]:
 def vlan_indexers() -> dict[str, Callable[[Mapping[str, Any]], list[str]]]:
     """The indexes of the Vlan cache, by name (the manager's informer and any store
     standing in for it): :meth:`VlanManager.used_ids` reads ``provider`` and ``edited``."""
-    return {"provider": vlan_index_provider, "provider_id": vlan_index_provider_id,
-            "zone": vlan_index_zone, "edited": vlan_index_edited}
+    return {BY_PROVIDER: vlan_index_provider, BY_PROVIDER_ID: vlan_index_provider_id,
+            "zone": vlan_index_zone, BY_EDITED: vlan_index_edited}
 
 
 def vlan_index_zone(vlan: Mapping[str, Any]) -> list[str]:
@@ -149,7 +166,7 @@ class Listers:
 
 def in_namespace(store: ThreadSafeStore | None, ns: str) -> list[dict[str, Any]]:
     """Objects of a namespaced store in ``ns`` (index ``namespace``)."""
-    return [] if store is None else store.by_index("namespace", ns)
+    return [] if store is None else store.by_index(BY_NAMESPACE, ns)
 
 
 def index_namespace(obj: Mapping[str, Any]) -> list[str]:
@@ -190,8 +207,8 @@ def network_index_pool(net: Mapping[str, Any]) -> list[str]:
 def network_indexers() -> dict[str, Any]:
     """The indexes of the ProxmoxNetwork cache, by name (the manager's informer and any
     store standing in for it)."""
-    return {"zone": network_index_zone, "exhausted": network_index_exhausted, "subnet": network_index_subnet,
-            "ippool": network_index_pool, "namespace": index_namespace}
+    return {BY_ZONE: network_index_zone, BY_EXHAUSTED: network_index_exhausted, BY_SUBNET: network_index_subnet,
+            "ippool": network_index_pool, BY_NAMESPACE: index_namespace}
 
 
 def pool_index_buckets(pool: Mapping[str, Any]) -> list[str]:
@@ -227,19 +244,19 @@ def claim_index_machine(claim: Mapping[str, Any]) -> list[str]:
     return [f"{ns}/{m}" for m in owner_machines(claim)] if ns else []
 
 
-POOL_INDEXERS = {"namespace": index_namespace, "buckets": pool_index_buckets}
+POOL_INDEXERS = {BY_NAMESPACE: index_namespace, BY_BUCKETS: pool_index_buckets}
 """Indexers of the InClusterIPPool and GlobalInClusterIPPool stores."""
 
 
-ADDRESS_INDEXERS = {"namespace": index_namespace, "ippool": address_index_pool}
+ADDRESS_INDEXERS = {BY_NAMESPACE: index_namespace, BY_IPPOOL: address_index_pool}
 """Indexers of the IPAddress store."""
 
 
-IP_INDEXERS = {"subnet": ip_index_subnet}
+IP_INDEXERS = {BY_SUBNET: ip_index_subnet}
 """Indexers of the Kube-OVN IP store."""
-MACHINE_INDEXERS = {"namespace": index_namespace, "network_device": machine_index_keys}
+MACHINE_INDEXERS = {BY_NAMESPACE: index_namespace, BY_NETWORK_DEVICE: machine_index_keys}
 """Indexers of the ProxmoxMachine store."""
-CLAIM_INDEXERS = {"namespace": index_namespace, "machine": claim_index_machine}
+CLAIM_INDEXERS = {BY_NAMESPACE: index_namespace, BY_MACHINE: claim_index_machine}
 """Indexers of the IPAddressClaim store."""
 
 
@@ -259,7 +276,7 @@ def overlap_candidates(
             out += [(kind, p) for p in store.list()]
             continue
         for v in (*values, WIDE):
-            out += [(kind, p) for p in store.by_index("buckets", v)]
+            out += [(kind, p) for p in store.by_index(BY_BUCKETS, v)]
     return out
 
 

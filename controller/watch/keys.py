@@ -25,6 +25,7 @@ from controller.rules.annotation import contribution
 from controller.rules.vlan_claims import vlan_owner
 from informers.resource import meta_namespace_key
 from controller.rules.foreign import machine_devices, owner_machines
+from controller.watch.indexes import BY_NAMESPACE, BY_PROVIDER, BY_PROVIDER_ID, BY_SUBNET, BY_VPC
 
 
 @attrs.frozen(order=True)
@@ -94,7 +95,7 @@ def _networks(listers: Any, index: str, value: str) -> list[NetworkKey]:
 
 
 def _zones_on(listers: Any, provider: Any) -> list[ZoneKey]:
-    return [ZoneKey(_name(z)) for z in listers.zones.by_index("provider", provider)] if provider else []
+    return [ZoneKey(_name(z)) for z in listers.zones.by_index(BY_PROVIDER, provider)] if provider else []
 
 
 def _exhausted_on(listers: Any, provider: Any) -> list[NetworkKey]:
@@ -154,7 +155,7 @@ def for_vlan_come_or_gone(vlan: Mapping[str, Any], listers: Any) -> tuple[list[N
     nets += _networks(listers, "subnet", _name(vlan))
     nets += _exhausted_on(listers, (vlan.get("spec") or {}).get("provider"))
     for key in vlan_index_provider_id(vlan):
-        for other in listers.vlans.by_index("provider_id", key):
+        for other in listers.vlans.by_index(BY_PROVIDER_ID, key):
             if _name(other) != _name(vlan):
                 n, z = for_vlan(other, listers)
                 nets += n
@@ -220,7 +221,7 @@ def for_machine(machine: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
         out += [k for k in _networks(listers, "ippool", f"{ns}/{p}") if k not in out]
     tagged = {(d.bridge, d.vlan) for d in machine_devices(machine) if d.bridge and d.vlan is not None}
     if tagged and ns:
-        for net in listers.networks.by_index("namespace", ns):
+        for net in listers.networks.by_index(BY_NAMESPACE, ns):
             st = net.get("status") if isinstance(net.get("status"), Mapping) else {}
             key = NetworkKey.of(net)
             if (st.get("bridge"), st.get("vlan")) in tagged and key not in out:
@@ -273,7 +274,7 @@ def for_subnet_overlap(subnet: Mapping[str, Any], listers: Any) -> list[NetworkK
     """A Subnet came, went or moved to another VPC: for each network naming it,
     :func:`for_network_overlap`."""
     out: list[NetworkKey] = []
-    for net in listers.networks.by_index("subnet", _name(subnet)):
+    for net in listers.networks.by_index(BY_SUBNET, _name(subnet)):
         out += [k for k in for_network_overlap(net, listers) if k not in out]
     return out
 
@@ -281,7 +282,7 @@ def for_subnet_overlap(subnet: Mapping[str, Any], listers: Any) -> list[NetworkK
 def for_vpc(vpc: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
     """A Kube-OVN Vpc changed (its ``spec.namespaces``): the networks whose Subnet is in it
     (their foreign-VPC report, field-reports.md R2)."""
-    subnets = listers.subnets.by_index("vpc", _name(vpc)) if listers.subnets is not None else []
+    subnets = listers.subnets.by_index(BY_VPC, _name(vpc)) if listers.subnets is not None else []
     out: list[NetworkKey] = []
     for sub in subnets:
         out += [k for k in _networks(listers, "subnet", _name(sub)) if k not in out]
