@@ -7,72 +7,15 @@ controller serves exactly this registry on its metrics endpoint (:meth:`Metrics.
 What is exported
 ================
 
-The reference's series, names, types and labels verbatim (§13):
-
-===================================================  =========  ==============================
-name                                                 type       labels
-===================================================  =========  ==============================
-``cozy_proxmox_zone_vlans_total``                    gauge      zone
-``cozy_proxmox_zone_vlans_allocated``                gauge      zone
-``cozy_proxmox_zone_vlans_free``                     gauge      zone
-``cozy_proxmox_zone_networks``                       gauge      zone
-``cozy_proxmox_orphaned_vlans``                      gauge      zone
-``cozy_proxmox_zone_vlans_outside_ranges``           gauge      zone (ours)
-``cozy_proxmox_zone_vlans_held_for_reuse``           gauge      zone (ours)
-``cozy_proxmox_network_foreign_subnets``             gauge      namespace, network (ours, field-reports.md R1)
-``cozy_proxmox_network_ready``                       gauge      namespace, network, zone, vlan
-``cozy_proxmox_network_ippool_addresses``            gauge      namespace, network, state
-``cozy_proxmox_network_consumers``                   gauge      namespace, network
-``cozy_proxmox_network_deleting``                    gauge      namespace, network
-``cozy_proxmox_network_gateway_chassis``             gauge      namespace, network
-``cozy_proxmox_network_gateway_ready``               gauge      namespace, network
-``cozy_proxmox_gateway_groups_collected_total``      counter    (none)
-``cozy_proxmox_gateway_nb_errors_total``             counter    (none)
-``cozy_proxmox_vlan_allocations_total``              counter    zone, result
-``cozy_proxmox_network_reconcile_errors_total``      counter    reason
-``cozy_proxmox_network_reconcile_duration_seconds``  histogram  (none); Go's DefBuckets
-===================================================  =========  ==============================
-
-Ours on top of them:
-
-* the work queue's, in client-go's naming (controller-runtime registers the
-  same ones): ``workqueue_depth``, ``workqueue_adds_total``,
-  ``workqueue_retries_total``, ``workqueue_queue_duration_seconds``,
-  ``workqueue_work_duration_seconds`` (buckets 1e-8 .. 1e3 s, x10),
-  ``workqueue_unfinished_work_seconds`` and
-  ``workqueue_longest_running_processor_seconds``, all labelled ``name``: one
-  ``name`` per controller's queue (``proxmox-network-networks``, ``-zones``, ``-pods``,
-  ``-namespaces``; :meth:`Metrics.workqueue_hook_for`), each hook the ``metrics_hook``
-  of its :class:`controller.runtime.workqueue.RateLimitingQueue`;
-* the informers' (field-reports.md B11/B12), read from the informers at scrape time:
-  ``cozy_proxmox_informer_last_event_age_seconds{resource}`` (gauge,
-  ``informer.last_sync_age()``, ``+Inf`` before the first LIST),
-  ``cozy_proxmox_informer_relists_total{resource}`` (``informer.relists``) and
-  ``cozy_proxmox_informer_watch_restarts_total{resource,reason}``
-  (``informer.watch_restarts``) and ``cozy_proxmox_informer_list_failing{resource}``
-  (``informer.last_error`` set: field-reports.md R8); see :meth:`Metrics.register_informers`;
-* ``cozy_proxmox_leader`` (gauge, no labels): 1 while this process leads (and
-  always 1 with ``--leader-elect=false``), else 0 (field-reports.md B13);
-* ``cozy_proxmox_network_vlan_changed_externally{namespace,network}`` (gauge): 1 while
-  the network's Vlan carries another ID than the one allocated to it;
-* ``cozy_proxmox_network_stuck_holders{namespace,network}`` (gauge): holders of a deleting
-  network's pool with something odd about them, set on each finalize wait;
-* the gateway as it serves (product-decisions.md §10), while the OVN SB is read:
-  ``cozy_proxmox_network_gateway_bound{namespace,network}`` (gauge): 1 while a chassis of
-  the network's group holds its router port's ``cr-`` binding, 0 when nothing does (after
-  the settle time); absent while the SB is not known, or not read;
-  ``cozy_proxmox_network_gateway_serving_chassis{namespace,network,chassis}`` (gauge, 1):
-  the serving chassis, one series per network; and ``cozy_proxmox_gateway_sb_synced`` (gauge,
-  no labels): 1 while the SB copy is synced, else 0;
-* ``cozy_proxmox_status_writes_total{crd}`` (counter): status PUTs sent, and
-  ``cozy_proxmox_crd_pruned_status_fields{crd}`` (gauge): status fields the API server prunes
-  (a CRD older than the controller; ``controller.schema``), both by CRD name (field reports,
-  fourth round, field-reports.md S5);
-* ``cozy_proxmox_network_pool_overlaps{namespace,network}`` (gauge): other InClusterIPPools
-  and GlobalInClusterIPPools sharing addresses with the network's pool, and
-  ``cozy_proxmox_network_address_conflicts{namespace,network}`` (gauge): addresses of the
-  pool that Kube-OVN IPs hold; both set on every non-deleting pass, 0 until the pool is
-  checked.
+The reference's series, names, types and labels verbatim (``reference-behaviour.md`` §13),
+and ours on top of them: the zone's kept VLANs, the network's foreign Subnets, pool overlaps
+and address conflicts, stuck holders and changed VLANs, the gateway as the NB holds it and as
+the SB shows it serving (product-decisions.md §10), status writes and pruned status fields
+by CRD (``controller.schema``), the leader gauge, 401s on a token read from a file, the
+informers' health (read from the informers at scrape time, :meth:`Metrics.register_informers`)
+and client-go's work-queue series per queue (``controller.runtime.workqueue_metrics``).
+``docs/metrics.md`` lists every series with its type, labels and lifecycle;
+``tests/test_prometheus_integration.py`` holds this registry to that list on a real Prometheus.
 
 Counters and histograms carry no ``*_created`` series, as with the Go client:
 dashboards and alerts written for the reference see the same families.
@@ -109,11 +52,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from controller.runtime.registry import NoCreatedRegistry
+from controller.runtime.workqueue_metrics import WorkqueueMetrics
 
 __all__ = [
     "GO_DEFAULT_BUCKETS",
@@ -124,7 +70,6 @@ __all__ = [
     "POD_WORKQUEUE_NAME",
     "ZONE_WORKQUEUE_NAME",
     "VLAN_ALLOCATION_RESULTS",
-    "WORKQUEUE_BUCKETS",
 ]
 
 _log = logging.getLogger(__name__)
@@ -133,13 +78,10 @@ GO_DEFAULT_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 """client_golang's ``prometheus.DefBuckets`` (prometheus-client's own default has
 three more buckets, so it is spelled out)."""
 
-WORKQUEUE_BUCKETS: tuple[float, ...] = tuple(float(f"1e{exp}") for exp in range(-8, 4))
-"""client-go's workqueue latency buckets: ``ExponentialBuckets(10e-9, 10, 12)``."""
-
 IPPOOL_STATES: tuple[str, ...] = ("total", "used", "free")
 VLAN_ALLOCATION_RESULTS: tuple[str, ...] = ("allocated", "conflict", "exhausted")
 
-WORKQUEUE_EVENTS: tuple[str, ...] = ("add", "get", "done", "retry")
+
 
 NETWORK_WORKQUEUE_NAME = "proxmox-network-networks"
 """The network controller's queue (keys ``controller.watch.keys.NetworkKey``)."""
@@ -155,43 +97,6 @@ DEFAULT_WORKQUEUE_NAME = NETWORK_WORKQUEUE_NAME
 NAMESPACE_WORKQUEUE_NAME = "proxmox-network-namespaces"
 """The namespace annotation's queue (:mod:`controller.reconcile.namespaces`; keys
 ``controller.watch.keys.NamespaceKey``)."""
-
-_NO_CREATED_TYPES = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
-
-
-class _Registry(CollectorRegistry):
-    """A registry whose exposition has no ``*_created`` samples.
-
-    prometheus-client adds a ``_created`` series to counters and histograms
-    unless disabled process-wide; client_golang has none. Filtering here keeps
-    the exposition equal to the reference's without touching global state.
-    """
-
-    def collect(self) -> Iterator[Metric]:
-        return _drop_created(super().collect())
-
-    def restricted_registry(self, names: Iterable[str]) -> Any:
-        # used by the HTTP handler for ?name[]=... queries
-        return _DropCreated(super().restricted_registry(names))
-
-
-class _DropCreated:
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def collect(self) -> Iterator[Metric]:
-        return _drop_created(self._inner.collect())
-
-
-def _drop_created(families: Iterable[Metric]) -> Iterator[Metric]:
-    for family in families:
-        if family.type in _NO_CREATED_TYPES:
-            kept = [s for s in family.samples if not s.name.endswith("_created")]
-            if family.samples and not kept:
-                continue  # a restricted query that asked only for *_created
-            family.samples = kept
-        yield family
-
 
 class _InformerCollector:
     """Reads the registered informers' counters at scrape time."""
@@ -254,21 +159,12 @@ class _InformerCollector:
         ]
 
 
-class _QueueState:
-    """Per-queue bookkeeping for the latency metrics (client-go ``defaultQueueMetrics``)."""
-
-    __slots__ = ("added_at", "started_at")
-
-    def __init__(self) -> None:
-        self.added_at: dict[Hashable, float] = {}
-        self.started_at: dict[Hashable, float] = {}
-
-
 class Metrics:
     """The controller's metrics on a registry of their own.
 
     :param clock: monotonic seconds, for the work-queue latencies (tests inject a fake one).
-    :param workqueue_name: the ``name`` label :meth:`workqueue_hook` reports under.
+    :param workqueue_name: a queue whose series exist from the start, at zero (as client-go makes
+        them with the queue); other queues get theirs from :meth:`WorkqueueMetrics.hook_for`.
     """
 
     def __init__(
@@ -277,7 +173,7 @@ class Metrics:
         clock: Callable[[], float] = time.monotonic,
         workqueue_name: str = DEFAULT_WORKQUEUE_NAME,
     ) -> None:
-        self.registry: CollectorRegistry = _Registry(auto_describe=True)
+        self.registry: CollectorRegistry = NoCreatedRegistry(auto_describe=True)
         self._clock = clock
         self._lock = threading.RLock()
         reg = self.registry
@@ -413,29 +309,7 @@ class Metrics:
             "401 answers from the API server to a request sent with a token read from a file "
             "(in-cluster or a kubeconfig tokenFile); each makes the file be re-read.", registry=reg)
 
-        # -- work queue (client-go names) -----------------------------------
-        self.workqueue_depth = Gauge(
-            "workqueue_depth", "Keys waiting in the work queue, ready to be handed out", ["name"], registry=reg)
-        self.workqueue_adds = Counter(
-            "workqueue_adds_total", "Keys put into the work queue's ready list", ["name"], registry=reg)
-        self.workqueue_retries = Counter(
-            "workqueue_retries_total", "Rate-limited re-adds of keys to the work queue", ["name"], registry=reg)
-        self.workqueue_queue_duration = Histogram(
-            "workqueue_queue_duration_seconds",
-            "Seconds a key waited in the work queue before a worker took it",
-            ["name"], buckets=WORKQUEUE_BUCKETS, registry=reg)
-        self.workqueue_work_duration = Histogram(
-            "workqueue_work_duration_seconds", "Seconds a worker spent on a key taken from the work queue",
-            ["name"], buckets=WORKQUEUE_BUCKETS, registry=reg)
-        self.workqueue_unfinished_work = Gauge(
-            "workqueue_unfinished_work_seconds",
-            "Seconds spent so far on keys still being processed (not yet in work_duration); "
-            "a value that keeps growing means a stuck worker",
-            ["name"], registry=reg)
-        self.workqueue_longest_running = Gauge(
-            "workqueue_longest_running_processor_seconds",
-            "Seconds the longest-running worker has been on its current key",
-            ["name"], registry=reg)
+        self.workqueue = WorkqueueMetrics(reg, clock, self._lock)
 
         # -- informers (field-reports.md B11/B12) ---------------------------------------------
         self._informers: dict[str, Any] = {}
@@ -445,13 +319,11 @@ class Metrics:
         self._ready_series: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self._pool_series: set[tuple[str, str]] = set()
         self._serving: dict[tuple[str, str], str] = {}  # network -> its serving-chassis series
-        self._queues: dict[str, _QueueState] = {}
-        self._workqueue_name = workqueue_name
         self._server: Any = None
         self._server_thread: threading.Thread | None = None
 
         self.leader.set(0)
-        self.register_workqueue(workqueue_name)
+        self.workqueue.register(workqueue_name)
 
     # ------------------------------------------------------------------ zones
 
@@ -634,77 +506,6 @@ class Metrics:
     def set_leader(self, leading: bool) -> None:
         """``cozy_proxmox_leader``: 1 while leading (or with election off), else 0."""
         self.leader.set(1 if leading else 0)
-
-    # ------------------------------------------------------------- work queue
-
-    def register_workqueue(self, name: str) -> None:
-        """Create the queue's series at zero (as client-go does when the queue is made)."""
-        with self._lock:
-            if name in self._queues:
-                return
-            self._queues[name] = _QueueState()
-        self.workqueue_depth.labels(name).set(0)
-        self.workqueue_adds.labels(name)
-        self.workqueue_retries.labels(name)
-        self.workqueue_queue_duration.labels(name)
-        self.workqueue_work_duration.labels(name)
-        self.workqueue_unfinished_work.labels(name).set_function(lambda: self._unfinished(name)[0])
-        self.workqueue_longest_running.labels(name).set_function(lambda: self._unfinished(name)[1])
-
-    def workqueue_hook(self, event: str, key: Hashable) -> None:
-        """``metrics_hook`` for the controller's queue (``name`` = ``workqueue_name``).
-
-        Pass it as ``RateLimitingQueue(..., metrics_hook=metrics.workqueue_hook)``;
-        for another queue use :meth:`workqueue_hook_for`.
-        """
-        self._queue_event(self._workqueue_name, event, key)
-
-    def workqueue_hook_for(self, name: str) -> Callable[[str, Hashable], None]:
-        """A ``metrics_hook(event, key)`` reporting under ``name``."""
-        self.register_workqueue(name)
-
-        def hook(event: str, key: Hashable) -> None:
-            self._queue_event(name, event, key)
-
-        return hook
-
-    def _queue_event(self, name: str, event: str, key: Hashable) -> None:
-        # client-go defaultQueueMetrics: add -> adds, depth+1, remember when;
-        # get -> depth-1, queue latency, start of work; done -> work duration.
-        if name not in self._queues:
-            self.register_workqueue(name)
-        now = self._clock()
-        with self._lock:
-            state = self._queues[name]
-            if event == "add":
-                self.workqueue_adds.labels(name).inc()
-                self.workqueue_depth.labels(name).inc()
-                state.added_at.setdefault(key, now)
-            elif event == "get":
-                self.workqueue_depth.labels(name).dec()
-                added = state.added_at.pop(key, None)
-                if added is not None:
-                    self.workqueue_queue_duration.labels(name).observe(max(0.0, now - added))
-                state.started_at[key] = now
-            elif event == "done":
-                started = state.started_at.pop(key, None)
-                if started is not None:
-                    self.workqueue_work_duration.labels(name).observe(max(0.0, now - started))
-            elif event == "retry":
-                self.workqueue_retries.labels(name).inc()
-            else:
-                _log.debug("metrics: unknown workqueue event %r", event)
-
-    def _unfinished(self, name: str) -> tuple[float, float]:
-        """(sum, max) of the running times of keys being processed now."""
-        now = self._clock()
-        with self._lock:
-            state = self._queues.get(name)
-            starts = list(state.started_at.values()) if state else []
-        if not starts:
-            return 0.0, 0.0
-        ages = [max(0.0, now - s) for s in starts]
-        return sum(ages), max(ages)
 
     # -------------------------------------------------------------- informers
 

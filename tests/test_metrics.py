@@ -13,7 +13,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.metrics import GO_DEFAULT_BUCKETS, WORKQUEUE_BUCKETS, Metrics
+from controller.metrics import GO_DEFAULT_BUCKETS, Metrics
+from controller.runtime.workqueue_metrics import WORKQUEUE_BUCKETS
 from controller.runtime.workqueue import RateLimitingQueue
 
 WQ = "proxmox-network-networks"  # the network controller's queue, registered by Metrics()
@@ -130,10 +131,10 @@ def populate(m: Metrics) -> None:
     m.observe_reconcile(0.03)
     m.set_leader(True)
     m.register_informers({"subnets": FakeInformer(12.0, relists=1, restarts={"closed": 4})})
-    m.workqueue_hook("add", "tenant-a/net-1")
-    m.workqueue_hook("get", "tenant-a/net-1")
-    m.workqueue_hook("retry", "tenant-a/net-1")
-    m.workqueue_hook("done", "tenant-a/net-1")
+    m.workqueue.event(WQ, "add", "tenant-a/net-1")
+    m.workqueue.event(WQ, "get", "tenant-a/net-1")
+    m.workqueue.event(WQ, "retry", "tenant-a/net-1")
+    m.workqueue.event(WQ, "done", "tenant-a/net-1")
 
 
 def _family_name(name: str, kind: str) -> str:
@@ -402,7 +403,7 @@ def test_leader_gauge():
 def test_workqueue_hook_counts_with_a_real_queue():
     clock = FakeClock()
     m = Metrics(clock=clock)
-    q = RateLimitingQueue(name=WQ, clock=clock, metrics_hook=m.workqueue_hook)
+    q = RateLimitingQueue(name=WQ, clock=clock, metrics_hook=m.workqueue.hook_for(WQ))
     n = lbl(name=WQ)
 
     assert series_of(m, "workqueue_depth") == {n: 0}
@@ -446,7 +447,7 @@ def test_workqueue_hook_counts_with_a_real_queue():
 
 def test_workqueue_hook_for_another_queue_and_unknown_event():
     m = Metrics(clock=FakeClock())
-    hook = m.workqueue_hook_for("zones")
+    hook = m.workqueue.hook_for("zones")
     hook("add", "z")
     hook("bogus", "z")  # ignored
     assert series_of(m, "workqueue_adds_total") == {lbl(name=WQ): 0, lbl(name="zones"): 1}

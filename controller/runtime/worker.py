@@ -58,7 +58,7 @@ class Controller:
         self.kind = kind
         self.reconcile = reconcile
         self.workers = max(1, workers)
-        self.queue = RateLimitingQueue(name=name, metrics_hook=metrics.workqueue_hook_for(name))
+        self.queue = RateLimitingQueue(name=name, metrics_hook=metrics.workqueue.hook_for(name))
         self.on_done = on_done or (lambda c, k: None)
         self.warm_up = warm_up
         self.threads: list[threading.Thread] = []
