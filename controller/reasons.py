@@ -8,7 +8,7 @@ The NB planner's reasons (``ChassisAssigned``, ``RouterPortMissing``, ``NoTrunkN
 
 from __future__ import annotations
 
-from ovn.planner import CHASSIS_ASSIGNED, FOREIGN_GROUP, NO_TRUNK_NODES, ROUTER_PORT_MISSING
+from ovn.nb_plan import CHASSIS_ASSIGNED, FOREIGN_GROUP, NO_TRUNK_NODES, ROUTER_PORT_MISSING
 
 # -- shared -------------------------------------------------------------------------------------
 READY = "Ready"

@@ -2,7 +2,7 @@
 
 ``GatewayApplier`` observes the rows of one router port (``ovn.nb.NBClient``, never
 before the IDL has synced: field-reports.md B10) as a plain snapshot, hands it to the pure
-§9.4 decision (``planner.plan_ensure``, which builds on ``planner.plan_group``) and
+§9.4 decision (``nb_plan.plan_ensure``, which builds on ``planner.plan_group``) and
 applies the plan it returns with ``apply_plan``: one transaction per network, the
 plan's guards as OVSDB ``wait`` operations (python-ovs ``Row.verify``: the port's
 ``ha_chassis_group`` and ``gateway_chassis``, and every other column written from a
@@ -27,15 +27,15 @@ from typing import Any
 import ovs.db.idl
 import structlog
 
-from ovn import planner
+from ovn import nb_plan, planner
 from ovn.nb import ABORTED, ERROR, SUCCESS, TABLES, TIMED_OUT, TRY_AGAIN, UNCHANGED, NBClient, NBError, RowIndex, row_dict
-from ovn.planner import GatewayState
+from ovn.nb_plan import GatewayState
 
 log = structlog.get_logger(__name__)
 
-LRP = planner.LRP_TABLE
-GROUP = planner.GROUP_TABLE
-CHASSIS = planner.CHASSIS_TABLE
+LRP = nb_plan.LRP_TABLE
+GROUP = nb_plan.GROUP_TABLE
+CHASSIS = nb_plan.CHASSIS_TABLE
 
 PASS_TIMEOUT = 5.0  # seconds, gatewayPassTimeout (§9.2); also bounds a release (§17)
 LOST_DELAY = 10.0  # seconds after losing the NB before every managed network re-checks
@@ -87,7 +87,7 @@ class GatewayApplier:
     :param enqueue_after: ``(key, seconds)``; every managed network is re-checked
         ``lost_delay`` seconds after the NB connection is lost.
     :param on_commit: called with ``ensure``/``release``/``collect`` per committed write.
-    :param plan: the §9.4 decision, ``planner.plan_ensure``; a test passes a wrapper
+    :param plan: the §9.4 decision, ``nb_plan.plan_ensure``; a test passes a wrapper
         around it (to record its plans, or to edit the NB between plan and commit).
     :param clear_mtu: a released group takes its ports' ``options:gateway_mtu`` with it (off
         when the controller leaves the option alone: ``--overlay-mtu=0``).
@@ -108,7 +108,7 @@ class GatewayApplier:
         on_commit: Callable[[str], None] | None = None,
         enqueue_after: Callable[[str, float], None] | None = None,
         lost_delay: float = LOST_DELAY,
-        plan: Callable[..., planner.NBPlan] = planner.plan_ensure,
+        plan: Callable[..., nb_plan.NBPlan] = nb_plan.plan_ensure,
         clear_mtu: bool = True,
         fence: Callable[[], None] | None = None,
     ) -> None:
@@ -326,7 +326,7 @@ class GatewayApplier:
         subnets: frozenset[str],
         serving: str = "",
         mtu: int = 0,
-    ) -> planner.NBPlan:
+    ) -> nb_plan.NBPlan:
         """Observe the port's rows, plan (``self.plan``), apply the plan to ``txn``."""
         ports = self.lrp_by_name.get(idl, planner.router_port_name(vpc, subnet))
         groups = self.group_by_name.get(idl, planner.group_name(vpc, subnet))
@@ -394,7 +394,7 @@ class GatewayApplier:
     def _delete_group(self, txn, idl, group: ovs.db.idl.Row) -> tuple[str, list[str]]:
         ports = self.lrp_by_group.get(idl, str(group.uuid))
         done = str(group.name), sorted(str(p.name) for p in ports)  # read before the delete
-        apply_plan(txn, idl, planner.plan_delete(observe(ports, [group]), str(group.uuid), self.clear_mtu))
+        apply_plan(txn, idl, nb_plan.plan_delete(observe(ports, [group]), str(group.uuid), self.clear_mtu))
         return done
 
     def owned_groups(self) -> list[tuple[str, str, str]]:
@@ -489,7 +489,7 @@ class PlanRowGone(NBError):
     """A row the plan names is no longer in the IDL: nothing of the plan is applied."""
 
 
-def apply_plan(txn: ovs.db.idl.Transaction, idl: ovs.db.idl.Idl, plan: planner.NBPlan) -> None:
+def apply_plan(txn: ovs.db.idl.Transaction, idl: ovs.db.idl.Idl, plan: nb_plan.NBPlan) -> None:
     """The NB executor: add ``plan`` to ``txn`` on the owner thread, the guards first
     (python-ovs only verifies a column not yet written in the transaction), then the
     actions in order. The first action that cannot be applied raises, and
@@ -517,30 +517,30 @@ def apply_plan(txn: ovs.db.idl.Transaction, idl: ovs.db.idl.Idl, plan: planner.N
         # no guard. Listed with no change, the row gets its wait and no update op.
         txn._txn_rows[r.uuid] = r
     for a in plan.actions:
-        if isinstance(a, planner.InsertChassis):
+        if isinstance(a, nb_plan.InsertChassis):
             new = made[a.ref] = txn.insert(idl.tables[CHASSIS])
             new.chassis_name = a.chassis_name
             new.priority = a.priority
-        elif isinstance(a, planner.SetPriority):
+        elif isinstance(a, nb_plan.SetPriority):
             row(CHASSIS, a.uuid).priority = a.priority
-        elif isinstance(a, planner.InsertGroup):
+        elif isinstance(a, nb_plan.InsertGroup):
             new = made[a.ref] = txn.insert(idl.tables[GROUP])
             new.name = a.name
             new.external_ids = dict(a.external_ids)
             new.ha_chassis = [row(CHASSIS, c) for c in a.ha_chassis]
-        elif isinstance(a, planner.SetGroupChassis):
+        elif isinstance(a, nb_plan.SetGroupChassis):
             row(GROUP, a.uuid).ha_chassis = [row(CHASSIS, c) for c in a.ha_chassis]
-        elif isinstance(a, planner.SetExternalIds):
+        elif isinstance(a, nb_plan.SetExternalIds):
             row(GROUP, a.uuid).external_ids = dict(a.external_ids)
-        elif isinstance(a, planner.PointPort):
+        elif isinstance(a, nb_plan.PointPort):
             row(LRP, a.uuid).ha_chassis_group = [row(GROUP, a.group)]
-        elif isinstance(a, planner.ClearPointer):
+        elif isinstance(a, nb_plan.ClearPointer):
             row(LRP, a.uuid).ha_chassis_group = []
-        elif isinstance(a, planner.DeleteGroup):
+        elif isinstance(a, nb_plan.DeleteGroup):
             row(GROUP, a.uuid).delete()
-        elif isinstance(a, planner.SetPortOption):
+        elif isinstance(a, nb_plan.SetPortOption):
             row(LRP, a.uuid).setkey("options", a.key, a.value)
-        elif isinstance(a, planner.DeletePortOption):
+        elif isinstance(a, nb_plan.DeletePortOption):
             row(LRP, a.uuid).delkey("options", a.key)
         else:  # pragma: no cover - a new action without an executor branch
             raise NBError(f"OVN NB plan: unknown action {a!r}")

@@ -14,7 +14,7 @@ from controller.plan.actions import Event
 from controller.watch.indexes import gateway_key, networks_for_node, node_index_provider, node_providers
 from controller.plan.gateway import NB_GRACE_PERIOD, GatewayOutcome, gateway_failed, gateway_status
 from controller.plan.network_status import requeue_after
-from ovn import planner
+from ovn import nb_plan, planner
 from tests.support.gateway import FAILOVER_NOTE
 
 T0 = dt.datetime(2026, 10, 7, 8, 0, 0, tzinfo=dt.timezone.utc)
@@ -150,7 +150,7 @@ def test_a_group_of_fewer_than_three_chassis_written_is_a_warning_event(count, w
     (once per write, not per pass), its message the note of the ChassisAssigned message."""
     chassis = [(f"c{i}", 100 - 10 * i) for i in range(count)]
     msg = planner.assigned_message(LRP, f"px-{LRP}", chassis)
-    state = planner.GatewayState(planner.CHASSIS_ASSIGNED, msg, count, **writes)
+    state = nb_plan.GatewayState(nb_plan.CHASSIS_ASSIGNED, msg, count, **writes)
     out, _ = gateway_status(GatewayOutcome(state), NET, LRP, {}, [], {}, 3, T0)
     warnings = [a for a in out if isinstance(a, Event) and a.reason == "GatewayWithoutFailover"]
     if warned:
@@ -167,7 +167,7 @@ from controller.plan.gateway import SERVING_SETTLE, serving
 from ovn.sb import Binding  # noqa: E402
 
 MEMBERS = ("ch-a", "ch-b", "ch-c")
-ASSIGNED = planner.GatewayState(planner.CHASSIS_ASSIGNED, "group msg", 3, members=MEMBERS)
+ASSIGNED = nb_plan.GatewayState(nb_plan.CHASSIS_ASSIGNED, "group msg", 3, members=MEMBERS)
 
 
 def test_bound_to_a_member_serves_and_names_the_chassis_and_node():
@@ -294,13 +294,13 @@ def test_a_holder_left_out_for_the_settle_time_brings_the_pass_back_when_it_ends
     """The holder OVN shows (ch-b) is not on top because the group was just written: the pass
     comes back when the settle time ends (``deferred``), so the holder is raised then."""
     net = {"metadata": {"namespace": "ns", "name": "net", "uid": "u"}}
-    state = planner.GatewayState("ChassisAssigned", "msg", 2, members=("ch-a", "ch-b"))
+    state = nb_plan.GatewayState("ChassisAssigned", "msg", 2, members=("ch-a", "ch-b"))
     old = {"conditions": [cond("True", "ChassisAssigned")]}
     b = Binding(True, True, "ch-b", "pve-2", T0)
     _, recheck = gateway_status(GatewayOutcome(state, deferred=3.5), net, LRP, {}, [], old, 3, T0, binding=b)
     assert recheck == 3.5
     # The holder already on top, or nothing deferred: no early pass.
-    on_top = planner.GatewayState("ChassisAssigned", "msg", 2, members=("ch-b", "ch-a"))
+    on_top = nb_plan.GatewayState("ChassisAssigned", "msg", 2, members=("ch-b", "ch-a"))
     assert gateway_status(GatewayOutcome(on_top, deferred=3.5), net, LRP, {}, [], old, 3, T0, binding=b)[1] is None
     assert gateway_status(GatewayOutcome(state), net, LRP, {}, [], old, 3, T0, binding=b)[1] is None
 
@@ -314,7 +314,7 @@ class _Applier:
 
     def ensure(self, key, vpc, subnet, trunk, siblings, serving, mtu):
         self.calls.append((serving, mtu))
-        return planner.GatewayState("ChassisAssigned", "msg", 1, members=("ch-a",), mtu=mtu)
+        return nb_plan.GatewayState("ChassisAssigned", "msg", 1, members=("ch-a",), mtu=mtu)
 
     def written_at(self, lrp):
         return self._written_at

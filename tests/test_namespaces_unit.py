@@ -25,7 +25,7 @@ from controller.reconcile.namespaces import NamespaceReconciler
 from controller.watch.keys import keys_for_namespace, keys_for_network
 from controller.rules.annotation import contribution, desired_value, lists_zone_bridge, open_pending
 from controller.plan.gateway import GatewayOutcome
-from ovn.planner import CHASSIS_ASSIGNED, GatewayState
+from ovn.nb_plan import CHASSIS_ASSIGNED, GatewayState
 from controller.reconcile.network import NetworkReconciler
 from controller.watch.indexes import Listers
 from controller.runtime.recent import RecentWrites

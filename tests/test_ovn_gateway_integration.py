@@ -13,7 +13,7 @@ import secrets
 
 import pytest
 
-from ovn import planner
+from ovn import nb_plan, planner
 from ovn.gateway import GatewayApplier
 from ovn.nb import NBError, NBNotSynced
 
@@ -314,7 +314,7 @@ class RacingApplier(GatewayApplier):
         super().__init__(*args, plan=self._plan_then_race, **kwargs)
 
     def _plan_then_race(self, *args, **kwargs):
-        plan = planner.plan_ensure(*args, **kwargs)
+        plan = nb_plan.plan_ensure(*args, **kwargs)
         if plan.actions and self.race is not None:
             race, self.race = self.race, None
             race()

@@ -1,7 +1,7 @@
 """The product's NB decision is the planner, and its plan is one guarded transaction.
 
 Against a standalone OVN NB ``ovsdb-server`` (``tests.support.ovsdb.NBServer``): the
-applier is given a wrapper around ``planner.plan_ensure`` through its constructor
+applier is given a wrapper around ``nb_plan.plan_ensure`` through its constructor
 (``plan=``), which records each plan or edits the NB with ``ovn-nbctl`` between the plan
 and the commit. Nothing in the product knows about either.
 """
@@ -14,7 +14,7 @@ import secrets
 
 import pytest
 
-from ovn import planner
+from ovn import nb_plan, planner
 from ovn.gateway import GatewayApplier, NBChanged
 
 from tests.support.ovsdb import NBServer
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 VPC = "vpc-x"  # §9.3 vectors: worker5 > worker4 > worker1 > worker2
 KEY = "tenant/net-a"
-LRP, GROUP, CHASSIS = planner.LRP_TABLE, planner.GROUP_TABLE, planner.CHASSIS_TABLE
+LRP, GROUP, CHASSIS = nb_plan.LRP_TABLE, nb_plan.GROUP_TABLE, nb_plan.CHASSIS_TABLE
 
 
 def trunk(*workers: str) -> list[planner.TrunkNode]:
@@ -61,21 +61,21 @@ def group_uuid(server: NBServer, name: str) -> str:
     return server.nbctl("--bare", "--columns=_uuid", "find", "HA_Chassis_Group", f"name={name}").strip()
 
 
-def simulate(snap: dict, plan: planner.NBPlan) -> dict:
+def simulate(snap: dict, plan: nb_plan.NBPlan) -> dict:
     """The snapshot with the plan's actions applied (test-side, on plain dicts)."""
     s = copy.deepcopy(snap)
     for a in plan.actions:
-        if isinstance(a, planner.InsertChassis):
+        if isinstance(a, nb_plan.InsertChassis):
             s[CHASSIS][a.ref] = {"chassis_name": a.chassis_name, "priority": a.priority}
-        elif isinstance(a, planner.SetPriority):
+        elif isinstance(a, nb_plan.SetPriority):
             s[CHASSIS][a.uuid]["priority"] = a.priority
-        elif isinstance(a, planner.InsertGroup):
+        elif isinstance(a, nb_plan.InsertGroup):
             s[GROUP][a.ref] = {"name": a.name, "external_ids": dict(a.external_ids), "ha_chassis": list(a.ha_chassis)}
-        elif isinstance(a, planner.SetGroupChassis):
+        elif isinstance(a, nb_plan.SetGroupChassis):
             s[GROUP][a.uuid]["ha_chassis"] = list(a.ha_chassis)
-        elif isinstance(a, planner.SetExternalIds):
+        elif isinstance(a, nb_plan.SetExternalIds):
             s[GROUP][a.uuid]["external_ids"] = dict(a.external_ids)
-        elif isinstance(a, planner.PointPort):
+        elif isinstance(a, nb_plan.PointPort):
             s[LRP][a.uuid]["ha_chassis_group"] = [a.group]
         else:
             raise AssertionError(f"unexpected action {a!r}")
@@ -109,26 +109,26 @@ def test_the_committed_transaction_is_what_the_planner_returned(server):
     server.nbctl("ha-chassis-group-add-chassis", f"px-{VPC}-b", "ch-worker2", "100")
     server.nbctl("ha-chassis-group-add-chassis", f"px-{VPC}-b", "ch-worker1", "90")
 
-    plans: list[planner.NBPlan] = []
+    plans: list[nb_plan.NBPlan] = []
 
     def recording(*args, **kwargs):
-        plans.append(planner.plan_ensure(*args, **kwargs))
+        plans.append(nb_plan.plan_ensure(*args, **kwargs))
         return plans[-1]
 
     a = start(server, recording)
     try:
-        assert GatewayApplier.__init__.__kwdefaults__["plan"] is planner.plan_ensure  # the product's default
+        assert GatewayApplier.__init__.__kwdefaults__["plan"] is nb_plan.plan_ensure  # the product's default
         before = a.nb.snapshot()
         state = a.ensure(KEY, VPC, "a", trunk("worker1", "worker2", "worker5"), ["b"])
         assert len(plans) == 1
         plan = plans[0]
         # The product's plan (from its partial snapshot and its kept tally) is the planner's
         # answer for the whole NB with the sibling's group recounted.
-        assert plan == planner.plan_ensure(KEY, VPC, "a", trunk("worker1", "worker2", "worker5"), before, ["b"])
+        assert plan == nb_plan.plan_ensure(KEY, VPC, "a", trunk("worker1", "worker2", "worker5"), before, ["b"])
         assert state == plan.state and state.adopted and state.active == "ch-worker2"
         assert {type(x) for x in plan.actions} == {
-            planner.SetPriority, planner.InsertChassis, planner.SetGroupChassis, planner.SetExternalIds,
-            planner.PointPort}
+            nb_plan.SetPriority, nb_plan.InsertChassis, nb_plan.SetGroupChassis, nb_plan.SetExternalIds,
+            nb_plan.PointPort}
         assert a.transactions == 1
         # The NB changed exactly as the plan says, and in nothing else.
         barrier(server, a)
@@ -145,10 +145,10 @@ def test_a_pointer_set_between_plan_and_commit_aborts_the_write(server):
     server.nbctl("ha-chassis-group-add", "hand")
     server.nbctl("set", "HA_Chassis_Group", "hand", "external_ids:owner=kube-ovn")
     hand = group_uuid(server, "hand")
-    plans: list[planner.NBPlan] = []
+    plans: list[nb_plan.NBPlan] = []
 
     def racing(*args, **kwargs):
-        plan = planner.plan_ensure(*args, **kwargs)
+        plan = nb_plan.plan_ensure(*args, **kwargs)
         if not plans:  # after the first decision: someone points the port meanwhile
             server.nbctl("set", "Logical_Router_Port", f"{VPC}-a", f"ha_chassis_group={hand}")
         plans.append(plan)
@@ -159,7 +159,7 @@ def test_a_pointer_set_between_plan_and_commit_aborts_the_write(server):
         state = a.ensure(KEY, VPC, "a", trunk("worker1", "worker2"))
         # The first plan would have created our group and pointed the port at it; the port
         # guard voided the whole transaction, and the second decision saw the new pointer.
-        assert planner.PointPort in {type(x) for x in plans[0].actions}
+        assert nb_plan.PointPort in {type(x) for x in plans[0].actions}
         assert len(plans) == 2 and plans[1].actions == ()
         assert state.reason == "ForeignGroup"
         assert state.message == (
@@ -174,7 +174,7 @@ def test_a_pointer_set_between_plan_and_commit_aborts_the_write(server):
 def test_a_pointer_changed_under_every_attempt_is_never_overwritten(server):
     """The port guard is on every write, not only the one that points the port: a
     priority repair of our group is voided when the pointer moves under it."""
-    plain = start(server, planner.plan_ensure)
+    plain = start(server, nb_plan.plan_ensure)
     try:
         plain.ensure(KEY, VPC, "a", trunk("worker1", "worker2"))
     finally:
@@ -185,10 +185,10 @@ def test_a_pointer_changed_under_every_attempt_is_never_overwritten(server):
     port = f"{VPC}-a"
     races = [lambda: server.nbctl("clear", "Logical_Router_Port", port, "ha_chassis_group"),
              lambda: server.nbctl("set", "Logical_Router_Port", port, f"ha_chassis_group={ours}")]
-    plans: list[planner.NBPlan] = []
+    plans: list[nb_plan.NBPlan] = []
 
     def racing(*args, **kwargs):
-        plan = planner.plan_ensure(*args, **kwargs)
+        plan = nb_plan.plan_ensure(*args, **kwargs)
         plans.append(plan)
         if races:
             races.pop(0)()
@@ -199,8 +199,8 @@ def test_a_pointer_changed_under_every_attempt_is_never_overwritten(server):
         with pytest.raises(NBChanged, match=f'OVN NB rows of router port "{port}" changed under the controller; '
                                             "the write was not applied"):
             a.ensure(KEY, VPC, "a", trunk("worker1", "worker2"))
-        assert [type(x) for x in plans[0].actions] == [planner.SetPriority]
-        assert [type(x) for x in plans[1].actions] == [planner.SetPriority, planner.PointPort]
+        assert [type(x) for x in plans[0].actions] == [nb_plan.SetPriority]
+        assert [type(x) for x in plans[1].actions] == [nb_plan.SetPriority, nb_plan.PointPort]
         assert a.transactions == 0
         assert server.nbctl("--bare", "--columns=priority", "list", "HA_Chassis", ch[0]).strip() == "55"
         assert server.nbctl("--bare", "--columns=ha_chassis_group", "list", "Logical_Router_Port", port).strip() == ours

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ovn import planner
+from ovn import nb_plan, planner
 from ovn.planner import (
     GroupView,
     TrunkNode,
@@ -376,7 +376,7 @@ def snap_of(ports=(), groups=(), chassis=()):
 
 
 def ensure_plan(snap, *workers, vpc_subnets=(), votes=None):
-    return planner.plan_ensure(NET, "v", "s", [TrunkNode(w, f"ch-{w}") for w in workers], snap, vpc_subnets, votes)
+    return nb_plan.plan_ensure(NET, "v", "s", [TrunkNode(w, f"ch-{w}") for w in workers], snap, vpc_subnets, votes)
 
 
 def test_plan_ensure_foreign_group_is_checked_before_the_port():
@@ -425,12 +425,12 @@ def test_plan_ensure_fresh_group_uses_the_spec_named_uuids_and_guards_the_port()
     p = ensure_plan(snap_of(ports=[("p1", "v-s", None, 0)]), "w1", "w2")
     c = p.group.chassis
     assert p.actions == (
-        planner.InsertChassis("pxchassis0", c[0][0], c[0][1]),
-        planner.InsertChassis("pxchassis1", c[1][0], c[1][1]),
-        planner.InsertGroup("pxgroup", "px-v-s", OURS, ("pxchassis0", "pxchassis1")),
-        planner.PointPort("p1", "pxgroup"),
+        nb_plan.InsertChassis("pxchassis0", c[0][0], c[0][1]),
+        nb_plan.InsertChassis("pxchassis1", c[1][0], c[1][1]),
+        nb_plan.InsertGroup("pxgroup", "px-v-s", OURS, ("pxchassis0", "pxchassis1")),
+        nb_plan.PointPort("p1", "pxgroup"),
     )
-    assert p.guards == (planner.Verify(LRP_T, "p1", ("ha_chassis_group", "gateway_chassis")),)
+    assert p.guards == (nb_plan.Verify(LRP_T, "p1", ("ha_chassis_group", "gateway_chassis")),)
     assert p.state.reason == "ChassisAssigned" and p.state.created and not p.state.updated
     assert p.state.message == planner.assigned_message("v-s", "px-v-s", c) and p.state.chassis == 2
 
@@ -451,15 +451,15 @@ def test_plan_ensure_adoption_repairs_members_in_place():
                 chassis=[("c1", "ch-w1", 7), ("c2", "ch-w1", 100), ("c3", "ch-stale", 5)])
     p = ensure_plan(s, "w1")
     assert p.actions == (
-        planner.SetPriority("c1", 100),
-        planner.SetGroupChassis("g1", ("c1",)),
-        planner.SetExternalIds("g1", {"note": "by hand", **OURS}),
+        nb_plan.SetPriority("c1", 100),
+        nb_plan.SetGroupChassis("g1", ("c1",)),
+        nb_plan.SetExternalIds("g1", {"note": "by hand", **OURS}),
     )
     assert p.guards == (
-        planner.Verify(LRP_T, "p1", ("ha_chassis_group", "gateway_chassis")),
-        planner.Verify(CH_T, "c1", ("priority",)),
-        planner.Verify(GROUP_T, "g1", ("ha_chassis",)),
-        planner.Verify(GROUP_T, "g1", ("external_ids",)),
+        nb_plan.Verify(LRP_T, "p1", ("ha_chassis_group", "gateway_chassis")),
+        nb_plan.Verify(CH_T, "c1", ("priority",)),
+        nb_plan.Verify(GROUP_T, "g1", ("ha_chassis",)),
+        nb_plan.Verify(GROUP_T, "g1", ("external_ids",)),
     )
     assert p.state.adopted and p.state.updated and not p.state.created
 
@@ -478,10 +478,10 @@ def test_plan_ensure_a_kept_tally_decides_like_the_siblings_groups():
 def test_plan_delete_clears_every_pointer_then_deletes():
     s = snap_of(ports=[("p2", "x", "g1", 0), ("p1", "y", "g1", 0), ("p3", "z", "g2", 0)],
                 groups=[("g1", "px-v-s", OURS, [])])
-    p = planner.plan_delete(s, "g1")
-    assert p.actions == (planner.ClearPointer("p1"), planner.ClearPointer("p2"), planner.DeleteGroup("g1"))
-    assert p.guards == (planner.Verify(LRP_T, "p1", ("ha_chassis_group",)), planner.Verify(LRP_T, "p2", ("ha_chassis_group",)),
-                        planner.Verify(GROUP_T, "g1", ("external_ids",)))
+    p = nb_plan.plan_delete(s, "g1")
+    assert p.actions == (nb_plan.ClearPointer("p1"), nb_plan.ClearPointer("p2"), nb_plan.DeleteGroup("g1"))
+    assert p.guards == (nb_plan.Verify(LRP_T, "p1", ("ha_chassis_group",)), nb_plan.Verify(LRP_T, "p2", ("ha_chassis_group",)),
+                        nb_plan.Verify(GROUP_T, "g1", ("external_ids",)))
 
 
 # -- the serving chassis stays on top (product-decisions.md §10) ---------------------------
@@ -538,9 +538,9 @@ def _with_options(snap, uuid, options):
 
 
 def test_plan_ensure_writes_gateway_mtu_with_the_group_as_a_map_key():
-    p = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")],
+    p = nb_plan.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")],
                             _with_options(snap_of(ports=[("p1", "v-s", None, 0)]), "p1", {"ipv6_prefix": "x"}), mtu=1400)
-    assert p.actions[-1] == planner.SetPortOption("p1", "gateway_mtu", "1400")
+    assert p.actions[-1] == nb_plan.SetPortOption("p1", "gateway_mtu", "1400")
     assert p.state.mtu == 1400
 
 
@@ -551,26 +551,26 @@ def test_plan_ensure_steady_state_with_the_mtu_in_place_plans_nothing_and_a_chan
         return _with_options(snap_of(ports=[("p1", "v-s", "g1", 0)], groups=[("g1", "px-v-s", OURS, ["c1"])],
                                      chassis=[("c1", first[0][0], first[0][1])]), "p1", options)
 
-    same = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], steady({"gateway_mtu": "1400"}), mtu=1400)
+    same = nb_plan.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], steady({"gateway_mtu": "1400"}), mtu=1400)
     assert (same.actions, same.guards, same.state.mtu) == ((), (), 1400)
     for options in ({}, {"gateway_mtu": "1500"}, {"gateway_mtu": "junk"}):
-        p = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], steady(options), mtu=1400)
-        assert p.actions == (planner.SetPortOption("p1", "gateway_mtu", "1400"),)
+        p = nb_plan.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], steady(options), mtu=1400)
+        assert p.actions == (nb_plan.SetPortOption("p1", "gateway_mtu", "1400"),)
         # The option alone is no group update (no Event, no new settle time).
         assert not p.state.updated and p.state.mtu == 1400
     # mtu 0: whatever the port carries is left alone and not reported as the controller's.
-    left = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], steady({"gateway_mtu": "1442"}), mtu=0)
+    left = nb_plan.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], steady({"gateway_mtu": "1442"}), mtu=0)
     assert (left.actions, left.state.mtu) == ((), 0)
     # No trunk node left: the group and its option stay on the port, and the MTU is reported.
-    gone = planner.plan_ensure(NET, "v", "s", [], steady({"gateway_mtu": "1400"}), mtu=1400)
+    gone = nb_plan.plan_ensure(NET, "v", "s", [], steady({"gateway_mtu": "1400"}), mtu=1400)
     assert (gone.state.reason, gone.actions, gone.state.mtu) == ("NoTrunkNodes", (), 1400)
 
 
 def test_no_gateway_mtu_is_written_where_no_group_is():
     for s in (snap_of(), _with_options(snap_of(ports=[("p1", "v-s", None, 2)]), "p1", {})):
-        p = planner.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], s, mtu=1400)
+        p = nb_plan.plan_ensure(NET, "v", "s", [TrunkNode("w1", "ch-w1")], s, mtu=1400)
         assert p.actions == () and p.state.mtu == 0
-    none = planner.plan_ensure(NET, "v", "s", [], _with_options(snap_of(ports=[("p1", "v-s", None, 0)]), "p1", {}),
+    none = nb_plan.plan_ensure(NET, "v", "s", [], _with_options(snap_of(ports=[("p1", "v-s", None, 0)]), "p1", {}),
                                mtu=1400)
     assert none.actions == () and none.state.reason == "NoTrunkNodes"
 
@@ -578,12 +578,12 @@ def test_no_gateway_mtu_is_written_where_no_group_is():
 def test_plan_delete_takes_the_gateway_mtu_off_with_the_pointer():
     s = _with_options(snap_of(ports=[("p1", "y", "g1", 0), ("p2", "x", "g1", 0)], groups=[("g1", "px-v-s", OURS, [])]),
                       "p1", {"gateway_mtu": "1400", "other": "kept"})
-    p = planner.plan_delete(s, "g1")
-    assert p.actions == (planner.ClearPointer("p1"), planner.DeletePortOption("p1", "gateway_mtu"),
-                         planner.ClearPointer("p2"), planner.DeleteGroup("g1"))
+    p = nb_plan.plan_delete(s, "g1")
+    assert p.actions == (nb_plan.ClearPointer("p1"), nb_plan.DeletePortOption("p1", "gateway_mtu"),
+                         nb_plan.ClearPointer("p2"), nb_plan.DeleteGroup("g1"))
     # --overlay-mtu=0: the option is the operator's, and stays.
-    kept = planner.plan_delete(s, "g1", clear_mtu=False)
-    assert kept.actions == (planner.ClearPointer("p1"), planner.ClearPointer("p2"), planner.DeleteGroup("g1"))
+    kept = nb_plan.plan_delete(s, "g1", clear_mtu=False)
+    assert kept.actions == (nb_plan.ClearPointer("p1"), nb_plan.ClearPointer("p2"), nb_plan.DeleteGroup("g1"))
 
 
 def test_r7_the_failed_over_successor_stays_on_top_while_the_returning_node_has_a_new_chassis_id():

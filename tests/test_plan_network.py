@@ -49,7 +49,7 @@ from controller.rules.consumers import Consumers, count_consumers
 from controller.plan.gateway import GatewayOutcome
 from controller.plan.network import plan_network
 from controller.plan.network_status import NetworkSnapshot
-from ovn.planner import GatewayState
+from ovn.nb_plan import GatewayState
 from tests.support import plans
 from tests.support.gateway import assigned
 from tests.support.plans import with_annotation

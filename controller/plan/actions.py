@@ -252,7 +252,7 @@ class ForgetOverlay:
 @attrs.frozen
 class EnsureGateway:
     """Bring the network's HA_Chassis_Group up to date (§9.2; the decision is
-    ``ovn.planner.plan_ensure`` on the NB side): fills ``gateway`` with a
+    ``ovn.nb_plan.plan_ensure`` on the NB side): fills ``gateway`` with a
     :class:`controller.plan.gateway.GatewayOutcome`."""
 
     key: str

@@ -22,7 +22,7 @@ from controller.plan.actions import Event, Log, Metric
 from controller.rules.conditions import FALSE, TRUE, UNKNOWN, find, set_condition
 from controller.rfc3339 import format_utc, parse
 from controller.names import NORMAL, WARNING
-from ovn import planner
+from ovn import nb_plan, planner
 
 
 
@@ -130,7 +130,7 @@ class Serving:
 
 def serving(
     binding: Any,
-    state: planner.GatewayState,
+    state: nb_plan.GatewayState,
     lrp: str,
     prev_gateway: Mapping[str, Any] | None,
     now: _dt.datetime,
@@ -248,7 +248,7 @@ def failure_class(error: str) -> str:
 class GatewayOutcome:
     """What one NB ensure gave: the state, or the NB error text (never both)."""
 
-    state: planner.GatewayState | None = None
+    state: nb_plan.GatewayState | None = None
     error: str | None = None
     written_at: _dt.datetime | None = None  # the port's group last written by this process (aware UTC)
     deferred: float | None = None  # seconds until the serving chassis left out (settle) is kept on top
