@@ -28,7 +28,7 @@ from controller.runtime.kube import ApiError, KubeWriter
 from controller.rules.foreign import find_foreign_addresses, foreign_address_message
 from controller.watch.kinds import OPTIONAL_KINDS, discover
 from informers.resource import Resource
-from ovn.nb import NBError, jsonrpc_call, parse_addresses
+from ovn.ovsdb import NBError, jsonrpc_call, parse_addresses
 from ovn.tls import DEFAULT_SECRET, TLSSource
 
 RUNBOOK = "docs/operations.md"

@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None, signals: SignalStop | None = None) -
     if not args.manage_gateway_chassis:
         log.info("not managing gateway chassis groups; VMs on Proxmox networks get no ARP answer from their VPC gateway")
     if args.manage_gateway_chassis:
-        from ovn.nb import NBError, parse_addresses
+        from ovn.ovsdb import NBError, parse_addresses
 
         try:
             parse_addresses(args.ovn_nb_address)  # §10: a bad list stops the start

@@ -28,7 +28,8 @@ import ovs.db.idl
 import structlog
 
 from ovn import nb_plan, planner
-from ovn.nb import ABORTED, ERROR, SUCCESS, TABLES, TIMED_OUT, TRY_AGAIN, UNCHANGED, NBClient, NBError, RowIndex, row_dict
+from ovn.nb import ABORTED, ERROR, SUCCESS, TABLES, TIMED_OUT, TRY_AGAIN, UNCHANGED, NBClient
+from ovn.ovsdb import NBError, RowIndex, row_dict
 from ovn.nb_plan import GatewayState
 
 log = structlog.get_logger(__name__)

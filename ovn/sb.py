@@ -26,7 +26,8 @@ import attrs
 import ovs.db.idl
 import structlog
 
-from ovn.nb import NBClient, RowIndex
+from ovn.nb import NBClient
+from ovn.ovsdb import RowIndex
 
 log = structlog.get_logger("ovn-sb")
 

@@ -50,7 +50,7 @@ DIAL_TIMEOUT = 3.0  # seconds: TCP connect + TLS handshake (§10)
 class TLSError(Exception):
     """Any failure of this module; the message is the operator-facing text of §10/§11.
 
-    The NB client maps it to its own error type (``ovn.nb.NBError``).
+    The NB client maps it to its own error type (``ovn.ovsdb.NBError``).
     """
 
 

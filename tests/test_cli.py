@@ -103,7 +103,7 @@ def test_bad_sb_address_stops_the_start(capsys):
 
 
 def test_bracketed_ipv6_nb_address_is_accepted():
-    from ovn.nb import parse_addresses
+    from ovn.ovsdb import parse_addresses
 
     assert parse_addresses("ssl:[fd00::10]:6641,tcp:[::1]:6641") == ["ssl:[fd00::10]:6641", "tcp:[::1]:6641"]
 

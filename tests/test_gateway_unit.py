@@ -376,7 +376,7 @@ def test_an_nb_failure_that_changes_class_is_posted_again_naming_the_current_cau
 
 def test_the_gateway_step_remembers_the_class_of_the_last_failure_until_a_success():
     from controller.apply.gateway import GatewayStep
-    from ovn.nb import NBError
+    from ovn.ovsdb import NBError
 
     class Failing(_Applier):
         errors = ["tcp:nb:6641: connect: Connection refused", "ssl:nb:6641: TLS handshake: alert unknown ca", None,

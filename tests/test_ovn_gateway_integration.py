@@ -15,7 +15,7 @@ import pytest
 
 from ovn import nb_plan, planner
 from ovn.gateway import GatewayApplier
-from ovn.nb import NBError, NBNotSynced
+from ovn.ovsdb import NBError, NBNotSynced
 
 from tests.support.gateway import assigned
 from tests.support.ovsdb import ha_chassis_groups

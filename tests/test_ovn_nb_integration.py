@@ -9,7 +9,8 @@ import socket
 import pytest
 
 from ovn import planner
-from ovn.nb import SUCCESS, NBClient, NBError, NBNotSynced, parse_addresses
+from ovn.nb import SUCCESS, NBClient
+from ovn.ovsdb import NBError, NBNotSynced, parse_addresses
 
 from hack.wait import wait_for
 

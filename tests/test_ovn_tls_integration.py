@@ -21,7 +21,8 @@ from pathlib import Path
 import ovs.stream
 import pytest
 
-from ovn.nb import NBClient, NBError, jsonrpc_call
+from ovn.nb import NBClient
+from ovn.ovsdb import NBError, jsonrpc_call
 from ovn.tls import TLSError, TLSSource, probe
 from tests.support.ovsdb import NB_SCHEMA, free_port
 from tests.support.pki import BOTH, CA, CLIENT_AUTH, SERVER_AUTH, CertKey, kube_ovn_secret, restore_ovs_ssl  # noqa: F401 (autouse fixture)

@@ -30,7 +30,7 @@ from kubernetes.client.rest import ApiException
 from hack.bed import ClusterError, LocalCluster, ovsdb_rows, ovsdb_set
 from ovn import planner
 from ovn.gateway import GatewayApplier
-from ovn.nb import fetch_schema
+from ovn.ovsdb import fetch_schema
 from hack.objects import Admin, unique
 from tests.support.ovsdb import ha_chassis_groups
 from hack.wait import wait_for

@@ -22,7 +22,7 @@ from informers.store import ThreadSafeStore
 from ovn import planner
 from ovn.gateway import GatewayApplier
 
-from ovn.nb import NBError
+from ovn.ovsdb import NBError
 from controller.plan.gateway import GatewayOutcome, NB_GRACE_PERIOD, SERVING_SETTLE, failure_class, settled_serving
 from controller.watch.indexes import BY_PROVIDER
 

@@ -69,7 +69,7 @@ that moment:
   less a margin (1 s by default) after the start of the last successful renew: whatever
   holds it (a worker inside a request to a hung peer, a stop step that blocks), it is gone
   before a standby can act, with its sockets. Those close abortively
-  (``controller.config.ABORTIVE_CLOSE``, ``ovn.nb.ABORTIVE_CLOSE``), so a request the
+  (``controller.config.ABORTIVE_CLOSE``, ``ovn.ovsdb.ABORTIVE_CLOSE``), so a request the
   kernel has not delivered yet dies with it instead of being retransmitted later.
 
 What neither can recall: a request the peer's kernel already received before the process
