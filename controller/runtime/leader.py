@@ -79,6 +79,10 @@ process frozen between the fence and the send (SIGSTOP of the controller itself,
 VM) sends once when it thaws, before its watchdog runs; only a fencing token checked by the
 server would close that, and neither kube-apiserver nor OVSDB checks one for these writes
 (resourceVersion preconditions and OVSDB ``wait`` guards narrow what such a write can do).
+
+This file stays one piece (about 730 lines, over the house's 600): it is a port of client-go's
+elector, and acquire, renew, release, the fence and the watchdog share one lease record and
+one lock; kept together, each step reads side by side with ``leaderelection.go``.
 """
 
 from __future__ import annotations
