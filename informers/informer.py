@@ -232,6 +232,11 @@ class SharedIndexInformer:
         return self._reflector.watch_restarts
 
     @property
+    def watching(self) -> bool:
+        """A watch stream is open now (inspection only, for tests and debugging)."""
+        return self._reflector.watching
+
+    @property
     def relists(self) -> int:
         """Full LISTs after the initial one."""
         return self._reflector.relists

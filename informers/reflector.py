@@ -216,6 +216,12 @@ class Reflector:
     def stopped(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def watching(self) -> bool:
+        """A watch stream is open now (inspection only: it may end at any moment)."""
+        with self._live_lock:
+            return self._live is not None
+
     def run(self) -> None:
         """The loop. Returns only after :meth:`stop`."""
         need_list = True

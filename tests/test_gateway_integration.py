@@ -255,7 +255,7 @@ def test_a_group_whose_status_write_was_lost_goes_with_the_network(admin, admin_
             assert not env.vlan_exists(sub)
             # The release did it, not the collector (its next run is an hour away).
             assert mgr.collector.runs == 1
-            assert mgr.metrics.gateway_groups_collected._value.get() == 0
+            assert mgr.metrics.registry.get_sample_value("cozy_proxmox_gateway_groups_collected_total") == 0
     finally:
         if binding:
             adm.delete_validating_admission_policy_binding(binding)
@@ -321,7 +321,7 @@ def test_collector_deletes_groups_of_networks_that_are_gone(admin, cluster, uniq
 
             assert not exists(gone)
             assert exists(live) and exists(bad)
-            assert mgr.metrics.gateway_groups_collected._value.get() >= 1
+            assert mgr.metrics.registry.get_sample_value("cozy_proxmox_gateway_groups_collected_total") >= 1
     finally:
         for name in (gone, live, bad):
             for u in cluster.nbctl("--bare", "--columns=_uuid", "find", "HA_Chassis_Group", f"name={name}").split():
@@ -388,7 +388,7 @@ def test_nb_outage_grace_survives_a_restart_and_recovers(admin, admin_client, cl
             assert gw["message"].startswith(
                 f'could not bring the HA chassis group of router port "{r.lrp}" up to date in OVN NB since {since}: ')
             assert _time(gw["lastTransitionTime"]) >= _time(since) + dt.timedelta(seconds=grace)
-            assert mgr.metrics.gateway_nb_errors._value.get() >= 1
+            assert mgr.metrics.registry.get_sample_value("cozy_proxmox_gateway_nb_errors_total") >= 1
             # Recovery: the same rows are found again; no failure record is left.
             server.start()
             obj = wait_for(lambda: (o := admin.network(ns, net)) and reason(o, "Ready")[:2] == ("True", "Ready") and o,

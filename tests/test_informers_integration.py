@@ -196,7 +196,7 @@ def test_stop_is_prompt_with_a_live_watch(cluster, admin_client, unique_namespac
     inf = ns_informer(f, unique_namespace)
     f.start()
     assert f.wait_for_cache_sync(DEADLINE)
-    wait_for(lambda: inf._reflector._live is not None, what="watch open")
+    wait_for(lambda: inf.watching, what="watch open")
     t0 = time.monotonic()
     assert f.stop(10)
     assert time.monotonic() - t0 < 3

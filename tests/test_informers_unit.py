@@ -538,6 +538,8 @@ class _ErrorStream:
         pass
 
 
+# A backoff long enough to tell a wait from none, short enough for a unit test (seconds).
+BACKOFF = 0.05
 FAST = ReflectorConfig(watch_timeout_range=(5, 9), read_timeout_margin=3, relist_backoff=(0.001, 0.01))
 
 
@@ -700,13 +702,19 @@ def test_repeated_410_right_after_relist_backs_off(running):
             self.watches.append((list(query), timeout))
             raise ApiException(status=410, reason="Gone", body=json.dumps(status(410, "Expired")))
 
+        def list(self, path, query, timeout, metadata_only=False):
+            self.list_times.append(time.monotonic())
+            return super().list(path, query, timeout, metadata_only)
+
     srv = AlwaysGone()
-    inf = running(srv)
-    wait_for(lambda: len(srv.lists) >= 4, what="relists")
+    srv.list_times = []
+    inf = running(srv, config=attrs.evolve(FAST, relist_backoff=(BACKOFF, BACKOFF)))
+    wait_for(lambda: len(srv.list_times) >= 4, what="relists")
     assert inf.has_synced() and inf.is_running()
-    # Not a hot LIST loop: the backoff counts the failures (read between a relist, which may
-    # reset it, and the next 410, so awaited rather than read once).
-    wait_for(lambda: inf._reflector._backoff.failures >= 1, timeout=10, what="the relist backoff in use")
+    # Not a hot LIST loop: a second 410 in a row waits the backoff (never shorter than its
+    # first delay) before the next LIST; the first one relists at once.
+    later = [b - a for a, b in zip(srv.list_times[1:3], srv.list_times[2:4])]
+    assert all(gap >= BACKOFF for gap in later), later
     assert inf.watch_restarts["expired"] >= 3
 
 
@@ -862,13 +870,24 @@ def test_errors_back_off_and_keep_going(server, running):
 
 
 def test_immediately_ending_watch_backs_off(server, running):
-    inf = running(server)
+    opens: list[float] = []
+    watch = server.watch
+
+    def timed_watch(*args, **kwargs):
+        opens.append(time.monotonic())
+        return watch(*args, **kwargs)
+
+    server.watch = timed_watch
+    inf = running(server, config=attrs.evolve(FAST, relist_backoff=(BACKOFF, BACKOFF)))
     assert inf.wait_for_sync(DEADLINE)
     for _ in range(3):
         wait_for(server.live, what="watch")
+        ended, opened = time.monotonic(), len(opens)
         server.doom_streams("end")
+        wait_for(lambda: len(opens) > opened, what="the next watch")
+        # a watch that ended at once having delivered nothing is a failure: the next waits
+        assert opens[-1] - ended >= BACKOFF
     wait_for(lambda: inf.watch_restarts["closed"] == 3, what="3 closes")
-    assert inf._reflector._backoff.failures >= 1  # short empty watches count as failures
 
 
 def test_handler_exception_is_isolated(server, running):

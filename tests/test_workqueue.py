@@ -114,7 +114,7 @@ def test_shutdown_wakes_all_blocked_getters():
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:
         t.start()
-    wait_for(lambda: q._getters_waiting == 4, what="4 blocked getters")
+    wait_for(lambda: q.inspect().getters_waiting == 4, what="4 blocked getters")
     q.shutdown()
     for t in threads:
         t.join(JOIN)
@@ -153,7 +153,7 @@ def test_blocked_get_wakes_on_add():
     got: list = []
     t = threading.Thread(target=lambda: got.append(q.get()))
     t.start()
-    wait_for(lambda: q._getters_waiting == 1, what="a blocked getter")
+    wait_for(lambda: q.inspect().getters_waiting == 1, what="a blocked getter")
     q.add("x")
     t.join(JOIN)
     assert got == ["x"]
@@ -205,7 +205,7 @@ def test_add_after_earlier_deadline_brings_it_forward_once():
     q.done("a")
     clock.advance(120)
     assert q.get(timeout=0) is None  # the superseded 60 s entry is stale
-    assert len(q._heap) == 0
+    assert q.inspect().delayed_entries == 0
 
 
 def test_add_after_nonpositive_adds_now_and_delayed_order_is_by_deadline():
@@ -250,7 +250,7 @@ def test_blocked_get_picks_up_delayed_key_after_wake():
     got: list = []
     t = threading.Thread(target=lambda: got.append(q.get()))
     t.start()
-    wait_for(lambda: q._getters_waiting == 1, what="a blocked getter")
+    wait_for(lambda: q.inspect().getters_waiting == 1, what="a blocked getter")
     clock.advance(3600)
     q.wake()
     t.join(JOIN)
@@ -264,7 +264,7 @@ def test_blocked_get_recomputes_its_wait_on_an_earlier_add_after():
     got: list = []
     t = threading.Thread(target=lambda: got.append(q.get()))
     t.start()
-    wait_for(lambda: q._getters_waiting == 1, what="a blocked getter")
+    wait_for(lambda: q.inspect().getters_waiting == 1, what="a blocked getter")
     q.add_after("soon", 0)
     t.join(JOIN)
     assert got == ["soon"]
@@ -287,8 +287,9 @@ def test_item_exponential_backoff_values_and_cap():
 
 def test_item_exponential_huge_failure_count_stays_capped():
     lim = ItemExponentialFailureRateLimiter(0.005, 1000.0)
-    lim._failures["k"] = 5000
-    assert lim.when("k") == 1000.0
+    for _ in range(5000):
+        lim.when("k")
+    assert lim.num_requeues("k") == 5000 and lim.when("k") == 1000.0
 
 
 def test_item_exponential_forget_resets():
@@ -444,7 +445,8 @@ def test_threads_never_process_one_key_twice_at_once_and_every_add_is_processed(
         t.join(JOIN)
         assert not t.is_alive()
     assert violations == []
-    assert q._processing == set() and q._dirty == set() and len(q._queue) == 0
+    state = q.inspect()
+    assert state.processing == set() and state.dirty == set() and state.queued == ()
     for key, added in last_add.items():
         assert last_start[key] > added, key
     assert passes[0] <= 3 * 2000
@@ -538,19 +540,18 @@ class QueueProtocol(RuleBasedStateMachine):
 
     @invariant()
     def states_agree(self):
-        q = self.q
-        with q._cond:
-            queue = list(q._queue)
-            # Structure: a key is queued at most once, never while processing,
-            # and exactly the dirty keys that are not processing are queued.
-            assert len(queue) == len(set(queue))
-            assert not set(queue) & q._processing
-            assert q._dirty - q._processing == set(queue)
-            # Same state as the model, FIFO order included.
-            assert queue == self.queued
-            assert q._processing == self.processing
-            assert q._dirty & q._processing == self.dirty
-            assert {k: d for k, (d, _) in q._waiting.items()} == {k: d for k, (d, _) in self.waiting.items()}
+        state = self.q.inspect()
+        queue = list(state.queued)
+        # Structure: a key is queued at most once, never while processing,
+        # and exactly the dirty keys that are not processing are queued.
+        assert len(queue) == len(set(queue))
+        assert not set(queue) & state.processing
+        assert state.dirty - state.processing == set(queue)
+        # Same state as the model, FIFO order included.
+        assert queue == self.queued
+        assert state.processing == self.processing
+        assert state.dirty & state.processing == self.dirty
+        assert dict(state.waiting) == {k: d for k, (d, _) in self.waiting.items()}
         for key in ["a", "b", "c", "d"]:
             queued = key in self.queued
             processing = key in self.processing and key not in self.dirty

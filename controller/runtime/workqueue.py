@@ -44,7 +44,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from informers.backoff import exponential
@@ -191,6 +192,22 @@ def default_controller_rate_limiter(clock: Clock = time.monotonic) -> MaxOfRateL
         ItemExponentialFailureRateLimiter(0.005, 1000.0),
         BucketRateLimiter(qps=10, burst=100, clock=clock),
     )
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What a :class:`RateLimitingQueue` holds at one moment (:meth:`RateLimitingQueue.inspect`).
+
+    Inspection only, for tests and debugging: a worker never decides on it, since it is
+    stale as soon as it is returned.
+    """
+
+    queued: tuple[Hashable, ...]  # ready keys, in the order get() hands them out
+    dirty: frozenset[Hashable]  # keys that need a pass: the queued ones and processing ones added again
+    processing: frozenset[Hashable]  # keys handed out by get() and not yet done()
+    waiting: Mapping[Hashable, float]  # delayed adds: key -> its deadline on the queue's clock
+    delayed_entries: int  # entries of the delay heap, superseded ones not dropped yet included
+    getters_waiting: int  # get() calls blocked for a key
 
 
 class RateLimitingQueue:
@@ -400,6 +417,15 @@ class RateLimitingQueue:
         return self._limiter.num_requeues(key)
 
     # -- internals (lock held) ---------------------------------------------
+
+    def inspect(self) -> QueueState:
+        """A copy of the queue's state (:class:`QueueState`; inspection only)."""
+        with self._cond:
+            return QueueState(
+                queued=tuple(self._queue), dirty=frozenset(self._dirty), processing=frozenset(self._processing),
+                waiting={k: d for k, (d, _) in self._waiting.items()}, delayed_entries=len(self._heap),
+                getters_waiting=self._getters_waiting,
+            )
 
     def _add_locked(self, key: Hashable) -> None:
         if key in self._dirty:
