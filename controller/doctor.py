@@ -31,7 +31,7 @@ from informers.resource import Resource
 from ovn.ovsdb import NBError, jsonrpc_call, parse_addresses
 from ovn.tls import DEFAULT_SECRET, TLSSource
 
-RUNBOOK = "docs/operations.md"
+RUNBOOK = "docs/runbook.md"
 
 # (VLAN ID, provider) -> the NB's localnet ports with that tag on that provider, or an error text.
 Localnets = Callable[[int, str], "list[dict[str, Any]] | str"]

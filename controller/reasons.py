@@ -1,5 +1,5 @@
 """Every condition and Event reason the controller writes, by name (reference-behaviour.md
-§5, §6, §8, §9; product-decisions.md §7). Operators' runbooks (docs/operations.md) are
+§5, §6, §8, §9; product-decisions.md §7). Operators' runbook (docs/runbook.md) is
 keyed by these strings; they are API: never rename one.
 
 The NB planner's reasons (``ChassisAssigned``, ``RouterPortMissing``, ``NoTrunkNodes``,

@@ -593,7 +593,7 @@ def test_zone_ranges_the_schema_admits_but_no_zone_can_use_are_refused(helm, vla
 
 def test_zones_from_values_are_kept_on_uninstall(helm):
     """Deleting a zone under its networks would leave them ZoneNotFound: like the CRDs, the
-    zones a release made stay when it is uninstalled (docs/operations.md)."""
+    zones a release made stay when it is uninstalled (docs/install.md)."""
     values = {"zones": {"z": {"bridge": "vmbr1", "providerNetwork": "pn", "vlanRanges": ["101-199"]}}}
     zones = [o for o in render(helm, CHART, values) if o["kind"] == "ProxmoxNetworkZone"]
     assert [z["metadata"]["annotations"].get("helm.sh/resource-policy") for z in zones] == ["keep"]
@@ -943,7 +943,7 @@ def test_the_package_uninstall_under_a_live_network_keeps_what_it_stands_on_and_
                           "gateway": "10.79.0.1"},
               "zones": {zone: {"bridge": "vmbr1", "providerNetwork": pn, "vlanRanges": ["3980-3989"]}}}
     # The view role is cluster-wide and fixed-named; another test may have applied it without
-    # Helm's ownership: adopt it as docs/operations.md says.
+    # Helm's ownership: adopt it as docs/install.md says.
     if uid_of(kubectl, "clusterrole", "cozy:proxmox-networks:view"):
         kubectl("label", "clusterrole", "cozy:proxmox-networks:view", "app.kubernetes.io/managed-by=Helm", "--overwrite")
         kubectl("annotate", "clusterrole", "cozy:proxmox-networks:view", "meta.helm.sh/release-name=proxmox-network",

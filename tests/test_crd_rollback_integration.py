@@ -18,7 +18,7 @@ tests replace CRDs that every controller of the bed watches).
   nothing the controller owns changes (Vlans, finalizers, HA chassis groups), no network
   leaves Ready and the controller writes nothing.
 
-controller/schema.py says how the read-back works; docs/operations.md "SchemaOutdated".
+controller/schema.py says how the read-back works; docs/runbook.md "SchemaOutdated".
 """
 
 from __future__ import annotations

@@ -33,4 +33,4 @@ def test_doctor_names_the_step_and_the_deadline(admin_client, cluster, unique_na
     assert f"{ns}/stuck: Ready=False (SwitchDeleting)" in out
     assert f"Kube-OVN lists ['{sub}'] on the Vlan" in out
     assert f"prune timer for {sub}: started {start}, VLAN released at" in out
-    assert "runbook: docs/operations.md, section SwitchDeleting" in out
+    assert "runbook: docs/runbook.md, section SwitchDeleting" in out

@@ -212,7 +212,7 @@ def test_s4_the_cluster_pool_address_of_net0_is_reported_and_never_holds_the_net
                f'InClusterIPPool "{CLUSTER_POOL}" (IPAddress "{CL_CLAIM}"), an address outside the network\'s subnet '
                "10.72.0.0/24 on its VLAN; a default pool: capmox v0.8+ sets defaultIPv4/defaultIPv6 on net0 again "
                "although the machine says false (cluster-api-provider-proxmox#868). The address does not hold the "
-               "network and the controller deletes nothing: see ForeignAddressOnNetwork in docs/operations.md")
+               "network and the controller deletes nothing: see ForeignAddressOnNetwork in docs/runbook.md")
     (ev,) = wait_for(lambda: s.events(ctl, "ForeignAddressOnNetwork"), timeout=WAIT, what="the Warning Event")
     assert (ev.type, ev.message, ev.count) == ("Warning", message, 1)
     assert ev.involved_object.kind == "ProxmoxNetwork" and ev.involved_object.namespace == s.ns

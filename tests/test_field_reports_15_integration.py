@@ -3,7 +3,7 @@ middle where the issue asks for one (items 2 and 4; item 5 is tests/test_reuse_d
 
 Expected values: product-decisions.md §8 ("The allocation record is the network's
 status.vlan", "Holders are named", "Oldest claimant wins", "We delete only what we own",
-"A 422 on an object built from the user's spec"), and docs/operations.md's runbook text for
+"A 422 on an object built from the user's spec"), and docs/runbook.md's text for
 the new reasons. The bed is the plain one (kube-apiserver + etcd; the IPAM and capmox CRDs
 from tests/fixtures): networks have no Subnet, so they stop at VLANAllocated, which is all
 these rules touch.

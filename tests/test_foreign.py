@@ -97,7 +97,7 @@ def test_the_message_names_machine_nic_network_address_pool_and_capmox_868():
         '"cl-v4-icip" (IPAddress "m-s4-net0-00-inet"), an address outside the network\'s subnet 10.72.0.0/24 on '
         "its VLAN; a default pool: capmox v0.8+ sets defaultIPv4/defaultIPv6 on net0 again although the machine "
         "says false (cluster-api-provider-proxmox#868). The address does not hold the network and the controller "
-        "deletes nothing: see ForeignAddressOnNetwork in docs/operations.md")
+        "deletes nothing: see ForeignAddressOnNetwork in docs/runbook.md")
 
 
 def test_only_what_names_the_networks_pool_holds_it_and_the_cluster_pool_address_is_no_conflict():

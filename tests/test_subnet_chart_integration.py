@@ -201,7 +201,7 @@ def test_a_name_used_twice_is_refused(helm):
 
 
 def test_offline_rendering_skips_the_cluster_checks(helm):
-    """docs/operations.md: an offline ``helm template`` (no cluster, no ``--api-versions``)
+    """docs/install.md: an offline ``helm template`` (no cluster, no ``--api-versions``)
     cannot read the cluster and skips what needs it (the API's presence, the zone's existence,
     terminating objects): it renders the objects."""
     r = template(helm, {"vpc": "v", "subnets": [subnet()]}, api=False)

@@ -7,7 +7,7 @@ unless it is the only chassis of the group the SB still lists. When the active c
 datapath dies (ovs-vswitchd killed: its SB Chassis row stays), the survivor of a group of
 two has no BFD session left and stays passive: nobody answers the VMs. The controller says
 so in ``GatewayReady`` and with a Warning Event when it writes a group of fewer than three
-chassis (docs/operations.md, ChassisAssigned). With the SB read (product-decisions.md §10)
+chassis (docs/runbook.md, ChassisAssigned). With the SB read (product-decisions.md §10)
 the status follows the chassis that holds ``cr-``: what the SB shows, and what it cannot.
 """
 

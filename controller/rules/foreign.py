@@ -227,5 +227,5 @@ def foreign_address_message(network: str, vlan: int | None, cidr_block: str, f: 
         f'machine "{f.machine}" {f.device} is on network "{network}" ({on_vlan}) but also holds {f.address} '
         f'from {f.pool_kind} "{f.pool}" (IPAddress "{f.ipaddress}"), an address outside the network\'s subnet '
         f"{cidr_block} on its VLAN; {why}. The address does not hold the network and the controller deletes "
-        "nothing: see ForeignAddressOnNetwork in docs/operations.md"
+        "nothing: see ForeignAddressOnNetwork in docs/runbook.md"
     )

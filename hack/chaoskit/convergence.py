@@ -180,7 +180,7 @@ def nb_leftovers(cluster: LocalCluster, vpcs: list[str], run_id: str) -> tuple[l
     Ours: a router port on one of the load's VPC routers that still points at an HA chassis
     group. Kube-OVN's own (reported, not a failure): its logical switches ``cs…-<run_id>``
     and router ports ``<vpc>-cs…`` (Kube-OVN's start-up gc keeps the router port of a
-    Subnet whose delete it missed while it was down, docs/real-peers.md row 12)."""
+    Subnet whose delete it missed while it was down, docs/testing.md "What the real peers taught us")."""
     ours, kube_ovns = [], []
     for row in ovsdb_rows(cluster.nbctl, "Logical_Router_Port", columns="name,ha_chassis_group"):
         name = row["name"]

@@ -1,7 +1,7 @@
 """Expected texts of the gateway step that several test modules share.
 
 ``FAILOVER_NOTE``: what ``GatewayReady`` (ChassisAssigned) adds for a group of 1 or 2
-chassis (issue 25; docs/api.md, docs/operations.md "ChassisAssigned"), by chassis count.
+chassis (issue 25; docs/api.md, docs/runbook.md "ChassisAssigned"), by chassis count.
 """
 
 from __future__ import annotations

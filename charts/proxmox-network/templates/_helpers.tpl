@@ -46,7 +46,7 @@ app.kubernetes.io/name: proxmox-network-controller
 {{- toJson $docs -}}
 {{- end -}}
 
-{{/* The controller's resources: .Values.resources when set, else the sizing table's (docs/operations.md, "Sizing"). */}}
+{{/* The controller's resources: .Values.resources when set, else the sizing table's (docs/sizing.md). */}}
 {{- define "pnc.resources" -}}
 {{- if .Values.resources -}}
 {{- toYaml .Values.resources -}}
