@@ -158,14 +158,14 @@ class Manager:
         self.events = EventRecorder(self.writer) if options.events else None
         workers = max(1, options.workers)
         self.network_controller = Controller(NETWORK_WORKQUEUE_NAME, "network", self._reconcile_network, workers,
-                                             self.metrics, self._resync_done)
+                                             self.metrics.workqueue, self._resync_done)
         self.zone_controller = Controller(ZONE_WORKQUEUE_NAME, "zone", lambda k: self.zone_reconciler.reconcile(k.name),
-                                          max(1, workers // 2), self.metrics, self._resync_done)
+                                          max(1, workers // 2), self.metrics.workqueue, self._resync_done)
         self.pod_controller = Controller(POD_WORKQUEUE_NAME, "pod", lambda k: self.pod_reconciler.reconcile(str(k)),
-                                         1, self.metrics, self._resync_done)
+                                         1, self.metrics.workqueue, self._resync_done)
         self.namespace_controller = Controller(
             NAMESPACE_WORKQUEUE_NAME, "namespace", lambda k: self.namespace_reconciler.reconcile(k.name),
-            self.namespace_workers(), self.metrics, self._resync_done)
+            self.namespace_workers(), self.metrics.workqueue, self._resync_done)
         self.controllers = [self.network_controller, self.zone_controller, self.pod_controller, self.namespace_controller]
         self.gateway = self._gateway(options)
         if self.gateway is not None:

@@ -51,7 +51,7 @@ def test_a_failed_test_op_is_a_conflict_and_a_validation_error_is_not(admin_clie
     def reconcile(key):
         raise conflict if key == "stale" else bad
 
-    c = Controller("test-writer", "test", reconcile, 1, Metrics())
+    c = Controller("test-writer", "test", reconcile, 1, Metrics().workqueue)
     capsys.readouterr()
     c.process("stale")
     c.process("bad")

@@ -52,7 +52,7 @@ def test_the_worker_drops_an_abandoned_pass_without_a_retry():
     def reconcile(key):
         raise Stopping("stopping before WriteStatus")
 
-    c = Controller("test-stopping", "network", reconcile, 1, Metrics())
+    c = Controller("test-stopping", "network", reconcile, 1, Metrics().workqueue)
     c.process("ns/n")
     assert c.queue.num_requeues("ns/n") == 0  # no backoff retry: the next leader redoes it
     assert len(c.queue) == 0

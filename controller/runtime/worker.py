@@ -21,7 +21,7 @@ import structlog
 import urllib3
 
 from controller.runtime.kube import ApiError
-from controller.metrics import Metrics
+from controller.runtime.workqueue_metrics import WorkqueueMetrics
 from controller.runtime.result import LostLeadership, Result, Stopping
 from controller.runtime.workqueue import RateLimitingQueue
 
@@ -50,7 +50,7 @@ class Controller:
         kind: str,
         reconcile: Callable[[Any], Result | None],
         workers: int,
-        metrics: Metrics,
+        queue_metrics: WorkqueueMetrics,
         on_done: Callable[[Controller, Hashable], None] | None = None,
         warm_up: Callable[[], None] | None = None,
     ) -> None:
@@ -58,7 +58,7 @@ class Controller:
         self.kind = kind
         self.reconcile = reconcile
         self.workers = max(1, workers)
-        self.queue = RateLimitingQueue(name=name, metrics_hook=metrics.workqueue.hook_for(name))
+        self.queue = RateLimitingQueue(name=name, metrics_hook=queue_metrics.hook_for(name))
         self.on_done = on_done or (lambda c, k: None)
         self.warm_up = warm_up
         self.threads: list[threading.Thread] = []
