@@ -2,9 +2,9 @@
 
 Expected reasons and messages are the spec's (reference-behaviour.md §5, §6, §9.2, §9.5;
 product-decisions.md §4, §6-§8), not read off the code. A pass is driven by :func:`drive`,
-``tests.support.plans.drive`` (a tiny stand-in for ``controller.apply.executor.run``): each requested
-read is filled from a dict of canned fresh values (keyed by the action's ``into``) and folded
-with ``controller.apply.executor.fill``; an action already applied in the pass is not applied again.
+``tests.support.plans.drive``: ``controller.apply.executor.run`` with each action's result
+canned (a requested read from a dict of canned fresh values keyed by the action's ``into``)
+and folded by the action; an action already applied in the pass is not applied again.
 """
 
 from __future__ import annotations
@@ -28,8 +28,11 @@ from controller.plan.actions import (
     EnsureGateway,
     Event,
     EventSpec,
+    ForgetNetwork,
     ForgetOverlay,
     Get,
+    Holding,
+    Into,
     ListConsumers,
     Log,
     Metric,
@@ -39,12 +42,19 @@ from controller.plan.actions import (
     ReleaseVlan,
     RemoveFinalizer,
     RequestTriple,
+    SetDeleting,
+    SetForeignSubnets,
+    SetGatewayChassis,
+    SetGatewayServing,
+    SetNetwork,
     SetPoolCidrs,
+    SetPoolConflicts,
     SetPruneTimers,
+    SetStuckHolders,
+    SetVlanChanged,
     SplitListed,
     WriteStatus,
 )
-from controller.apply.executor import fill
 from controller.rules.consumers import Consumers, count_consumers
 from controller.plan.gateway import GatewayOutcome
 from controller.plan.network import plan_network
@@ -165,35 +175,37 @@ def with_finalizer(obj, present: bool):
     return out
 
 
-def fold(s, a, canned):
-    """What the executor would fill for a network pass's action ``a`` (reads from ``canned``);
-    the actions a zone pass plans too are :func:`tests.support.plans.fold`'s."""
+def answer(a, s, canned):
+    """What the executor's handler would return for a network pass's action ``a`` (reads from
+    ``canned``; ``allocate``: a Holding's fields, or ``refusal``); the actions a zone pass
+    plans too are :func:`tests.support.plans.answer`'s."""
     if isinstance(a, ListConsumers):
-        return fill(s, a.into, canned[a.into])
+        return canned[str(a.into)]
     if isinstance(a, ReleaseGateway):
-        return attrs.evolve(s, gateway_release=canned["gateway_release"])
+        return canned["gateway_release"]
     if isinstance(a, EnsureGateway):
-        return attrs.evolve(s, gateway=canned["gateway"])
+        return canned["gateway"]
     if isinstance(a, AllocateVlan):
-        return attrs.evolve(s, **canned["allocate"])
+        allocation = canned["allocate"]
+        return allocation["refusal"] if "refusal" in allocation else Holding(**allocation)
     if isinstance(a, AdoptVlan):
         v = with_annotation(with_finalizer(a.vlan, True), names.ANNOTATION_DELETED_SUBNETS, None)
-        return attrs.evolve(s, vlan=v, holders=(v,))
+        return Holding(v, (v,))
     if isinstance(a, RequestTriple):
-        return attrs.evolve(s, requested=True, annotation=canned.get("annotation", s.annotation))
+        return canned.get("annotation", s.annotation)
     if isinstance(a, AddFinalizer):
-        return fill(s, a.into, with_finalizer(a.obj, True))
+        return with_finalizer(a.obj, True)
     if isinstance(a, RemoveFinalizer):
-        return fill(s, a.into, with_finalizer(a.obj, False))
-    return plans.fold(s, a, canned)
+        return with_finalizer(a.obj, False)
+    return plans.answer(a, s, canned)
 
 
 Pass = plans.Pass[NetworkSnapshot]
 
 
-def drive(s: NetworkSnapshot, canned: dict[str, Any] | None = None, limit: int = 40) -> Pass:
+def drive(s: NetworkSnapshot, canned: dict[str, Any] | None = None) -> Pass:
     """A network pass over ``s``, as ``controller.apply.executor.run(plan_network, s, executor)`` runs it."""
-    return plans.drive(plan_network, s, canned, fold=fold, limit=limit)
+    return plans.drive(plan_network, s, canned, answer=answer)
 
 
 def converged(s: NetworkSnapshot, canned=None) -> NetworkSnapshot:
@@ -209,14 +221,14 @@ def converged(s: NetworkSnapshot, canned=None) -> NetworkSnapshot:
 
 def test_notfound_network_forgets_its_series_and_its_triple():
     plan = plan_network(NetworkSnapshot(key=KEY, network=None, now=T0))
-    assert plan.actions == (Metric("forget_network", (NS, NAME)), NetworkGone(KEY))
+    assert plan.actions == (ForgetNetwork(NS, NAME), NetworkGone(KEY))
     assert not plan.replan and plan.requeue_after is None
 
 
 def test_missing_finalizer_is_added_first_and_alone():
     net = network(finalizers=("other.io/keep",))
     plan = plan_network(live(network=net))
-    assert plan.actions == (AddFinalizer(names.PROXMOX_NETWORKS, net, "network"),)
+    assert plan.actions == (AddFinalizer(names.PROXMOX_NETWORKS, net, Into("network")),)
     assert plan.replan
 
 
@@ -467,12 +479,12 @@ def test_another_subnet_on_our_vlan_is_a_conflict_naming_it(strangers, names_):
     assert p.crm("VLANAllocated") == want and p.crm("Ready") == want
     assert p.status["vlan"] == VID
     assert not p.of(ReleaseVlan) and not p.of(ReleaseGateway)
-    assert Metric("set_foreign_subnets", (NS, NAME, len(strangers))) in p.applied
+    assert SetForeignSubnets(NS, NAME, len(strangers)) in p.applied
     assert p.of(WriteStatus)[-1].event == EventSpec("Warning", "VLANConflict", want[2])
 
 
 def test_no_stranger_sets_the_gauge_to_zero():
-    assert Metric("set_foreign_subnets", (NS, NAME, 0)) in drive(live()).applied
+    assert SetForeignSubnets(NS, NAME, 0) in drive(live()).applied
 
 
 def kube_ovn_took_it_down(sub):
@@ -589,7 +601,7 @@ def test_vlan_id_changed_under_the_network_is_not_followed():
     assert p.status["vlan"] == VID  # the record (and so the namespace triple) keeps the allocated ID
     assert not [a for a in p.applied if isinstance(a, (AdoptVlan, AllocateVlan, ReleaseVlan, RequestTriple))]
     assert p.of(WriteStatus)[-1].event == EventSpec("Warning", "VLANChangedExternally", CHANGED)
-    assert Metric("set_vlan_changed", (NS, NAME, True)) in p.applied
+    assert SetVlanChanged(NS, NAME, True) in p.applied
 
 
 def test_vlan_id_put_back_is_allocated_again():
@@ -598,7 +610,7 @@ def test_vlan_id_put_back_is_allocated_again():
     v["metadata"]["generation"] = 3
     p = drive(live(vlan=v, holders=(v,), network=network(recorded)))
     assert p.crm("VLANAllocated")[:2] == ("True", "Allocated")
-    assert Metric("set_vlan_changed", (NS, NAME, False)) in p.applied
+    assert SetVlanChanged(NS, NAME, False) in p.applied
 
 
 @pytest.mark.parametrize("value, follows", [("107", True), (" 107 ", True), ("105", False), ("", False)])
@@ -639,9 +651,9 @@ def dup(**kw):
 
 
 GIVE_BACK_CLEAR = {"fresh_vlan": OURS, "fresh_named_subnet": None, "fresh_consumers": Consumers()}
-FRESH_READS = [Get(names.VLANS, SUBNET, None, "fresh_vlan"),
-               Get(names.SUBNETS, SUBNET, None, "fresh_named_subnet"),
-               ListConsumers(NS, POOL, "fresh_consumers")]
+FRESH_READS = [Get(names.VLANS, SUBNET, None, Into("fresh_vlan")),
+               Get(names.SUBNETS, SUBNET, None, Into("fresh_named_subnet")),
+               ListConsumers(NS, POOL, Into("fresh_consumers"))]
 
 
 def test_duplicate_holder_is_a_conflict_naming_the_other_vlan():
@@ -776,7 +788,7 @@ def test_subnet_ready_fills_the_address_fields():
 
 def test_bound_subnet_gets_our_finalizer_unless_terminating():
     sub = subnet(finalizers=())
-    assert drive(live(subnet=sub)).of(AddFinalizer) == [AddFinalizer(names.SUBNETS, sub, "subnet")]
+    assert drive(live(subnet=sub)).of(AddFinalizer) == [AddFinalizer(names.SUBNETS, sub, Into("subnet"))]
     assert not drive(live(subnet=subnet(finalizers=(), deleting=DELETED_AT))).of(AddFinalizer)
 
 
@@ -870,7 +882,7 @@ def test_pool_overlapping_other_pools():
                "(10.0.0.40-10.0.0.50), GlobalInClusterIPPool shared (10.0.0.45)" + OVERLAP_TAIL)
     assert p.crm("IPPoolReady") == ("False", "PoolOverlapsPool", message)
     assert p.crm("Ready") == ("False", "PoolOverlapsPool", message)
-    assert Metric("set_pool_conflicts", (NS, NAME, 2, 0)) in p.applied
+    assert SetPoolConflicts(NS, NAME, 2, 0) in p.applied
 
 
 def test_a_later_pool_of_no_network_is_a_warning_and_the_network_stays_ready():
@@ -882,7 +894,7 @@ def test_a_later_pool_of_no_network_is_a_warning_and_the_network_stays_ready():
                "(made after it: the network stays Ready)" + OVERLAP_TAIL)
     assert p.crm("IPPoolReady") == ("True", "PoolOverlapsPool", message)
     assert p.crm("Ready")[:2] == ("True", "Ready")
-    assert Metric("set_pool_conflicts", (NS, NAME, 1, 0)) in p.applied
+    assert SetPoolConflicts(NS, NAME, 1, 0) in p.applied
 
 
 @pytest.mark.parametrize("other_vpc, created, want", [
@@ -900,7 +912,7 @@ def test_a_pool_of_another_network_overlaps_only_in_the_same_vpc_and_only_on_the
 def test_pool_overlapping_nothing_but_itself_is_ready():
     p = drive(live(other_pools=(("InClusterIPPool", pool()), ("InClusterIPPool", other_pool("x", ["10.0.1.1"])))))
     assert p.crm("IPPoolReady")[:2] == ("True", "Ready")
-    assert Metric("set_pool_conflicts", (NS, NAME, 0, 0)) in p.applied
+    assert SetPoolConflicts(NS, NAME, 0, 0) in p.applied
 
 
 def test_same_pool_name_in_another_namespace_is_another_pool():
@@ -919,7 +931,7 @@ def test_address_held_by_a_kube_ovn_ip():
                "Kube-OVN IP web-1.tenant-a, IPAddress tenant-a/vm1-inet)" + CONFLICT_TAIL)
     assert p.crm("IPPoolReady") == ("False", "AddressConflict", message)
     assert p.crm("Ready") == ("False", "AddressConflict", message)
-    assert Metric("set_pool_conflicts", (NS, NAME, 0, 1)) in p.applied
+    assert SetPoolConflicts(NS, NAME, 0, 1) in p.applied
 
 
 def pool_address(name, addr):
@@ -938,7 +950,7 @@ def test_one_address_given_to_two_ipaddresses_is_a_conflict_naming_both():
                "IPAddressClaim of the VM that is to get another address (the provider then gives it a free one), the "
                "controller deletes nothing")
     assert p.crm("IPPoolReady") == ("False", "AddressConflict", message)
-    assert Metric("set_pool_conflicts", (NS, NAME, 0, 1)) in p.applied
+    assert SetPoolConflicts(NS, NAME, 0, 1) in p.applied
     # Holders are objects, never merged by address: three IPAddresses hold the pool.
     c = count_consumers(None, POOL, [], twice, [])
     assert c.addresses == 3 and [h.name for h in c.holders] == ["vm1-inet", "vm2-inet", "vm3-inet"]
@@ -950,7 +962,7 @@ def test_a_pod_and_a_second_ipaddress_on_the_pool_are_both_named():
     msg = p.crm("IPPoolReady")[2]
     assert msg.startswith('Kube-OVN has given addresses of InClusterIPPool "pool-a" to pods: 10.0.0.20')
     assert '; InClusterIPPool "pool-a" gave one address to several IPAddresses: 10.0.0.210' in msg
-    assert Metric("set_pool_conflicts", (NS, NAME, 0, 2)) in p.applied
+    assert SetPoolConflicts(NS, NAME, 0, 2) in p.applied
 
 
 def test_pool_precedence_split_then_overlap_then_conflict_then_exhausted():
@@ -959,7 +971,7 @@ def test_pool_precedence_split_then_overlap_then_conflict_then_exhausted():
     # A split failure first (the pool's own fault); the gauges still count.
     p = drive(live(pool=pool(prefix=25), other_pools=overlap, kube_ovn_ips=conflict))
     assert p.crm("IPPoolReady")[:2] == ("False", "PoolPrefixMismatch")
-    assert Metric("set_pool_conflicts", (NS, NAME, 1, 1)) in p.applied
+    assert SetPoolConflicts(NS, NAME, 1, 1) in p.applied
     # Then the overlap, then the conflict, and only then the True reasons.
     assert drive(live(other_pools=overlap, kube_ovn_ips=conflict)).crm("IPPoolReady")[1] == "PoolOverlapsPool"
     assert drive(live(kube_ovn_ips=conflict, pool=pool(ip=(41, 41, 0)))).crm("IPPoolReady")[1] == "AddressConflict"
@@ -1101,7 +1113,7 @@ def test_a_subnet_in_the_default_vpc_is_invalid_gets_no_group_and_keeps_its_vlan
                                      "see SubnetReady")
     assert p.of(ReleaseGateway) == [ReleaseGateway(KEY)] and not p.of(EnsureGateway)
     assert p.crm("VLANAllocated")[:2] == ("True", "Allocated") and p.status["vlan"] == VID
-    assert Metric("set_gateway_chassis", (NS, NAME, 0)) in p.applied
+    assert SetGatewayChassis(NS, NAME, 0) in p.applied
     assert p.of(WriteStatus)[-1].event == EventSpec("Warning", "SubnetInvalid", default_vpc_message(where))
 
 
@@ -1160,7 +1172,7 @@ def test_chassis_assigned_from_the_nb_outcome():
     assert p.of(EnsureGateway) == [EnsureGateway(KEY, VPC, SUBNET, ("t1",), frozenset({SUBNET}))]
     assert p.crm("GatewayReady") == ("True", "ChassisAssigned", ASSIGNED)
     assert p.crm("Ready") == ("True", "Ready", "the subnet is usable from Proxmox")
-    assert Metric("set_gateway_chassis", (NS, NAME, 2)) in p.applied
+    assert SetGatewayChassis(NS, NAME, 2) in p.applied
     assert p.last.requeue_after == 300
 
 
@@ -1192,7 +1204,7 @@ def test_nb_failure_at_9m59s_still_keeps_chassis_assigned_and_writes_nothing():
     p = drive(s, NB_DOWN)
     assert [a for plan in p.plans for a in plan.writes] == [EnsureGateway(KEY, VPC, SUBNET, (), frozenset())]
     assert p.last.requeue_after == 30
-    assert [m.args[4] for m in p.of(Metric) if m.method == "set_network"] == [True]  # still Ready
+    assert [m.ready for m in p.of(SetNetwork)] == [True]  # still Ready
 
 
 def test_nb_failure_after_the_grace_is_false():
@@ -1294,7 +1306,7 @@ def clear(**over) -> dict[str, Any]:
 def waits(p: Pass, reason: str, message: str, after: float) -> None:
     assert p.crm("Ready") == ("False", reason, message)
     assert p.last.requeue_after == after
-    assert Metric("set_deleting", (NS, NAME, True)) in p.applied
+    assert SetDeleting(NS, NAME, True) in p.applied
     assert not p.of(ReleaseVlan)
     assert not [a for a in p.applied if isinstance(a, RemoveFinalizer) and a.resource == names.PROXMOX_NETWORKS]
 
@@ -1318,7 +1330,7 @@ def test_in_use_from_the_cache_needs_no_fresh_read():
 
 def test_in_use_from_the_fresh_consumer_list():
     p = drive(deleting(), clear(fresh_consumers=Consumers(used=0, machines=2)))
-    assert p.applied[0] == ListConsumers(NS, POOL, "fresh_consumers")
+    assert p.applied[0] == ListConsumers(NS, POOL, Into("fresh_consumers"))
     waits(p, "InUse",
           f'0 address(es) of pool "{POOL}" are allocated and 2 ProxmoxMachine(s) reference it; '
           f'VLAN {VID} and subnet "{SUBNET}" are kept until they are gone', 30)
@@ -1365,7 +1377,7 @@ def test_in_use_names_the_first_five_holders_then_a_count():
         f'0 address(es) of pool "{POOL}" are allocated and 7 ProxmoxMachine(s) reference it; held by '
         "ProxmoxMachine pm-0, ProxmoxMachine pm-1, ProxmoxMachine pm-2, ProxmoxMachine pm-3, ProxmoxMachine pm-4 "
         f'and 2 more; VLAN {VID} and subnet "{SUBNET}" are kept until they are gone'))
-    assert Metric("set_stuck_holders", (NS, NAME, 0)) in p.applied
+    assert SetStuckHolders(NS, NAME, 0) in p.applied
 
 
 def test_in_use_says_what_is_odd_about_each_holder():
@@ -1385,7 +1397,7 @@ def test_in_use_says_what_is_odd_about_each_holder():
         "ipam.cluster.x-k8s.io/ReleaseAddress; owner ProxmoxMachine vm-0 not found), "
         "IPAddressClaim vm-1-eth0 (no IPAddress), IPAddress lost (its IPAddressClaim gone-claim not found), "
         f'IPAddress vm-0-eth0; VLAN {VID} and subnet "{SUBNET}" are kept until they are gone')
-    assert Metric("set_stuck_holders", (NS, NAME, 3)) in p.applied
+    assert SetStuckHolders(NS, NAME, 3) in p.applied
 
 
 def test_in_use_quotes_a_machines_failed_deletion():
@@ -1408,7 +1420,7 @@ def test_in_use_quotes_a_machines_failed_deletion():
         'VMProvisioned DeletionFailed: "VM 107 is running - destroy failed"), '
         'ProxmoxMachine pm-2 (VMProvisioned DeletionFailed: "VM 107 is running - destroy failed"); '
         f'VLAN {VID} and subnet "{SUBNET}" are kept until they are gone')
-    assert Metric("set_stuck_holders", (NS, NAME, 2)) in p.applied
+    assert SetStuckHolders(NS, NAME, 2) in p.applied
 
 
 def test_deletion_wait_leaves_observed_generation_and_other_conditions_alone():
@@ -1423,8 +1435,8 @@ def test_deletion_wait_leaves_observed_generation_and_other_conditions_alone():
 
 def test_the_subnet_is_read_fresh_after_the_consumers():
     p = drive(deleting(), clear(fresh_subnet=subnet(), fresh_vlan=None))
-    assert p.applied[:2] == (ListConsumers(NS, POOL, "fresh_consumers"),
-                             Get(names.SUBNETS, SUBNET, None, "fresh_subnet"))
+    assert p.applied[:2] == (ListConsumers(NS, POOL, Into("fresh_consumers")),
+                             Get(names.SUBNETS, SUBNET, None, Into("fresh_subnet")))
 
 
 def test_subnet_still_exists():
@@ -1487,10 +1499,10 @@ def test_release_order():
     assert kinds == ["ListConsumers", "Get", "ReleaseGateway", "Get", "Get", "SplitListed", "ReleaseVlan", "Event",
                      "RemoveFinalizer"]
     gets = p.of(Get)
-    assert gets == [Get(names.SUBNETS, SUBNET, None, "fresh_subnet"), Get(names.VLANS, SUBNET, None, "fresh_vlan"),
-                    Get(names.PROXMOX_NETWORKS, NAME, NS, "fresh_network")]
-    assert p.applied[-2:] == (RemoveFinalizer(names.PROXMOX_NETWORKS, s.network, "finalized"),
-                              Metric("forget_network", (NS, NAME)))
+    assert gets == [Get(names.SUBNETS, SUBNET, None, Into("fresh_subnet")), Get(names.VLANS, SUBNET, None, Into("fresh_vlan")),
+                    Get(names.PROXMOX_NETWORKS, NAME, NS, Into("fresh_network"))]
+    assert p.applied[-2:] == (RemoveFinalizer(names.PROXMOX_NETWORKS, s.network, Into("finalized")),
+                              ForgetNetwork(NS, NAME))
     assert p.last.requeue_after is None and not p.of(WriteStatus)
 
 
@@ -1610,7 +1622,7 @@ def test_prune_timers_are_stored_before_deciding():
     v = vlan(subnets=["g1"])
     p = drive(deleting(), clear(fresh_vlan=v, listed=((), ("g1",))))
     stored = p.of(SetPruneTimers)
-    assert stored == [SetPruneTimers(v, '{"g1":"2026-10-07T08:00:00Z"}', "fresh_vlan")]
+    assert stored == [SetPruneTimers(v, '{"g1":"2026-10-07T08:00:00Z"}', Into("fresh_vlan"))]
     assert p.index(lambda a: isinstance(a, SetPruneTimers)) < p.index(lambda a: isinstance(a, WriteStatus))
     assert p.crm("Ready")[2].endswith("or at 2026-10-07T08:10:00Z at the latest")
 
@@ -1758,7 +1770,7 @@ def test_property_no_release_unless_every_fresh_read_allows_it(case):
     if released:
         at = p.index(lambda a: isinstance(a, ReleaseVlan))
         for read in ("fresh_subnet", "fresh_vlan", "fresh_network"):
-            assert p.index(lambda a, r=read: isinstance(a, Get) and a.into == r) < at
+            assert p.index(lambda a, r=read: isinstance(a, Get) and a.into == Into(r)) < at
         assert p.index(lambda a: isinstance(a, SplitListed)) < at
         assert p.index(lambda a: isinstance(a, ListConsumers)) < at
         assert net_finalizer_removed(p)
@@ -1833,12 +1845,12 @@ def test_the_serving_chassis_is_recorded_and_dropped_when_nothing_serves_or_the_
     outcome = {"gateway": GatewayOutcome(GatewayState("ChassisAssigned", ASSIGNED, 2, members=("ch-a", "ch-b")))}
     served = drive(gw_live(trunk=("t1",), sb_binding=Binding(True, True, "ch-a", "pve-1", T0)), outcome)
     assert served.status["servingChassis"] == "ch-a"
-    assert Metric("set_gateway_serving", (NS, NAME, True, "ch-a")) in served.applied
+    assert SetGatewayServing(NS, NAME, True, "ch-a") in served.applied
     up = attrs.evolve(gw_live(trunk=("t1",)), network=network(copy.deepcopy(served.status)))
     gone = drive(attrs.evolve(up, sb_binding=Binding(True, True, "", "", T0 - dt.timedelta(minutes=1))), outcome)
     assert gone.crm("GatewayReady")[:2] == ("False", "NoServingChassis")
     assert "servingChassis" not in gone.status
-    assert Metric("set_gateway_serving", (NS, NAME, False, "")) in gone.applied
+    assert SetGatewayServing(NS, NAME, False, "") in gone.applied
     unread = drive(up, outcome)  # the SB not read (any more)
     assert unread.crm("GatewayReady")[:2] == ("True", "ChassisAssigned")
     assert "servingChassis" not in unread.status
@@ -1930,7 +1942,7 @@ def test_an_overlap_appearing_while_the_pool_is_ready_only_warns():
     p = drive(attrs.evolve(ready, other_pools=older))
     assert p.crm("IPPoolReady")[:2] == ("True", "PoolOverlapsPool")
     assert p.crm("Ready")[:2] == ("True", "Ready")
-    assert Metric("set_pool_conflicts", (NS, NAME, 1, 0)) in p.applied
+    assert SetPoolConflicts(NS, NAME, 1, 0) in p.applied
 
 
 # =============================================================================================

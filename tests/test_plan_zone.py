@@ -3,8 +3,8 @@
 Expected reasons and messages are the spec's (reference-behaviour.md §8, §8.1, §7;
 product-decisions.md §4.4, §7), not read off the code. A pass is driven by :func:`drive`
 (``tests.support.plans.drive``, a stand-in for ``controller.apply.executor.run``): each requested read
-is filled from a dict of canned fresh values keyed by the action's ``into`` (``owners[<vlan>]``,
-``fresh[<vlan>]``, ``listed[<vlan>]``) with ``controller.apply.executor.fill``.
+is answered from a dict of canned fresh values keyed by the action's ``into`` as written
+(``owners[<vlan>]``, ``fresh[<vlan>]``, ``listed[<vlan>]``) and folded by the action.
 """
 
 from __future__ import annotations
@@ -24,13 +24,17 @@ from controller.plan.actions import (
     FAILED,
     Event,
     EventSpec,
+    ForgetZone,
     Get,
+    Into,
     Log,
     Metric,
     Plan,
     ReleaseVlan,
     RemoveFinalizer,
     SetPruneTimers,
+    SetZone,
+    SetZoneKept,
     SplitListed,
     WriteStatus,
 )
@@ -112,10 +116,10 @@ class Pass(plans.Pass[ZoneSnapshot]):
         return tuple(self.status[k] for k in ("totalVLANs", "allocatedVLANs", "freeVLANs", "networks"))
 
 
-def drive(s: ZoneSnapshot, canned: dict[str, Any] | None = None, limit: int = 40) -> Pass:
+def drive(s: ZoneSnapshot, canned: dict[str, Any] | None = None) -> Pass:
     """A zone pass over ``s``, as ``controller.apply.executor.run(plan_zone, s, executor)`` runs it; a zone
-    pass plans only actions :func:`tests.support.plans.fold` knows."""
-    return plans.drive(plan_zone, s, canned, result=Pass, limit=limit)
+    pass plans only actions :func:`tests.support.plans.answer` knows."""
+    return plans.drive(plan_zone, s, canned, result=Pass)
 
 
 def timers(**starts: str) -> dict[str, str]:
@@ -128,7 +132,7 @@ def timers(**starts: str) -> dict[str, str]:
 
 
 def test_zone_not_found_forgets_its_series():
-    assert plan_zone(ZoneSnapshot(name=ZONE, zone=None, now=T0)) == Plan((Metric("forget_zone", (ZONE,)),))
+    assert plan_zone(ZoneSnapshot(name=ZONE, zone=None, now=T0)) == Plan((ForgetZone(ZONE),))
 
 
 @pytest.mark.parametrize("ranges, message", [
@@ -172,7 +176,7 @@ def test_ready_counts_free_allocated_and_networks():
     # 101-110 without 105: 9 candidates; used 101, 102, 103 and the pins 106, 108 (107 is another provider's)
     assert p.counts == (9, 2, 4, 4)
     assert p.ready == ("True", "Ready", "4 of 9 VLANs free; trunk ready on 2 node(s)")
-    assert Metric("set_zone", (ZONE, 9, 2, 4, 4, 0)) in p.applied
+    assert SetZone(ZONE, 9, 2, 4, 4, 0) in p.applied
     assert p.last.requeue_after == 600
 
 
@@ -183,7 +187,7 @@ def test_stranded_ids_are_listed_sorted_as_strings():
     assert p.ready == ("True", "Ready", "8 of 9 VLANs free; trunk ready on 2 node(s); allocated outside the current "
                                         "ranges: 1000 (v-1000), 105 (v-105), 200 (v-200)")
     assert p.counts[:2] == (9, 5)
-    assert Metric("set_zone_kept", (ZONE, 3, 0)) in p.applied  # issue 26 item 7
+    assert SetZoneKept(ZONE, 3, 0) in p.applied  # issue 26 item 7
 
 
 def test_duplicate_ids_on_the_provider_are_named():
@@ -222,12 +226,12 @@ def test_vlan_with_an_empty_owner_label_is_collected_without_asking_for_the_netw
     p = orphan_pass(v)
     assert not [a for a in p.of(Get) if a.resource == names.PROXMOX_NETWORKS]
     assert p.of(ReleaseVlan) == [ReleaseVlan(v, "collected orphaned VLAN", {"vlan": 101, "name": "v1"},
-                                             into="released[v1]")]
+                                             into=Into("released", "v1"))]
     ev = p.of(Event)
     assert [(e.type, e.reason) for e in ev] == [("Normal", "OrphanedVLANCollected")]
     assert "v1" in ev[0].message and "101" in ev[0].message
     assert p.counts[1] == 0  # allocated excludes the collected one
-    assert Metric("set_zone", (ZONE, 10, 0, 9, 1, 0)) in p.applied
+    assert SetZone(ZONE, 10, 0, 9, 1, 0) in p.applied
 
 
 @pytest.mark.parametrize("owner", [(NS, "net-gone"), ("", "")], ids=["network-gone", "no-owner"])
@@ -246,7 +250,7 @@ def test_an_orphan_without_our_finalizer_is_named_and_never_touched(owner):
         f"exist, without the finalizer {FIN} (never made or adopted by the controller), left alone: "
         '"v1" (VLAN 101)'))
     assert p.counts[1] == 1
-    assert Metric("set_zone", (ZONE, 10, 1, 9, 1, 1)) in p.applied
+    assert SetZone(ZONE, 10, 1, 9, 1, 1) in p.applied
 
 
 def test_a_terminating_orphan_without_our_finalizer_is_neither_named_nor_touched():
@@ -264,14 +268,14 @@ def test_a_terminating_orphan_with_our_finalizer_is_collected():
     v["metadata"]["deletionTimestamp"] = "2026-10-07T07:59:00Z"
     p = orphan_pass(v, canned={"owners[v1]": None})
     assert p.of(ReleaseVlan) == [ReleaseVlan(v, "collected orphaned VLAN", {"vlan": 101, "name": "v1"},
-                                             into="released[v1]")]
+                                             into=Into("released", "v1"))]
 
 
 def test_owner_missing_from_the_cache_is_read_fresh_and_tolerantly():
     v = vlan("v1", 101)
     p = orphan_pass(v, canned={"owners[v1]": None})
-    assert p.applied[0] == Get(names.PROXMOX_NETWORKS, "net-v1", NS, "owners[v1]", tolerate=True)
-    reads = [p.index(lambda a, r=r: getattr(a, "into", None) == r) for r in ("owners[v1]", "fresh[v1]", "listed[v1]")]
+    assert p.applied[0] == Get(names.PROXMOX_NETWORKS, "net-v1", NS, Into("owners", "v1"), tolerate=True)
+    reads = [p.index(lambda a, r=r: getattr(a, "into", None) == Into(r, "v1")) for r in ("owners", "fresh", "listed")]
     assert reads == sorted(reads) and reads[-1] < p.index(lambda a: isinstance(a, ReleaseVlan))
     assert p.counts[1] == 0
 
@@ -301,7 +305,7 @@ def test_bound_subnet_keeps_the_orphan():
     assert not p.of(ReleaseVlan) and not p.of(RemoveFinalizer)
     assert p.ready[2] == "9 of 10 VLANs free; trunk ready on 2 node(s); 1 orphaned Vlan(s) still referenced by a subnet"
     assert p.counts[1] == 1
-    assert Metric("set_zone", (ZONE, 10, 1, 9, 1, 1)) in p.applied
+    assert SetZone(ZONE, 10, 1, 9, 1, 1) in p.applied
     assert p.last.requeue_after == 600
 
 
@@ -337,7 +341,7 @@ def test_prune_timer_sets_the_recheck():
 def test_prune_timers_are_stored_before_deciding():
     v = vlan("v1", 101, owner=("", ""), subnets=["g"])
     p = orphan_pass(v, canned={"listed[v1]": ((), ("g",))})
-    assert p.of(SetPruneTimers) == [SetPruneTimers(v, f'{{"g":"{ts(T0)}"}}', "fresh[v1]")]
+    assert p.of(SetPruneTimers) == [SetPruneTimers(v, f'{{"g":"{ts(T0)}"}}', Into("fresh", "v1"))]
     assert p.index(lambda a: isinstance(a, SetPruneTimers)) < p.index(lambda a: isinstance(a, WriteStatus))
     assert p.last.requeue_after == 600 and not p.of(ReleaseVlan)
 
@@ -438,7 +442,7 @@ def test_property_orphan_released_only_when_nothing_uses_it(case):
     if p.of(ReleaseVlan):
         at = p.index(lambda a: isinstance(a, ReleaseVlan))
         assert p.index(lambda a: isinstance(a, SplitListed)) < at
-        assert p.index(lambda a: isinstance(a, Get) and a.into == "fresh[v1]") < at
+        assert p.index(lambda a: isinstance(a, Get) and a.into == Into("fresh", "v1")) < at
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -473,7 +477,7 @@ def test_held_ids_are_not_free_and_are_shown_with_their_end():
     assert p.ready == ("True", "Ready", "7 of 10 VLANs free; trunk ready on 2 node(s); 2 released ID(s) held by "
                                         f"the VLAN reuse delay, free again from {ts(until)}")
     assert p.last.requeue_after == 240.0  # back when the first one expires
-    assert Metric("set_zone_kept", (ZONE, 0, 2)) in p.applied  # issue 26 item 7
+    assert SetZoneKept(ZONE, 0, 2) in p.applied  # issue 26 item 7
     assert not [a for a in p.applied if type(a).__name__ == "PruneReleasedVlans"]
 
 

@@ -12,7 +12,7 @@ import attrs
 import yaml
 
 from controller import names, schema
-from controller.plan.actions import WriteStatus
+from controller.plan.actions import Into, WriteStatus
 from controller.apply.executor import Executor
 from controller.metrics import Metrics
 
@@ -152,7 +152,7 @@ def test_a_write_whose_read_back_lacks_fields_probes_once_and_posts_one_event_na
     ex = Executor(writer, None, events=events, metrics=metrics, pruned=reg)  # type: ignore[arg-type]
 
     def write(name: str, st: dict) -> None:
-        ex(WriteStatus(names.PROXMOX_NETWORKS, net(name), st, "network"), Snap())
+        ex(WriteStatus(names.PROXMOX_NETWORKS, net(name), st, Into("network")), Snap())
 
     write("a", status(gatewayMtu=1400))  # servingChassis not known yet, gatewayFailingSince not failing
     assert [dry for _, dry in writer.puts] == [False, True]  # the write, then one dry-run of the full shape
@@ -184,5 +184,5 @@ def test_a_read_back_that_keeps_what_was_written_costs_no_probe():
     writer = PruningWriter(())
     events = Events()
     ex = Executor(writer, None, events=events, metrics=Metrics(), pruned=schema.PrunedFields())  # type: ignore[arg-type]
-    ex(WriteStatus(names.PROXMOX_NETWORKS, net("a"), status(gatewayMtu=1400), "network"), Snap())
+    ex(WriteStatus(names.PROXMOX_NETWORKS, net("a"), status(gatewayMtu=1400), Into("network")), Snap())
     assert [dry for _, dry in writer.puts] == [False] and events.posted == []

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from controller.plan.actions import Log, Plan, WriteStatus
+from controller.plan.actions import Into, Level, Log, Plan, WriteStatus
 from controller.apply.executor import Executor, run
 from controller.runtime.worker import Controller
 from controller.manager import Manager
@@ -42,7 +42,7 @@ def test_a_pass_ends_before_its_next_action_once_the_process_stops():
         seen.append(s)
         if len(seen) == 1:
             stopping.set()  # SIGTERM arrives while the pass plans
-        return Plan((WriteStatus(names.PROXMOX_NETWORKS, NET, {"vlan": 7}, "network", None),))
+        return Plan((WriteStatus(names.PROXMOX_NETWORKS, NET, {"vlan": 7}, Into("network"), None),))
 
     with pytest.raises(Stopping):
         run(planner, object(), ex)
@@ -60,7 +60,7 @@ def test_the_worker_drops_an_abandoned_pass_without_a_retry():
 
 def test_a_pass_runs_to_its_end_while_the_process_is_not_stopping():
     ex = Executor(NoWrites(), vlans=None, stopping=threading.Event())
-    plan = Plan((Log("info", "a step", {}),), requeue_after=5.0)
+    plan = Plan((Log(Level.INFO, "a step", {}),), requeue_after=5.0)
     assert run(lambda s: plan, object(), ex) == Result(5.0)
 
 

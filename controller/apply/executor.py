@@ -1,6 +1,12 @@
 """The executor: applies a plan's actions in order and folds their results into the
 snapshot (see ``controller.plan.actions``).
 
+Each action class has one handler (:data:`Handler`: the action's effect, returning its
+result); the table of handlers is checked against the :data:`~controller.plan.actions.Action`
+union when this module is imported (:func:`dispatch`), and the action's own ``fold`` puts
+the result into the snapshot. Metric actions are calls of ``controller.metrics.Metrics``
+methods, one per class.
+
 One executor per reconciler kind writes to the API server (through ``KubeWriter``; writes
 of the reconciler's own kind go through its read-your-writes overlay) and hands NB work to
 the NB writer (``controller.apply.gateway.GatewayStep`` over ``ovn.gateway.GatewayApplier``).
@@ -14,8 +20,8 @@ point, so the Lease can be released at once (``controller.main``).
 from __future__ import annotations
 
 import copy
-import re
 import threading
+import typing
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -25,26 +31,43 @@ import structlog
 from controller import names
 from controller.plan.actions import (
     FAILED,
+    Action,
     AddFinalizer,
     AdoptVlan,
     AllocateVlan,
     EnsureGateway,
     Event,
+    ForgetGateway,
+    ForgetNetwork,
     ForgetOverlay,
+    ForgetZone,
     Get,
+    Holding,
+    Level,
     ListConsumers,
     Log,
-    Metric,
     NetworkGone,
     Plan,
     PruneReleasedVlans,
+    ReconcileError,
     ReleaseGateway,
     ReleaseVlan,
     RemoveFinalizer,
     ReportOnce,
     RequestTriple,
+    SetDeleting,
+    SetForeignSubnets,
+    SetGatewayChassis,
+    SetGatewayReady,
+    SetGatewayServing,
+    SetNetwork,
+    SetPoolConflicts,
     SetPoolCidrs,
     SetPruneTimers,
+    SetStuckHolders,
+    SetVlanChanged,
+    SetZone,
+    SetZoneKept,
     SplitListed,
     WriteStatus,
 )
@@ -64,32 +87,37 @@ log = structlog.get_logger(__name__)
 # A pass that has not settled after this many plans is a planner bug, not a slow cluster.
 MAX_PLANS = 64
 
-_ITEM = re.compile(r"^(\w+)\[(.*)\]$")
+# (executor, action, snapshot) -> the action's result, folded by ``action.fold``.
+Handler = Callable[["Executor", Any, Any], Any]
 
 
 class PlanDidNotSettle(RuntimeError):
     """The planner asked for results more than :data:`MAX_PLANS` times in one pass."""
 
 
-def fill(snapshot: Any, into: str | None, value: Any) -> Any:
-    """``snapshot`` with field ``into`` (or key ``k`` of mapping field ``f``, as ``f[k]``)
-    set to ``value``; unchanged when ``into`` is None."""
-    if into is None:
-        return snapshot
-    m = _ITEM.match(into)
-    if m is None:
-        return attrs.evolve(snapshot, **{into: value})
-    field, key = m.groups()
-    mapping = dict(getattr(snapshot, field))
-    mapping[key] = value
-    return attrs.evolve(snapshot, **{field: mapping})
+def dispatch(handlers: Mapping[type, Handler]) -> dict[type, Handler]:
+    """``handlers`` (action class -> :data:`Handler`) once it has one handler for each class
+    of the :data:`~controller.plan.actions.Action` union and nothing else.
+
+    :raises TypeError: naming the action classes without a handler and the handled classes
+        that are not actions.
+    """
+    actions = set(typing.get_args(Action))
+    missing = sorted(c.__name__ for c in actions - handlers.keys())
+    extra = sorted(c.__name__ for c in handlers.keys() - actions)
+    if missing or extra:
+        raise TypeError(f"executor dispatch: no handler for {missing or 'none'}; "
+                        f"handlers for classes outside the Action union: {extra or 'none'}")
+    return dict(handlers)
 
 
 def run(planner: Callable[[Any], Plan], snapshot: Any, apply: Callable[[Any, Any], Any]) -> Result:
     """Plan, apply, and plan again while the plan asks for its results.
 
-    An action equal to one applied earlier in this pass is not applied again (a later plan
-    repeats the prefix it already asked for).
+    ``apply(action, snapshot)`` returns the snapshot with the action's result folded in
+    (an :class:`Executor`; the plan tests give a canned one). An action equal to one
+    applied earlier in this pass is not applied again (a later plan repeats the prefix it
+    already asked for).
 
     :raises PlanDidNotSettle: after :data:`MAX_PLANS` plans.
     :raises ApiError: from the first action that fails.
@@ -155,11 +183,11 @@ class Executor:
         self._reported: dict[str, tuple[str, frozenset[str]]] = {}
         self._reported_lock = threading.Lock()
 
-    def __call__(self, action: Any, s: Any) -> Any:
+    def __call__(self, action: Action, s: Any) -> Any:
+        """Apply ``action``: ``s`` with its result folded in (``action.fold``)."""
         if self.stopping is not None and self.stopping.is_set():
             raise Stopping(f"stopping before {type(action).__name__}")
-        method = getattr(self, "_" + type(action).__name__)
-        return method(action, s)
+        return action.fold(s, self.HANDLERS[type(action)](self, action, s))
 
     # -- writes of the own kind go through the overlay ------------------------------------
     def _guarded(self, resource: Resource, obj: Mapping[str, Any], fn: Callable[[], Any]) -> Any:
@@ -177,20 +205,18 @@ class Executor:
         return out
 
     # -- reads ------------------------------------------------------------------------------
-    def _Get(self, a: Get, s: Any) -> Any:
+    def _get(self, a: Get, s: Any) -> Any:
         try:
-            obj = self.writer.get(a.resource, a.name, a.namespace)
+            return self.writer.get(a.resource, a.name, a.namespace)
         except ApiError as err:
             if err.not_found:
-                obj = None
-            elif a.tolerate:
-                obj = FAILED
-            else:
-                raise
-        return fill(s, a.into, obj)
+                return None
+            if a.tolerate:
+                return FAILED
+            raise
 
-    def _ListConsumers(self, a: ListConsumers, s: Any) -> Any:
-        return fill(s, a.into, self.fresh_consumers(a.namespace, a.pool))
+    def _list_consumers(self, a: ListConsumers, s: Any) -> Consumers:
+        return self.fresh_consumers(a.namespace, a.pool)
 
     def fresh_consumers(self, ns: str, pname: str) -> Consumers:
         """:func:`count_consumers` over objects read from the API server, not the cache.
@@ -224,42 +250,40 @@ class Executor:
         counted = count_consumers(pool, pname, items("machines"), items("addresses"), items("claims"))
         return attrs.evolve(counted, unlisted=tuple(unlisted)) if unlisted else counted
 
-    def _SplitListed(self, a: SplitListed, s: Any) -> Any:
+    def _split_listed(self, a: SplitListed, s: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
         live, gone = self.vlans.split_listed_subnets(a.vlan)
-        return fill(s, a.into, (tuple(live), tuple(gone)))
+        return tuple(live), tuple(gone)
 
     # -- API writes -------------------------------------------------------------------------
-    def _AddFinalizer(self, a: AddFinalizer, s: Any) -> Any:
-        obj = self._guarded(a.resource, a.obj, lambda: self.writer.add_finalizer(a.resource, a.obj, names.FINALIZER))
-        return fill(s, a.into, obj)
+    def _add_finalizer(self, a: AddFinalizer, s: Any) -> Any:
+        return self._guarded(a.resource, a.obj, lambda: self.writer.add_finalizer(a.resource, a.obj, names.FINALIZER))
 
-    def _RemoveFinalizer(self, a: RemoveFinalizer, s: Any) -> Any:
+    def _remove_finalizer(self, a: RemoveFinalizer, s: Any) -> Any:
         try:
-            obj = self._guarded(a.resource, a.obj,
-                                lambda: self.writer.remove_finalizer(a.resource, a.obj, names.FINALIZER))
+            return self._guarded(a.resource, a.obj,
+                                 lambda: self.writer.remove_finalizer(a.resource, a.obj, names.FINALIZER))
         except ApiError as err:
             if not err.not_found:
                 raise
-            obj = None
-        return fill(s, a.into, obj)
+            return None
 
-    def _AllocateVlan(self, a: AllocateVlan, s: Any) -> Any:
+    def _allocate_vlan(self, a: AllocateVlan, s: Any) -> Holding | tuple[str, str]:
         out = self.vlans.allocate(a.network, a.zone, dict(a.annotations))
         if out.vlan is None:
-            return attrs.evolve(s, refusal=(out.reason, out.message))
-        return attrs.evolve(s, vlan=out.vlan, allocated_now=out.allocated, holders=self.vlans.holders_of(out.vlan, a.zone))
+            return out.reason, out.message
+        return Holding(out.vlan, self.vlans.holders_of(out.vlan, a.zone), out.allocated)
 
-    def _AdoptVlan(self, a: AdoptVlan, s: Any) -> Any:
+    def _adopt_vlan(self, a: AdoptVlan, s: Any) -> Holding:
         vlan = self.vlans.adopt(copy.deepcopy(dict(a.vlan)))
-        return attrs.evolve(s, vlan=vlan, holders=self.vlans.holders_of(vlan, s.zone))
+        return Holding(vlan, self.vlans.holders_of(vlan, s.zone))
 
-    def _SetPruneTimers(self, a: SetPruneTimers, s: Any) -> Any:
+    def _set_prune_timers(self, a: SetPruneTimers, s: Any) -> Any:
         vlan = self.writer.json_patch(names.VLANS, a.vlan["metadata"]["name"],
                                       annotation_patch(a.vlan, names.ANNOTATION_DELETED_SUBNETS, a.value))
         self.vlans.wrote(vlan)
-        return fill(s, a.into, vlan)
+        return vlan
 
-    def _SetPoolCidrs(self, a: SetPoolCidrs, s: Any) -> Any:
+    def _set_pool_cidrs(self, a: SetPoolCidrs, s: Any) -> Any:
         # One annotation of ours, derived from the pool and not from the Vlan: a merge patch of
         # that key alone, held to the same object by its uid (a uid that does not match is
         # refused). A resourceVersion guard was refused whenever Kube-OVN had just updated
@@ -270,22 +294,21 @@ class Executor:
         vlan = self.writer.merge_patch(names.VLANS, name, {"metadata": {
             **held, "annotations": {names.ANNOTATION_POOL_CIDRS: a.value}}})
         self.vlans.wrote(vlan)
-        return fill(s, a.into, vlan)
+        return vlan
 
-    def _PruneReleasedVlans(self, a: PruneReleasedVlans, s: Any) -> Any:
+    def _prune_released_vlans(self, a: PruneReleasedVlans, s: Any) -> Any:
         name = a.zone["metadata"]["name"]
         ops = annotation_patch(a.zone, names.ANNOTATION_RELEASED_VLANS, a.value)
-        zone = self._guarded(names.PROXMOX_NETWORK_ZONES, a.zone,
+        return self._guarded(names.PROXMOX_NETWORK_ZONES, a.zone,
                              lambda: self.writer.json_patch(names.PROXMOX_NETWORK_ZONES, name, ops))
-        return fill(s, a.into, zone)
 
-    def _ReleaseVlan(self, a: ReleaseVlan, s: Any) -> Any:
+    def _release_vlan(self, a: ReleaseVlan, s: Any) -> bool:
         self.vlans.release(copy.deepcopy(dict(a.vlan)))
         if a.log:
             log.info(a.log, **dict(a.fields))
-        return fill(s, a.into, True)
+        return True
 
-    def _WriteStatus(self, a: WriteStatus, s: Any) -> Any:
+    def _write_status(self, a: WriteStatus, s: Any) -> Any:
         # A shallow body: the writer only serialises it, and the status is the plan's own.
         # No managedFields (an overlay copy may carry them): the server keeps its record.
         meta = {k: v for k, v in (a.obj.get("metadata") or {}).items() if k != "managedFields"}
@@ -295,7 +318,7 @@ class Executor:
         self.read_back(a.resource, a.status, written)
         if a.event is not None and self.events is not None:
             self.events.event(written, a.event.type, a.event.reason, a.event.message)
-        return fill(s, a.into, written)
+        return written
 
     def read_back(self, resource: Resource, status: Mapping[str, Any], written: Mapping[str, Any]) -> None:
         """The write's answer is its read-back (field-reports.md S5): the fields
@@ -342,12 +365,11 @@ class Executor:
         elif learned.cleared:
             log.info("the CRD holds every status field this controller writes again; writing them", crd=crd)
 
-    def _Event(self, a: Event, s: Any) -> Any:
+    def _event(self, a: Event, s: Any) -> None:
         if self.events is not None:
             self.events.event(a.obj, a.type, a.reason, a.message)
-        return s
 
-    def _ReportOnce(self, a: ReportOnce, s: Any) -> Any:
+    def _report_once(self, a: ReportOnce, s: Any) -> None:
         keys = frozenset(k for k, _ in a.events)
         with self._reported_lock:
             uid, before = self._reported.get(a.network, ("", frozenset()))
@@ -359,40 +381,72 @@ class Executor:
                 self._reported.pop(a.network, None)
         for key, event in a.events:
             if key not in before:
-                self._Event(event, s)
-        return s
+                self._event(event, s)
 
-    def _RequestTriple(self, a: RequestTriple, s: Any) -> Any:
+    def _request_triple(self, a: RequestTriple, s: Any) -> str | None:
         self.namespaces.want(a.namespace, a.key, a.triple)
-        return attrs.evolve(s, annotation=self.namespaces.value(a.namespace), requested=True)
+        return self.namespaces.value(a.namespace)
 
-    def _NetworkGone(self, a: NetworkGone, s: Any) -> Any:
+    def _network_gone(self, a: NetworkGone, s: Any) -> None:
         with self._reported_lock:
             self._reported.pop(a.key, None)
         if self.gateway is not None:
             self.gateway.applier.forget(a.key)
         if self.namespaces is not None:
             self.namespaces.network_gone(a.key.partition("/")[0], a.key)
-        return s
 
-    def _ForgetOverlay(self, a: ForgetOverlay, s: Any) -> Any:
+    def _forget_overlay(self, a: ForgetOverlay, s: Any) -> None:
         if self.own is not None:
             self.own[1].forget(a.key)
-        return s
 
     # -- NB -------------------------------------------------------------------------------
-    def _EnsureGateway(self, a: EnsureGateway, s: Any) -> Any:
-        outcome = self.gateway.ensure(a.key, a.vpc, a.subnet, a.trunk, a.siblings, a.serving, a.zone_mtu)
-        return attrs.evolve(s, gateway=outcome)
+    def _ensure_gateway(self, a: EnsureGateway, s: Any) -> Any:
+        return self.gateway.ensure(a.key, a.vpc, a.subnet, a.trunk, a.siblings, a.serving, a.zone_mtu)
 
-    def _ReleaseGateway(self, a: ReleaseGateway, s: Any) -> Any:
-        return attrs.evolve(s, gateway_release=self.gateway.release(a.key) if self.gateway is not None else "")
+    def _release_gateway(self, a: ReleaseGateway, s: Any) -> str:
+        return self.gateway.release(a.key) if self.gateway is not None else ""
 
     # -- observability ------------------------------------------------------------------------
-    def _Metric(self, a: Metric, s: Any) -> Any:
-        getattr(self.metrics, a.method)(*a.args)
-        return s
+    def _log(self, a: Log, s: Any) -> None:
+        emit = {Level.INFO: log.info, Level.WARNING: log.warning, Level.ERROR: log.error}[a.level]
+        emit(a.event, **dict(a.fields))
 
-    def _Log(self, a: Log, s: Any) -> Any:
-        getattr(log, a.level)(a.event, **dict(a.fields))
-        return s
+    HANDLERS: typing.ClassVar[dict[type, Handler]] = dispatch({
+        Get: _get,
+        ListConsumers: _list_consumers,
+        SplitListed: _split_listed,
+        AddFinalizer: _add_finalizer,
+        RemoveFinalizer: _remove_finalizer,
+        AllocateVlan: _allocate_vlan,
+        AdoptVlan: _adopt_vlan,
+        SetPruneTimers: _set_prune_timers,
+        SetPoolCidrs: _set_pool_cidrs,
+        PruneReleasedVlans: _prune_released_vlans,
+        ReleaseVlan: _release_vlan,
+        WriteStatus: _write_status,
+        Event: _event,
+        ReportOnce: _report_once,
+        RequestTriple: _request_triple,
+        NetworkGone: _network_gone,
+        ForgetOverlay: _forget_overlay,
+        EnsureGateway: _ensure_gateway,
+        ReleaseGateway: _release_gateway,
+        Log: _log,
+        # Metrics: each class is one call of its Metrics method.
+        SetZone: lambda ex, a, s: ex.metrics.set_zone(a.zone, a.total, a.allocated, a.free, a.networks, a.orphans),
+        SetZoneKept: lambda ex, a, s: ex.metrics.set_zone_kept(a.zone, a.outside_ranges, a.held_for_reuse),
+        ForgetZone: lambda ex, a, s: ex.metrics.forget_zone(a.zone),
+        SetNetwork: lambda ex, a, s: ex.metrics.set_network(a.namespace, a.name, a.zone, a.vlan, a.ready, a.ippool,
+                                                            a.deleting),
+        SetForeignSubnets: lambda ex, a, s: ex.metrics.set_foreign_subnets(a.namespace, a.name, a.count),
+        SetVlanChanged: lambda ex, a, s: ex.metrics.set_vlan_changed(a.namespace, a.name, a.changed),
+        SetStuckHolders: lambda ex, a, s: ex.metrics.set_stuck_holders(a.namespace, a.name, a.count),
+        SetPoolConflicts: lambda ex, a, s: ex.metrics.set_pool_conflicts(a.namespace, a.name, a.overlaps, a.conflicts),
+        SetDeleting: lambda ex, a, s: ex.metrics.set_deleting(a.namespace, a.name, a.deleting),
+        ForgetNetwork: lambda ex, a, s: ex.metrics.forget_network(a.namespace, a.name),
+        SetGatewayChassis: lambda ex, a, s: ex.metrics.set_gateway_chassis(a.namespace, a.name, a.count),
+        SetGatewayReady: lambda ex, a, s: ex.metrics.set_gateway_ready(a.namespace, a.name, a.ready),
+        ForgetGateway: lambda ex, a, s: ex.metrics.forget_gateway(a.namespace, a.name),
+        SetGatewayServing: lambda ex, a, s: ex.metrics.set_gateway_serving(a.namespace, a.name, a.bound, a.chassis),
+        ReconcileError: lambda ex, a, s: ex.metrics.reconcile_error(a.reason),
+    })

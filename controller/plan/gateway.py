@@ -18,7 +18,12 @@ from typing import Any
 import attrs
 
 from controller import names, reasons
-from controller.plan.actions import Event, Log, Metric
+from controller.plan.actions import (
+    Event,
+    Level,
+    Log,
+    SetGatewayChassis,
+)
 from controller.rules.conditions import FALSE, TRUE, UNKNOWN, find, set_condition
 from controller.rfc3339 import format_utc, parse
 from controller.names import NORMAL, WARNING
@@ -289,7 +294,7 @@ def gateway_status(
         err = outcome.error or ""
         since = parse(old_status.get(FAILING_SINCE))
         f = gateway_failed(now, prev, find(old_conds, names.READY), since, err, lrp, grace)
-        out.append(Log("error", "could not bring the OVN HA chassis group up to date", {
+        out.append(Log(Level.ERROR, "could not bring the OVN HA chassis group up to date", {
             "routerPort": lrp, "failingSince": format_utc(f.since),
             "keptUntil": format_utc(f.since + _dt.timedelta(seconds=grace)),
             "kept": f.keep_previous or f.status == UNKNOWN, "error": err,
@@ -313,7 +318,7 @@ def gateway_status(
         status[GATEWAY_MTU] = state.mtu
     else:
         status.pop(GATEWAY_MTU, None)
-    out.append(Metric("set_gateway_chassis", (ns, name, state.chassis)))
+    out.append(SetGatewayChassis(ns, name, state.chassis))
     recheck: float | None = None
     if state.assigned and binding is not None:
         sv = serving(binding, state, lrp, prev, now, settle, outcome.written_at)

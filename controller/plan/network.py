@@ -26,17 +26,23 @@ from controller.plan.actions import (
     AllocateVlan,
     EnsureGateway,
     Event,
+    ForgetNetwork,
     Get,
+    Into,
+    Level,
     ListConsumers,
     Log,
-    Metric,
     NetworkGone,
     Plan,
+    ReconcileError,
     ReleaseGateway,
     ReleaseVlan,
     ReportOnce,
     RequestTriple,
+    SetForeignSubnets,
+    SetGatewayChassis,
     SetPoolCidrs,
+    SetPoolConflicts,
     WriteStatus,
     unread,
 )
@@ -103,12 +109,12 @@ def plan_network(s: NetworkSnapshot) -> Plan:
     net = s.network
     if net is None:
         ns, _, name = s.key.partition("/")
-        return Plan((Metric("forget_network", (ns, name)), NetworkGone(s.key)))
+        return Plan((ForgetNetwork(ns, name), NetworkGone(s.key)))
     meta = net["metadata"]
     if meta.get("deletionTimestamp"):
         return plan_deletion(s)
     if names.FINALIZER not in (meta.get("finalizers") or []):
-        return Plan((AddFinalizer(names.PROXMOX_NETWORKS, net, "network"),), replan=True)
+        return Plan((AddFinalizer(names.PROXMOX_NETWORKS, net, Into("network")),), replan=True)
     return _Live(s).plan()
 
 
@@ -336,7 +342,7 @@ class _Live:
         if s.released:
             return None
         if unread(s.fresh_vlan):
-            return self.need(Get(names.VLANS, name, None, "fresh_vlan"))
+            return self.need(Get(names.VLANS, name, None, Into("fresh_vlan")))
         fresh = s.fresh_vlan
         if fresh is None:
             return None
@@ -346,15 +352,15 @@ class _Live:
                 or (fresh.get("status") or {}).get("subnets")):
             return None
         if unread(s.fresh_named_subnet):
-            return self.need(Get(names.SUBNETS, name, None, "fresh_named_subnet"))
+            return self.need(Get(names.SUBNETS, name, None, Into("fresh_named_subnet")))
         if s.fresh_named_subnet is not None:
             return None
         if unread(s.fresh_consumers):
-            return self.need(ListConsumers(self.ns, str(self.spec.get("ipPool") or ""), "fresh_consumers"))
+            return self.need(ListConsumers(self.ns, str(self.spec.get("ipPool") or ""), Into("fresh_consumers")))
         if s.fresh_consumers.busy:
             return None
         return self.need(
-            Log("warning", "giving back a duplicate VLAN this controller made",
+            Log(Level.WARNING, "giving back a duplicate VLAN this controller made",
                 {"vlan": name, "id": allocator.vlan_id(fresh), "network": s.key}),
             ReleaseVlan(fresh, "", {}),
         )
@@ -380,7 +386,7 @@ class _Live:
         smeta = sub.get("metadata") or {}
         if (not smeta.get("deletionTimestamp") and names.FINALIZER not in (smeta.get("finalizers") or [])
                 and kubeovn.processed(sub)):
-            self.actions.append(AddFinalizer(names.SUBNETS, sub, "subnet"))
+            self.actions.append(AddFinalizer(names.SUBNETS, sub, Into("subnet")))
         cidr = str(sspec.get("cidrBlock") or "")
         status["cidr"] = cidr
         gateway = sspec.get("gateway")
@@ -523,7 +529,7 @@ class _Live:
             message += f"; deleting the network's group from OVN NB failed: {s.gateway_release}"
         set_condition(self.conds, names.GATEWAY_READY, UNKNOWN, reasons.SUBNET_UNAVAILABLE, message, self.gen,
                       self.clock)
-        self.actions.append(Metric("set_gateway_chassis", (self.ns, self.name, 0)))
+        self.actions.append(SetGatewayChassis(self.ns, self.name, 0))
         return None
 
     def gateway_step(self, subnet: Mapping[str, Any]) -> Plan | None:
@@ -558,7 +564,7 @@ class _Live:
             return self.need(RequestTriple(self.ns, s.key, triple))
         ready = find(status["conditions"], names.READY)
         if ready is not None and ready.get("status") != TRUE:
-            self.actions.append(Metric("reconcile_error", (ready.get("reason", ""),)))
+            self.actions.append(ReconcileError(ready.get("reason", "")))
         requeue = requeue_after(s.manage_gateway, status)
         if s.gateway_enabled and s.trunk_recheck is not None:
             requeue = min(requeue, max(s.trunk_recheck, 1.0))  # field-reports.md R12: the held node leaves then
@@ -575,11 +581,11 @@ class _Live:
         if waits or status_waits(s, status):
             return Plan(tuple(self.actions), requeue_after=requeue)
         if schema.differs(status, self.old, s.pruned):
-            self.actions.append(WriteStatus(names.PROXMOX_NETWORKS, self.net, status, "network",
+            self.actions.append(WriteStatus(names.PROXMOX_NETWORKS, self.net, status, Into("network"),
                                             ready_event(self.old, status)))
         self.actions += network_series(self.net, status)
-        self.actions.append(Metric("set_pool_conflicts", (self.ns, self.name, self.overlaps, self.conflicts)))
-        self.actions.append(Metric("set_foreign_subnets", (self.ns, self.name, len(s.strangers))))
+        self.actions.append(SetPoolConflicts(self.ns, self.name, self.overlaps, self.conflicts))
+        self.actions.append(SetForeignSubnets(self.ns, self.name, len(s.strangers)))
         return Plan(tuple(self.actions), requeue_after=requeue)
 
 

@@ -16,16 +16,20 @@ from controller import names, reasons, schema
 from controller.rules import allocator, kubeovn, release
 from controller.plan.actions import (
     Event,
+    ForgetNetwork,
     ForgetOverlay,
     Get,
+    Into,
+    Level,
     ListConsumers,
     Log,
-    Metric,
     Plan,
     ReleaseGateway,
     ReleaseVlan,
     RemoveFinalizer,
+    SetDeleting,
     SetPruneTimers,
+    SetStuckHolders,
     SplitListed,
     WriteStatus,
     unread,
@@ -81,9 +85,9 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
     def wait(reason: str, message: str, after: float, stuck: int = 0) -> Plan:
         set_condition(conds, names.READY, FALSE, reason, message, gen, clock)
         if schema.differs(status, old, s.pruned):
-            actions.append(WriteStatus(names.PROXMOX_NETWORKS, net, status, "network", ready_event(old, status)))
-        actions.append(Metric("set_deleting", (ns, name, True)))
-        actions.append(Metric("set_stuck_holders", (ns, name, stuck)))
+            actions.append(WriteStatus(names.PROXMOX_NETWORKS, net, status, Into("network"), ready_event(old, status)))
+        actions.append(SetDeleting(ns, name, True))
+        actions.append(SetStuckHolders(ns, name, stuck))
         return Plan(tuple(actions), requeue_after=after)
 
     # 1. Consumers.
@@ -91,14 +95,14 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
     if not consumers.busy:
         # The cache says free: confirm with a fresh read before anything is released (field-reports.md B15).
         if unread(s.fresh_consumers):
-            return need(ListConsumers(ns, pname, "fresh_consumers"))
+            return need(ListConsumers(ns, pname, Into("fresh_consumers")))
         consumers = s.fresh_consumers
     if consumers.busy:
         return wait(reasons.IN_USE, consumers.message(pname, vid, sname), IN_USE_RETRY, consumers.stuck)
 
     # 2. The Subnet (read from the API: a release is never decided on a lagging cache).
     if unread(s.fresh_subnet):
-        return need(Get(names.SUBNETS, sname, None, "fresh_subnet"))
+        return need(Get(names.SUBNETS, sname, None, Into("fresh_subnet")))
     sub = s.fresh_subnet
     if sub is not None:
         # The Subnet is back (or still here): a timer an earlier deletion of the same name
@@ -135,21 +139,21 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
 
     # 4. The Vlan.
     if unread(s.fresh_vlan):
-        return need(Get(names.VLANS, sname, None, "fresh_vlan"))
+        return need(Get(names.VLANS, sname, None, Into("fresh_vlan")))
     vlan = s.fresh_vlan
     if vlan is not None and vlan_owner(vlan) == (ns, name) and taken_over(vlan) and not s.released:
         # The release cannot be undone: act only for the very object the API server still
         # has, deleting and holding our finalizer (not a stale cache entry).
         if unread(s.fresh_network):
-            return need(Get(names.PROXMOX_NETWORKS, name, ns, "fresh_network"))
+            return need(Get(names.PROXMOX_NETWORKS, name, ns, Into("fresh_network")))
         if not still_ours(net, s.fresh_network):
             return Plan(tuple(actions) + (ForgetOverlay(s.key),))
         if unread(s.listed):
-            return need(SplitListed(vlan, "listed"))
+            return need(SplitListed(vlan, Into("listed")))
         live, gone = s.listed
         step = release.release_step(vlan, live, gone, s.now, parse(meta.get("deletionTimestamp")), s.prune_timeout)
         if step.stores_timers:
-            return need(SetPruneTimers(vlan, step.timers, "fresh_vlan"))
+            return need(SetPruneTimers(vlan, step.timers, Into("fresh_vlan")))
         if gone:
             ltt = (prev_switch.get("lastTransitionTime") if prev_switch and prev_switch.get("status") == FALSE
                    else format_utc(s.now))
@@ -188,7 +192,7 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
             )
         zone = (vlan["metadata"].get("labels") or {}).get(names.LABEL_ZONE, "")
         if step.timed_out:
-            actions.append(Log("info", "Kube-OVN did not prune deleted subnets from the Vlan in time; releasing the VLAN anyway",
+            actions.append(Log(Level.INFO, "Kube-OVN did not prune deleted subnets from the Vlan in time; releasing the VLAN anyway",
                                {"vlan": released_id, "subnets": list(gone), "timeout": s.prune_timeout}))
             done = Event(net, WARNING, reasons.VLAN_RELEASED_AFTER_PRUNE_TIMEOUT,
                          f"released VLAN {released_id}: Kube-OVN still listed deleted subnets "
@@ -200,26 +204,26 @@ def plan_deletion(s: NetworkSnapshot) -> Plan:
 
     # 5. Our finalizer.
     if unread(s.finalized):
-        return Plan(tuple(actions) + (RemoveFinalizer(names.PROXMOX_NETWORKS, net, "finalized"),
-                                      Metric("forget_network", (ns, name))))
+        return Plan(tuple(actions) + (RemoveFinalizer(names.PROXMOX_NETWORKS, net, Into("finalized")),
+                                      ForgetNetwork(ns, name)))
     return Plan(tuple(actions))
 
 
 def _drop_live_timers(s: NetworkSnapshot, ns: str, name: str, sname: str, actions: list[Any]) -> Plan | None:
     """While the Subnet exists, drop the prune timers our Vlan keeps for it (§7.1)."""
     if unread(s.fresh_vlan):
-        return Plan(tuple(actions) + (Get(names.VLANS, sname, None, "fresh_vlan"),), replan=True)
+        return Plan(tuple(actions) + (Get(names.VLANS, sname, None, Into("fresh_vlan")),), replan=True)
     vlan = s.fresh_vlan
     if vlan is None or vlan_owner(vlan) != (ns, name):
         return None
     if names.ANNOTATION_DELETED_SUBNETS not in ((vlan.get("metadata") or {}).get("annotations") or {}):
         return None
     if unread(s.listed):
-        return Plan(tuple(actions) + (SplitListed(vlan, "listed"),), replan=True)
+        return Plan(tuple(actions) + (SplitListed(vlan, Into("listed")),), replan=True)
     _, gone = s.listed
     step = release.release_step(vlan, (), gone, s.now, None, s.prune_timeout)
     if step.stores_timers:
-        return Plan(tuple(actions) + (SetPruneTimers(vlan, step.timers, "fresh_vlan"),), replan=True)
+        return Plan(tuple(actions) + (SetPruneTimers(vlan, step.timers, Into("fresh_vlan")),), replan=True)
     return None
 
 

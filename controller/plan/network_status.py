@@ -13,7 +13,17 @@ import attrs
 
 from controller import names, reasons
 from controller.rules import allocator, kubeovn
-from controller.plan.actions import UNREAD, EventSpec, Metric
+from controller.plan.actions import (
+    UNREAD,
+    EventSpec,
+    ForgetGateway,
+    Metric,
+    SetGatewayReady,
+    SetGatewayServing,
+    SetNetwork,
+    SetStuckHolders,
+    SetVlanChanged,
+)
 from controller.rules.conditions import FALSE, TRUE, UNKNOWN, compute_ready, find, set_condition, transition
 from controller.rfc3339 import Clock
 from controller.rules.consumers import Consumers
@@ -333,19 +343,19 @@ def network_series(net: Mapping[str, Any], status: Mapping[str, Any]) -> list[Me
     meta, spec = net["metadata"], net.get("spec") or {}
     ns, name = meta["namespace"], meta["name"]
     ready = find(status.get("conditions"), names.READY)
-    out = [Metric("set_network", (
+    out = [SetNetwork(
         ns, name, str(spec.get("zone") or ""), status.get("vlan") or 0,
         ready is not None and ready.get("status") == TRUE, status.get("ipPool"), False,
-    ))]
+    )]
     va = find(status.get("conditions"), names.VLAN_ALLOCATED)
-    out.append(Metric("set_vlan_changed", (ns, name, va is not None and va.get("reason") == reasons.VLAN_CHANGED_EXTERNALLY)))
-    out.append(Metric("set_stuck_holders", (ns, name, 0)))  # holders are judged while deleting
+    out.append(SetVlanChanged(ns, name, va is not None and va.get("reason") == reasons.VLAN_CHANGED_EXTERNALLY))
+    out.append(SetStuckHolders(ns, name, 0))  # holders are judged while deleting
     gw = find(status.get("conditions"), names.GATEWAY_READY)
     if gw is None or gw.get("reason") == reasons.DISABLED:
-        out.append(Metric("forget_gateway", (ns, name)))
+        out.append(ForgetGateway(ns, name))
     else:
-        out.append(Metric("set_gateway_ready", (ns, name, gw.get("status") == TRUE)))
-        out.append(Metric("set_gateway_serving", (ns, name, *serving_series(status, gw))))
+        out.append(SetGatewayReady(ns, name, gw.get("status") == TRUE))
+        out.append(SetGatewayServing(ns, name, *serving_series(status, gw)))
     return out
 
 

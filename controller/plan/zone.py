@@ -25,14 +25,18 @@ from controller.rules import allocator, kubeovn, release, reuse
 from controller.plan.actions import (
     Event,
     EventSpec,
+    ForgetZone,
     Get,
+    Into,
+    Level,
     Log,
-    Metric,
     Plan,
     PruneReleasedVlans,
     ReleaseVlan,
     RemoveFinalizer,
     SetPruneTimers,
+    SetZone,
+    SetZoneKept,
     SplitListed,
     WriteStatus,
 )
@@ -101,7 +105,7 @@ def plan_zone(s: ZoneSnapshot) -> Plan:
     """The next plan of a pass over zone ``s.name`` (see the module docstring)."""
     zone = s.zone
     if zone is None:
-        return Plan((Metric("forget_zone", (s.name,)),))
+        return Plan((ForgetZone(s.name),))
     gen = int(zone["metadata"].get("generation") or 0)
     old = zone.get("status") or {}
     status = copy.deepcopy(dict(old))
@@ -121,7 +125,7 @@ def plan_zone(s: ZoneSnapshot) -> Plan:
         after = transition(old.get("conditions"), conds, names.READY)
         event = None if after is None else EventSpec(
             NORMAL if after.get("status") == TRUE else WARNING, after.get("reason", ""), after.get("message", ""))
-        actions.append(WriteStatus(names.PROXMOX_NETWORK_ZONES, zone, status, "zone", event))
+        actions.append(WriteStatus(names.PROXMOX_NETWORK_ZONES, zone, status, Into("zone"), event))
     return Plan(tuple(actions), requeue_after=requeue)
 
 
@@ -180,8 +184,8 @@ def _fill(s: ZoneSnapshot, status: dict[str, Any], conds: list[dict[str, Any]], 
     status["freeVLANs"] = free
     status["networks"] = s.networks
     # The gauge counts both kinds of orphan; the message names them apart.
-    actions.append(Metric("set_zone", (s.name, len(cands), allocated, free, s.networks, orphans + len(unowned))))
-    actions.append(Metric("set_zone_kept", (s.name, len(stranded), len(mine))))
+    actions.append(SetZone(s.name, len(cands), allocated, free, s.networks, orphans + len(unowned)))
+    actions.append(SetZoneKept(s.name, len(stranded), len(mine)))
 
     pn = s.provider_network
     if pn is None:
@@ -222,7 +226,7 @@ def _is_orphan(s: ZoneSnapshot, vlan: Mapping[str, Any]) -> bool:
         return False
     vname = vlan["metadata"]["name"]
     if vname not in s.owners:
-        raise _NeedsRead((Get(names.PROXMOX_NETWORKS, nname, ns, f"owners[{vname}]", tolerate=True),))
+        raise _NeedsRead((Get(names.PROXMOX_NETWORKS, nname, ns, Into("owners", vname), tolerate=True),))
     return s.owners[vname] is None
 
 
@@ -234,7 +238,7 @@ def _collect_orphan(s: ZoneSnapshot, zone: Mapping[str, Any], vlan: Mapping[str,
     """
     vname = vlan["metadata"]["name"]
     if vname not in s.fresh:
-        raise _NeedsRead((Get(names.VLANS, vname, None, f"fresh[{vname}]"),))
+        raise _NeedsRead((Get(names.VLANS, vname, None, Into("fresh", vname)),))
     fresh = s.fresh[vname]
     if fresh is None:
         return True, None
@@ -248,11 +252,11 @@ def _collect_orphan(s: ZoneSnapshot, zone: Mapping[str, Any], vlan: Mapping[str,
                 and not kubeovn.held_only_by_us(sub)):
             actions.append(RemoveFinalizer(names.SUBNETS, sub))
     if vname not in s.listed:
-        raise _NeedsRead((SplitListed(fresh, f"listed[{vname}]"),))
+        raise _NeedsRead((SplitListed(fresh, Into("listed", vname)),))
     live, gone = s.listed[vname]
     step = release.release_step(fresh, live, gone, s.now, None, s.prune_timeout)
     if step.stores_timers:
-        raise _NeedsRead((SetPruneTimers(fresh, step.timers, f"fresh[{vname}]"),))
+        raise _NeedsRead((SetPruneTimers(fresh, step.timers, Into("fresh", vname)),))
     if step.kind == release.WAIT_LIVE or s.bound.get(vname):
         return False, None
     if step.kind == release.WAIT_PRUNE:
@@ -260,11 +264,11 @@ def _collect_orphan(s: ZoneSnapshot, zone: Mapping[str, Any], vlan: Mapping[str,
         return False, (step.deadline - s.now).total_seconds()
     vid = allocator.vlan_id(fresh)
     if step.timed_out:
-        actions.append(Log("info", "Kube-OVN did not prune deleted subnets from the orphaned Vlan in time; collecting it anyway",
+        actions.append(Log(Level.INFO, "Kube-OVN did not prune deleted subnets from the orphaned Vlan in time; collecting it anyway",
                            {"vlan": vid, "name": vname, "subnets": list(gone), "timeout": s.prune_timeout}))
     msg = f'collected orphaned Vlan "{vname}" (VLAN {vid})'
     if step.timed_out:
         msg += f"; Kube-OVN still listed deleted subnets {go_list(gone)} after the prune timeout"
     raise _NeedsRead((ReleaseVlan(fresh, "collected orphaned VLAN", {"vlan": vid, "name": vname},
-                                  into=f"released[{vname}]"),
+                                  into=Into("released", vname)),
                       Event(zone, NORMAL, reasons.ORPHANED_VLAN_COLLECTED, msg)))

@@ -1,11 +1,11 @@
 """An in-test plan driver for the pure planners (``plan_network``, ``plan_zone``), no server.
 
-:func:`drive` stands in for ``controller.apply.executor.run`` and :func:`fold` for its
-``controller.apply.executor.Executor``: a requested read is answered from a dict of canned fresh
-values keyed by the action's ``into``, a write's result is folded into the snapshot with
-``controller.apply.executor.fill``, and an action already applied in the pass is not applied again.
-The driver is generic over the snapshot type; what a kind's own actions fold to is that
-test file's ``fold``, passed in (falling back to :func:`fold`).
+:func:`drive` runs a pass with the product's loop, ``controller.apply.executor.run``, and the
+product's folding (each action's ``fold``); only the world is canned: :func:`answer` stands
+in for the executor's handlers and gives the result each action would get. A requested read
+is answered from a dict of canned fresh values keyed by the action's ``into`` as written
+(``fresh_vlan``, ``owners[v1]``), a write by the object it would leave. What a kind's own
+actions answer is that test file's ``answer``, passed in (falling back to :func:`answer`).
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from controller.plan.actions import (
     SplitListed,
     WriteStatus,
 )
-from controller.apply.executor import fill
+from controller.apply.executor import run
 
 S = TypeVar("S")
 
-Fold = Callable[[Any, Any, Mapping[str, Any]], Any]
+# (action, snapshot, canned) -> the action's result
+Answer = Callable[[Any, Any, Mapping[str, Any]], Any]
 
 
 @attrs.frozen
@@ -80,22 +81,22 @@ def with_annotation(obj, key, value):
     return out
 
 
-def fold(s, a, canned: Mapping[str, Any]):
-    """What the executor would fill for an action every planner plans (reads from ``canned``);
-    any other action leaves ``s`` as it is."""
+def answer(a, s, canned: Mapping[str, Any]) -> Any:
+    """What the executor's handler would return for an action every planner plans (reads
+    from ``canned``); None for any other action."""
     if isinstance(a, (Get, SplitListed)):
-        return fill(s, a.into, canned[a.into])
+        return canned[str(a.into)]
     if isinstance(a, SetPruneTimers):
-        return fill(s, a.into, with_annotation(a.vlan, names.ANNOTATION_DELETED_SUBNETS, a.value))
+        return with_annotation(a.vlan, names.ANNOTATION_DELETED_SUBNETS, a.value)
     if isinstance(a, SetPoolCidrs):
-        return fill(s, a.into, with_annotation(a.vlan, names.ANNOTATION_POOL_CIDRS, a.value))
+        return with_annotation(a.vlan, names.ANNOTATION_POOL_CIDRS, a.value)
     if isinstance(a, ReleaseVlan):
-        return fill(s, a.into, True)
+        return True
     if isinstance(a, PruneReleasedVlans):
-        return fill(s, a.into, with_annotation(a.zone, names.ANNOTATION_RELEASED_VLANS, a.value))
+        return with_annotation(a.zone, names.ANNOTATION_RELEASED_VLANS, a.value)
     if isinstance(a, WriteStatus):
-        return fill(s, a.into, {**copy.deepcopy(dict(a.obj)), "status": copy.deepcopy(dict(a.status))})
-    return s
+        return {**copy.deepcopy(dict(a.obj)), "status": copy.deepcopy(dict(a.status))}
+    return None
 
 
 def drive(
@@ -103,23 +104,25 @@ def drive(
     s: S,
     canned: Mapping[str, Any] | None = None,
     *,
-    fold: Fold = fold,
+    answer: Answer = answer,
     result: type[Pass[Any]] = Pass,
-    limit: int = 40,
 ) -> Any:
-    """Plan ``s``, fold each new action with ``fold``, and plan again until a plan does not
-    ask to replan; the pass as a ``result`` (:class:`Pass` or a kind's subclass of it)."""
+    """A pass over ``s`` as ``controller.apply.executor.run`` runs it, each action's result
+    given by ``answer`` and folded by the action; the pass as a ``result`` (:class:`Pass`
+    or a kind's subclass of it)."""
     canned = canned or {}
-    applied: list[Any] = []
     plans: list[Plan] = []
-    for _ in range(limit):
-        plan = planner(s)
-        plans.append(plan)
-        for a in plan.actions:
-            if a in applied:
-                continue
-            applied.append(a)
-            s = fold(s, a, canned)
-        if not plan.replan:
-            return result(s, tuple(plans), tuple(applied))
-    raise AssertionError(f"no settled plan after {limit} plans")
+    applied: list[Any] = []
+    last = [s]
+
+    def planning(snapshot: S) -> Plan:
+        plans.append(planner(snapshot))
+        return plans[-1]
+
+    def apply(a: Any, snapshot: S) -> S:
+        applied.append(a)
+        last[0] = a.fold(snapshot, answer(a, snapshot, canned))
+        return last[0]
+
+    run(planning, s, apply)
+    return result(last[0], tuple(plans), tuple(applied))
