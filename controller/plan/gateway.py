@@ -11,7 +11,6 @@ run by :mod:`controller.apply.gateway`.
 from __future__ import annotations
 
 import datetime as _dt
-import time
 from collections.abc import Mapping
 from typing import Any
 

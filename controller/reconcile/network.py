@@ -16,15 +16,11 @@ from typing import Any
 import attrs
 import structlog
 
-from controller import names, reasons, schema
-from controller.rules import conditions, kubeovn, prune
+from controller import names, schema
+from controller.rules import kubeovn, prune
 from controller.rules.pool_conflicts import pool_name
 from controller.rules.spans import (
-    GLOBAL_IN_CLUSTER_IP_POOL,
     IN_CLUSTER_IP_POOL,
-    WIDE,
-    Span,
-    pool_buckets,
     pool_spans,
 )
 from controller.apply.executor import Executor, run
@@ -34,7 +30,6 @@ from controller.runtime.events import EventRecorder
 from controller.plan.gateway import SERVING_SETTLE
 from controller.runtime.kube import KubeWriter
 from controller.rules import allocator
-from controller.rules.foreign import machine_index_keys, owner_machines
 from controller.metrics import Metrics
 from controller.reconcile.namespaces import NamespaceReconciler
 from controller.plan.network import plan_network
