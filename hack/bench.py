@@ -78,7 +78,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "hack"))
 
 from hack.bed import LocalCluster, free_ports  # noqa: E402
-from hack import audit  # noqa: E402
+from hack.tools import audit  # noqa: E402
 
 GROUP, VERSION = "proxmox.cozystack.io", "v1alpha1"
 FINALIZER = "proxmox.cozystack.io/network"

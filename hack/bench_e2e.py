@@ -59,7 +59,7 @@ from bench import (  # noqa: E402
 )
 from hack.bed import LocalCluster  # noqa: E402
 
-from hack import audit  # noqa: E402
+from hack.tools import audit  # noqa: E402
 
 KUBEOVN = ("kubeovn.io", "v1")
 IPAM, POOL_V = "ipam.cluster.x-k8s.io", "v1alpha2"

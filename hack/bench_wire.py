@@ -8,7 +8,7 @@ One fresh :class:`~hack.bed.LocalCluster` with the real peers and the data plane
 the controller as a separate process (gateway management on, the bed's NB). The burst: at
 t0 every network's objects are created together (network, Subnet with ``logicalGateway``
 in one of ``vpcs`` VPCs, InClusterIPPool), as a chart applies them. As soon as a network
-shows its VLAN in its status, its VM is made as capmox makes it (hack/vms.py: the address
+shows its VLAN in its status, its VM is made as capmox makes it (hack/tools/vms.py: the address
 claimed from the network's pool through the real IPAM provider) with a broadcast ARP probe
 for its gateway every 0.1 s (hack/bed/arp_probe.py). Per network: the seconds from t0 to the
 first ARP answer. Written as p50 and max to the ``bench-wire`` block of ``--out``, with the
@@ -36,8 +36,8 @@ from kubernetes import client as k8s  # noqa: E402
 
 from bench import Controller, write_block  # noqa: E402
 from hack.bed import DATAPLANE_PROVIDER, LocalCluster, Prober  # noqa: E402
-from objects import Admin  # noqa: E402
-from vms import vm_for_network  # noqa: E402
+from hack.tools.objects import Admin  # noqa: E402
+from hack.tools.vms import vm_for_network  # noqa: E402
 
 BEGIN, END = "<!-- bench-wire:begin -->", "<!-- bench-wire:end -->"
 PX = ("proxmox.cozystack.io", "v1alpha1")

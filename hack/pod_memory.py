@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory and CPU of the controller's pod at N networks (issue 17 part 6).
 
-The Deployment of manifests/ on the bed's node (hack/deploy.py; root), on a bed without the
+The Deployment of manifests/ on the bed's node (hack/bed/deploy.py; root), on a bed without the
 peers; hack/bench.py's load shape: ``--zones`` zones of range 1-4094, each on its own
 ProviderNetwork, ``--n`` networks created by ``--threads`` admin threads. By default with
 ``--manage-gateway-chassis=false`` (the networks have no Subnets); ``--gateway VPCS`` keeps
@@ -61,7 +61,7 @@ from hack.bench import (  # noqa: E402
 )
 from hack.bed import LocalCluster, container_pid  # noqa: E402
 from hack.bench_scale import counts, populate, setup_networks  # noqa: E402
-from hack.deploy import NAME, NAMESPACE, ControllerDeployment, restarts  # noqa: E402
+from hack.bed.deploy import NAME, NAMESPACE, ControllerDeployment, restarts  # noqa: E402
 
 CGROUP = Path("/sys/fs/cgroup")
 

@@ -11,7 +11,7 @@ import pytest
 from ovn import planner
 from ovn.nb import SUCCESS, NBClient, NBError, NBNotSynced, parse_addresses
 
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
