@@ -7,7 +7,7 @@ the kinds it caches without owning them, not only in its networks.
                                [--json FILE] [--workdir DIR] [--keep]
     python hack/bench_scale.py --vlan-space [--reuse-delay 60] [--release 100] [--out ...]
 
-``--vlan-space`` is issue 29 item 3 instead (:func:`run_vlan_space`): one provider, one zone
+``--vlan-space`` is issue 29 item 3 instead (hack/benchkit/vlan_space.py): one provider, one zone
 over 1-4094, 4,094 networks, the 4,095th ``ZoneExhausted``, releases reused after the delay.
 
 On a fresh LocalCluster (etcd + kube-apiserver on loopback, no OVN), through the API as the

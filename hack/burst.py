@@ -22,7 +22,7 @@ shape of the report:
 
 One line per run, then a summary. ``--before-tree DIR`` runs the controller from another
 source tree (e.g. a git worktree of an earlier commit) with this harness and this bed.
-The controller process, the network bodies and the creating threads come from hack/bench.py.
+The controller process, the network bodies and the creating threads come from hack/benchkit/.
 
 Only the command line: the benchmark's body is hack/benchkit/burst.py.
 """
