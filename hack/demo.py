@@ -4,7 +4,7 @@ as its own user, and the result as ``kubectl get pxzone,pxnet -A`` and the OVN N
 
 Where the bed's node can start (root, containerd, the node's binaries; hack/bed/node.py) the
 controller runs as it does in a cluster: the Deployment of manifests/ (``kubectl apply -k
-hack/deploy-overlay``, hack/deploy.py) on the bed's node, its image built here by
+hack/deploy-overlay``, hack/bed/deploy.py) on the bed's node, its image built here by
 hack/build-image.sh (cached), two pods of which one leads; the demo prints
 ``kubectl get deploy,pods -n proxmox-network-system -o wide``. Elsewhere, or with
 ``--subprocess``, it says why in one line and runs the controller as a subprocess with the
@@ -33,16 +33,15 @@ import yaml
 from kubernetes.client import CustomObjectsApi
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # the controller's own package (hack/deploy.py reads its Lease identities)
-sys.path.insert(0, str(REPO / "hack"))
+sys.path.insert(0, str(REPO))  # the controller's own package (hack/bed/deploy.py reads its Lease identities)
 
 from hack.bed import (  # noqa: E402
     OVN_PREFIX, PEERS, ClusterError, DataPlane, LocalCluster, Node, NodeError, _read_versions, default_bin_dir,
     ovsdb_rows, ovsdb_set,
 )
-from deploy import NAMESPACE, ControllerDeployment, DeployError, build_image  # noqa: E402
-from vms import vm_for_network  # noqa: E402
-from wait import wait_for  # noqa: E402
+from hack.bed.deploy import NAMESPACE, ControllerDeployment, DeployError, build_image  # noqa: E402
+from hack.tools.vms import vm_for_network  # noqa: E402
+from hack.tools.wait import wait_for  # noqa: E402
 
 # Ready reasons that do not change by waiting (a refusal the sample set provokes on purpose).
 SETTLED = {"Ready", "NamespaceNotAllowed", "ZoneExhausted", "ZoneNotFound", "PoolOverlapsSubnet"}
@@ -220,7 +219,7 @@ def start_subprocess(cluster: LocalCluster, log_path: Path, keep: bool) -> subpr
 
 
 def wire_table(cluster: LocalCluster, dp: DataPlane) -> str:
-    """One VM per Ready network (hack/vms.py): its VLAN and address, the ARP answer from its
+    """One VM per Ready network (hack/tools/vms.py): its VLAN and address, the ARP answer from its
     gateway (the MAC), pings to the gateway (replies of 3), the chassis bound to the router
     port's ``cr-`` (the one answering), and pings to the VM of another tenant (replies of 3)."""
     co = CustomObjectsApi(cluster.api_client("admin"))

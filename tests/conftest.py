@@ -14,7 +14,7 @@ Fixtures
   peers_bed          module: a LocalCluster of the module's own with the real
                      kube-ovn-controller and IPAM provider (with_peers=True); a module
                      fixture, because its tests stop, kill and pause the peers.
-  peers_admin        module: hack.objects.Admin on peers_bed.
+  peers_admin        module: hack.tools.objects.Admin on peers_bed.
   peers_restored     function: whatever the test did to peers_bed's peers (stopped, killed,
                      paused), both run again afterwards.
 
@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from hack.bed import ClusterError, LocalCluster  # noqa: E402
-from hack.objects import Admin  # noqa: E402
+from hack.tools.objects import Admin  # noqa: E402
 
 
 class KubectlError(ClusterError):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import KubectlError
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,7 @@ def _hex(n: int = 3) -> str:
 
 
 # Bridges of no zone (a host's infrastructure or raw bridges), named for this module alone: the
-# session bed is shared with other modules, whose zones sit on vmbr0/vmbr1 (hack/objects.py's
+# session bed is shared with other modules, whose zones sit on vmbr0/vmbr1 (hack/tools/objects.py's
 # default), and under pytest-xdist any of them may run before this one (issue 28).
 _RAW = _hex()
 RAW0, RAW1, RAW7, RAW9 = (f"raw{i}{_RAW}" for i in "0179")

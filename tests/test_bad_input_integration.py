@@ -25,10 +25,10 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from hack.bed import LocalCluster
-from hack.objects import Admin, condition, reason, unique
+from hack.tools.objects import Admin, condition, reason, unique
 from tests.support.controller import vlan_cached
 from tests.support.peers import KUBE_OVN, Ctl, Trunk, kube_get, make_vpc
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -36,10 +36,10 @@ import yaml
 from kubernetes import client as k8s
 
 from controller.main import build_parser
-from hack.audit import read_events
-from hack.controller_process import ControllerProcess
-from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
-from hack.wait import wait_for
+from hack.tools.audit import read_events
+from hack.tools.controller_process import ControllerProcess
+from hack.tools.objects import Admin, reason, unique, unique_prefix, wait_condition
+from hack.tools.wait import wait_for
 from tests.support.ovsdb import NBServer
 from tests.support.pki import CA, kube_ovn_secret
 from tests.test_gateway_integration import Router, Trunk

@@ -24,9 +24,9 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from hack.bed import ClusterError, LocalCluster
-from hack.controller_process import ControllerProcess
-from hack.objects import Admin, reason, unique
-from hack.wait import wait_for
+from hack.tools.controller_process import ControllerProcess
+from hack.tools.objects import Admin, reason, unique
+from hack.tools.wait import wait_for
 from tests.support.conversion import GROUP, ConversionWebhook
 from tests.test_lifecycle_integration import FINALIZER, Env
 

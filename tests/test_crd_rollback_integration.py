@@ -34,11 +34,11 @@ import pytest
 
 from controller import names, schema
 from controller.runtime.kube import KubeWriter
-from hack.audit import write_marker, writes_before
+from hack.tools.audit import write_marker, writes_before
 from hack.bed import LocalCluster
-from hack.controller_process import ControllerProcess
-from hack.objects import PX, Admin, reason, unique
-from hack.wait import wait_for
+from hack.tools.controller_process import ControllerProcess
+from hack.tools.objects import PX, Admin, reason, unique
+from hack.tools.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups
 from tests.support.peers import KUBEOVN, Ctl, Trunk, make_vpc
 from tests.support.sbclaim import Claimer

@@ -1,6 +1,6 @@
 """The controller as the Deployment of manifests/ on the bed's node (issue 17 part 3).
 
-``kubectl apply -k hack/deploy-overlay`` (hack/deploy.py) on ``LocalCluster(with_node=True,
+``kubectl apply -k hack/deploy-overlay`` (hack/bed/deploy.py) on ``LocalCluster(with_node=True,
 with_peers=True)``: the shipped Deployment (replicas, strategy, probes, resources,
 securityContext) and RBAC, with only the bed's changes of the overlay, runs the image of
 hack/build-image.sh under the real kubelet, next to the real kube-ovn-controller and IPAM
@@ -36,11 +36,11 @@ import pytest
 import yaml
 from kubernetes.utils import parse_quantity
 
-from hack.audit import read_events
+from hack.tools.audit import read_events
 from hack.bed import LocalCluster, ovsdb_rows
-from hack.deploy import NAMESPACE, ControllerDeployment, DeployError, ready, restarts
-from hack.objects import Admin, reason, unique, wait_condition
-from hack.wait import wait_for
+from hack.bed.deploy import NAMESPACE, ControllerDeployment, DeployError, ready, restarts
+from hack.tools.objects import Admin, reason, unique, wait_condition
+from hack.tools.wait import wait_for
 from tests.support.peers import IPAM, POOL_V, KUBEOVN, Trunk, make_vpc
 from tests.support.nodebed import node_bed
 

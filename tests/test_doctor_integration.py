@@ -8,14 +8,14 @@ import pytest
 
 from controller import doctor
 from tests.support.controller import running_controller
-from hack.objects import unique
+from hack.tools.objects import unique
 from tests.test_lifecycle_integration import Env, ready_network
 
 pytestmark = pytest.mark.integration
 
 
 def test_doctor_names_the_step_and_the_deadline(admin_client, cluster, unique_namespace, capsys):
-    from hack.objects import Admin
+    from hack.tools.objects import Admin
 
     admin = Admin(admin_client)
     env = Env(admin, unique_namespace)

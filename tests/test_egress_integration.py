@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.controller import running_controller
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

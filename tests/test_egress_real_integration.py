@@ -29,8 +29,8 @@ from kubernetes import client as k8s
 
 from controller.reconcile.egress import LABEL_GATEWAY
 from hack.bed import LocalCluster
-from hack.objects import Admin, unique
-from hack.wait import wait_for
+from hack.tools.objects import Admin, unique
+from hack.tools.wait import wait_for
 from tests.support.controller import running_controller
 from tests.support.nodebed import node_bed
 from tests.support.peers import KUBEOVN, make_vpc

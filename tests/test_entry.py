@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from controller.runtime.signals import SignalStop
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,7 +21,7 @@ from controller.config import ABORTIVE_CLOSE, load_api_client_and_source
 from controller.credentials import RotatingTokenApiClient
 from controller.runtime.kube import KubeWriter
 from controller.runtime.result import LostLeadership
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 
 class Server:

@@ -31,10 +31,10 @@ from kubernetes.client.rest import ApiException
 from controller import doctor, names
 from controller.rules import annotation
 from controller.runtime.kube import KubeWriter
-from hack.audit import read_events
+from hack.tools.audit import read_events
 from hack.bed import LocalCluster
-from hack.objects import PX, Admin, reason, unique, wait_condition
-from hack.wait import wait_for
+from hack.tools.objects import PX, Admin, reason, unique, wait_condition
+from hack.tools.wait import wait_for
 from informers import Resource
 from tests.support.peers import ADDRESS_V, IPAM, KUBEOVN, OURS, POOL_V, WAIT, Ctl, Trunk, kube_get, make_vpc
 

@@ -41,14 +41,14 @@ from controller import names
 from controller.rules import annotation
 from controller.runtime.kube import KubeWriter
 from informers import Resource
-from hack.audit import write_marker, writes_before
+from hack.tools.audit import write_marker, writes_before
 from hack.bed import LocalCluster, ovsdb_rows
-from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
+from hack.tools.objects import Admin, reason, unique, unique_prefix, wait_condition
 from tests.support.ovsdb import ha_chassis_groups
 from tests.support.peers import (ADDRESS_V, IPAM, IPAM_PROVIDER, KUBE_OVN, KUBE_OVN_FINALIZER, KUBEOVN, OURS,
                                  POOL_V, WAIT, Ctl, Trunk, kube_get, kube_ovn_ip, kube_ovn_ready, make_vpc,
                                  subnet_finalizers)
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

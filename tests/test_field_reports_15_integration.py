@@ -20,8 +20,8 @@ from controller import names
 from controller.watch.keys import NetworkKey
 from controller.runtime.kube import ApiError
 from controller.rfc3339 import parse
-from hack.objects import PX, Admin, reason, unique, wait_condition
-from hack.wait import wait_for
+from hack.tools.objects import PX, Admin, reason, unique, wait_condition
+from hack.tools.wait import wait_for
 from tests.support.controller import running_controller
 
 pytestmark = pytest.mark.integration

@@ -17,10 +17,10 @@ from kubernetes import client as k8s
 from controller.watch.keys import NetworkKey
 from controller.plan.gateway import FAILING_SINCE
 from tests.support.controller import running_controller
-from hack.objects import Admin, reason, unique
+from hack.tools.objects import Admin, reason, unique
 from tests.support.ovsdb import NBServer, ha_chassis_groups
 from tests.support.pki import CA, kube_ovn_secret
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 from tests.support.gateway import assigned
 from tests.test_lifecycle_integration import Env
 

@@ -26,7 +26,7 @@ from hack.bed import LocalCluster
 from informers import Resource, SharedInformerFactory, meta_namespace_key
 from informers import reflector as reflector_mod
 from tests.support.tcpproxy import TCPProxy
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -40,7 +40,7 @@ from informers import (
 from informers.backoff import Backoff
 from informers.reflector import ReflectorConfig
 from informers.watchstream import LineSplitter, WatchDecodeError, decode_event, iter_events
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 CM = Resource("", "v1", "configmaps", True)
 DEADLINE = 10.0

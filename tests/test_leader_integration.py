@@ -18,7 +18,7 @@ import pytest
 
 from controller.runtime.kube import ApiError, KubeWriter
 from controller.runtime.leader import DEFAULT_LEASE_NAMESPACE, LeaderElector, lease_path
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -38,7 +38,7 @@ from controller.runtime.leader import (
 )
 from controller.runtime.result import LostLeadership, Stopping
 from tests.support.clock import FakeClock
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 NS = "proxmox-network-system"
 PATH = lease_path(NS, DEFAULT_LEASE_NAME)

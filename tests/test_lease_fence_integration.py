@@ -38,10 +38,10 @@ import yaml
 
 from controller.runtime.leader import DEFAULT_LEASE_NAME, lease_path
 from controller.runtime.result import LostLeadership
-from hack.audit import audit_writes, wait_for_marker, write_marker
-from hack.controller_process import ControllerProcess
-from hack.objects import Admin
-from hack.wait import wait_for
+from hack.tools.audit import audit_writes, wait_for_marker, write_marker
+from hack.tools.controller_process import ControllerProcess
+from hack.tools.objects import Admin
+from hack.tools.wait import wait_for
 from ovn.nb import SUCCESS, NBClient
 from tests.support.ovsdb import NBServer, RowMonitor
 from tests.support.tcpproxy import TCPProxy
@@ -302,7 +302,7 @@ def test_s3_a_frozen_leader_writes_nothing_when_it_thaws(admin_client, cluster, 
     deliver what happened meanwhile and its workers have keys to work on: the fence refuses
     every write (its clock says the renew deadline is long past), and the hard deadline or
     the ordinary exit ends it. The audit log shows no write of it after the freeze."""
-    from hack.objects import reason, unique
+    from hack.tools.objects import reason, unique
 
     admin = Admin(admin_client)
     ns = unique_namespace

@@ -30,11 +30,11 @@ from kubernetes.client.rest import ApiException
 from controller.runtime.leader import DEFAULT_LEASE_NAME as LEASE
 from controller.runtime.leader import DEFAULT_LEASE_NAMESPACE as LEASE_NAMESPACE
 from hack.bed import CONTROLLER_NAMESPACE, CONTROLLER_SA, LocalCluster
-from hack.controller_process import ControllerProcess
-from hack.objects import Admin, reason, unique, unique_prefix, wait_condition
+from hack.tools.controller_process import ControllerProcess
+from hack.tools.objects import Admin, reason, unique, unique_prefix, wait_condition
 from tests.support.controller import running_controller
 from tests.support.peers import ADDRESS_V, IPAM_PROVIDER, OURS, Trunk, kube_get, lose_subnet_delete, make_vpc
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ import concurrent.futures as cf
 import pytest
 
 from controller.reconcile.namespaces import NAMESPACE_WRITE_WINDOW
-from hack.audit import format_writes, write_marker, writes_before
-from hack.objects import Admin, reason, unique
-from hack.wait import wait_for
+from hack.tools.audit import format_writes, write_marker, writes_before
+from hack.tools.objects import Admin, reason, unique
+from hack.tools.wait import wait_for
 from tests.support.controller import running_controller
 
 pytestmark = pytest.mark.integration

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from hack.audit import format_writes, write_marker, writes_before
+from hack.tools.audit import format_writes, write_marker, writes_before
 from tests.support.controller import running_controller, vlan_cached
-from hack.objects import PX, Admin, reason, unique
-from hack.wait import wait_for
+from hack.tools.objects import PX, Admin, reason, unique
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

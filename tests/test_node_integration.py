@@ -26,10 +26,9 @@ from typing import Iterator
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "hack"))
 
 from hack.bed import CGROUP_FS, NODE_COMPONENTS, LocalCluster, pid_alive  # noqa: E402
-from hack.wait import wait_for  # noqa: E402
+from hack.tools.wait import wait_for  # noqa: E402
 from tests.support.nodebed import node_bed
 
 pytestmark = [pytest.mark.integration, pytest.mark.node]
@@ -254,9 +253,9 @@ def test_stop_leaves_nothing_of_the_node_behind(bed: LocalCluster) -> None:
 
 CHILD = """
 import json, signal, sys
-sys.path.insert(0, {root!r}); sys.path.insert(0, {hack!r})
+sys.path.insert(0, {root!r})
 from hack.bed import LocalCluster
-from wait import wait_for
+from hack.tools.wait import wait_for
 c = LocalCluster({dir!r}, with_nb=False, with_peers=False, with_node=True)
 c.start()
 c.run_kubectl("create", "deployment", "sleeper", "--image=" + c.node.busybox_image, "--", "sleep", "3600")
@@ -276,7 +275,7 @@ def test_a_bed_killed_with_sigkill_is_cleaned_up_by_stop(tmp_path_factory: pytes
 
     workdir = tmp_path_factory.mktemp("k")  # short: containerd's socket path is limited
     out = workdir.parent / "k-child.out"
-    code = CHILD.format(root=str(ROOT), hack=str(ROOT / "hack"), dir=str(workdir))
+    code = CHILD.format(root=str(ROOT), dir=str(workdir))
     child = subprocess.Popen([sys.executable, "-c", code], stdout=open(out, "wb"), stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: b"READY" in out.read_bytes() or child.poll() is not None, timeout=120,

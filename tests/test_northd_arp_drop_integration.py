@@ -26,8 +26,8 @@ import pytest
 from kubernetes import client as k8s
 
 from hack.bed import LocalCluster, ovsdb_rows
-from hack.objects import Admin, reason, unique, wait_condition
-from hack.wait import wait_for
+from hack.tools.objects import Admin, reason, unique, wait_condition
+from hack.tools.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups
 from tests.support.peers import KUBEOVN, Ctl, Trunk, make_vpc
 

@@ -19,7 +19,7 @@ from ovn.ovsdb import NBError, NBNotSynced
 
 from tests.support.gateway import assigned
 from tests.support.ovsdb import ha_chassis_groups
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from ovn import planner
 from ovn.nb import SUCCESS, NBClient
 from ovn.ovsdb import NBError, NBNotSynced, parse_addresses
 
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import secrets
 
 import pytest
 
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

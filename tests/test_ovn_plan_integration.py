@@ -18,7 +18,7 @@ from ovn import nb_plan, planner
 from ovn.gateway import GatewayApplier, NBChanged
 
 from tests.support.ovsdb import NBServer
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 from ovn.sb import SBReader
 
 pytestmark = pytest.mark.integration

@@ -26,7 +26,7 @@ from ovn.ovsdb import NBError, jsonrpc_call
 from ovn.tls import TLSError, TLSSource, probe
 from tests.support.ovsdb import NB_SCHEMA, free_port
 from tests.support.pki import BOTH, CA, CLIENT_AUTH, SERVER_AUTH, CertKey, kube_ovn_secret, restore_ovs_ssl  # noqa: F401 (autouse fixture)
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -35,8 +35,8 @@ from controller.runtime.kube import ApiError, KubeWriter
 from controller.runtime.leader import DEFAULT_LEASE_NAME, lease_path
 from controller.metrics import NETWORK_WORKQUEUE_NAME
 from hack.bed import LocalCluster
-from hack.objects import Admin, reason
-from hack.wait import wait_for
+from hack.tools.objects import Admin, reason
+from hack.tools.wait import wait_for
 from tests.support.ovsdb import NBServer, free_port
 from tests.support.schedstat import runqueue_wait, wait_exited
 from tests.test_gateway_integration import bound_network, private_nb_bed

@@ -31,9 +31,9 @@ from hack.bed import ClusterError, LocalCluster, ovsdb_rows, ovsdb_set
 from ovn import planner
 from ovn.gateway import GatewayApplier
 from ovn.ovsdb import fetch_schema
-from hack.objects import Admin, unique
+from hack.tools.objects import Admin, unique
 from tests.support.ovsdb import ha_chassis_groups
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -33,10 +33,10 @@ import pytest
 from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
-from hack.audit import writes_until_now
+from hack.tools.audit import writes_until_now
 from hack.bed import LocalCluster
-from hack.objects import Admin, condition, reason, unique
-from hack.wait import wait_for
+from hack.tools.objects import Admin, condition, reason, unique
+from hack.tools.wait import wait_for
 from tests.support.peers import ADDRESS_V, IPAM, KUBEOVN, POOL_V, WAIT, Ctl, Trunk, kube_get, make_vpc
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""hack.probe.Endpoints reads the addresses a controller process logged it bound, in both
+"""hack.tools.probe.Endpoints reads the addresses a controller process logged it bound, in both
 of the controller's log formats (controller.main.configure_logging)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import structlog
 
 from controller.main import configure_logging
-from hack.probe import Endpoints
+from hack.tools.probe import Endpoints
 
 
 @pytest.mark.parametrize("fmt", ["console", "json"])

@@ -38,8 +38,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hack.objects import Admin, reason, unique
-from hack.wait import wait_for
+from hack.tools.objects import Admin, reason, unique
+from hack.tools.wait import wait_for
 from tests.support.ovsdb import NBServer, free_port
 from tests.test_gateway_integration import VPC, Router, Trunk, bound_network
 from tests.test_lifecycle_integration import Env

@@ -51,9 +51,9 @@ from kubernetes.client.rest import ApiException
 
 from controller import names
 from controller.runtime.kube import KubeWriter
-from hack.audit import write_marker, writes_before
+from hack.tools.audit import write_marker, writes_before
 from hack.bed import ClusterError, LocalCluster, ovsdb_rows, ovsdb_set
-from hack.objects import Admin, reason, unique, wait_condition
+from hack.tools.objects import Admin, reason, unique, wait_condition
 from tests.support.gateway import assigned as chassis_assigned
 from tests.support.ovsdb import RowMonitor, ha_chassis_groups
 from tests.support.peers import (
@@ -71,7 +71,7 @@ from tests.support.peers import (
     make_vpc,
     strip_kube_ovn_finalizer,
 )
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from hack.controller_process import ControllerProcess
-from hack.objects import Admin, reason, unique
-from hack.wait import wait_for
+from hack.tools.controller_process import ControllerProcess
+from hack.tools.objects import Admin, reason, unique
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

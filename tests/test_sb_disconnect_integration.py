@@ -48,8 +48,8 @@ import pytest
 
 from hack.bed import LocalCluster
 from hack.chaoskit import start_ovsdb, stop_ovsdb
-from hack.objects import PX, Admin, reason, unique
-from hack.wait import wait_for
+from hack.tools.objects import PX, Admin, reason, unique
+from hack.tools.wait import wait_for
 from tests.support.ovsdb import RowMonitor, ha_chassis_groups
 from tests.support.peers import KUBE_OVN, KUBEOVN, Ctl, Trunk, kube_get, make_vpc
 from tests.support.sbclaim import Claimer

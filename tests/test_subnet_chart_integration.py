@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hack.objects import Admin, unique
-from hack.wait import wait_for
+from hack.tools.objects import Admin, unique
+from hack.tools.wait import wait_for
 from tests.test_charts_integration import build_helm, run_helm, set_args
 
 pytestmark = pytest.mark.integration

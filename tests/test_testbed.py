@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from hack.bed import CONTROLLER_USER, LocalCluster
-from hack.audit import audit_writes, format_writes, write_marker, writes_before
+from hack.tools.audit import audit_writes, format_writes, write_marker, writes_before
 from tests.support.tcpproxy import TCPProxy
 
 pytestmark = pytest.mark.integration

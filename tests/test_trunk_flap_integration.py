@@ -17,8 +17,8 @@ from kubernetes import client as k8s
 from prometheus_client.parser import text_string_to_metric_families
 
 from hack.bed import ClusterError, LocalCluster
-from hack.objects import Admin, reason, unique
-from hack.wait import wait_for
+from hack.tools.objects import Admin, reason, unique
+from hack.tools.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups
 from tests.support.peers import KUBE_OVN, WAIT, Ctl, Trunk, make_vpc
 

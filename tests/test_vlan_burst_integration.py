@@ -36,8 +36,8 @@ from controller.watch.indexes import zone_index_provider
 from controller.apply.vlans import VlanManager
 from controller.watch.indexes import vlan_index_provider, vlan_index_provider_id, vlan_index_zone
 from informers import SharedInformerFactory
-from hack.objects import KUBEOVN, PX, Admin, unique
-from hack.wait import wait_for
+from hack.tools.objects import KUBEOVN, PX, Admin, unique
+from hack.tools.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

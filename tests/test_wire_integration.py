@@ -1,6 +1,6 @@
 """On the wire (issue 25): real chassis, a trunk and VMs (hack/bed/dataplane.py) next to the real
 kube-ovn-controller v1.15.24, the real IPAM provider, the bed's NB/SB and Kube-OVN's patched
-ovn-northd, and the controller under test. A VM is made as capmox makes one (hack/vms.py):
+ovn-northd, and the controller under test. A VM is made as capmox makes one (hack/tools/vms.py):
 its VLAN from the network's status, its address from an IPAddressClaim the real provider
 fulfils. Every figure printed is a measurement of this run.
 
@@ -40,9 +40,9 @@ import pytest
 from kubernetes import client as k8s
 
 from hack.bed import CHASSIS_ANNOTATION, DATAPLANE_PROVIDER, Chassis, DataPlane, LocalCluster, Prober, Vm, ovsdb_rows
-from hack.objects import Admin, reason, unique, wait_condition
-from hack.vms import pod_on_subnet, vm_for_network
-from hack.wait import wait_for
+from hack.tools.objects import Admin, reason, unique, wait_condition
+from hack.tools.vms import pod_on_subnet, vm_for_network
+from hack.tools.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups
 from tests.support.peers import IPAM, KUBE_OVN, KUBEOVN, Ctl, make_vpc
 

@@ -1,4 +1,4 @@
-"""The wire monitor's judgement (hack/wire_monitor.py) and the probe's loss times
+"""The wire monitor's judgement (hack/chaoskit/wire_monitor.py) and the probe's loss times
 (hack.bed.Prober, hack/bed/dataplane.py), without a data plane: what counts as the controller showing on the
 wire, and when a lost echo reply was due."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 from hack.bed import Prober
-from hack.wire_monitor import GAP_LIMIT, WireFigures, binding_events, moves_after
+from hack.chaoskit.wire_monitor import GAP_LIMIT, WireFigures, binding_events, moves_after
 
 
 def figures(**kw) -> WireFigures:
@@ -104,7 +104,7 @@ def test_only_a_release_or_another_chassis_claiming_after_the_first_reply_is_a_m
 
 
 def test_the_judged_run_starts_at_the_first_of_ten_requests_in_a_row_answered_after_the_settle():
-    from hack.wire_monitor import STEADY_REPLIES
+    from hack.chaoskit.wire_monitor import STEADY_REPLIES
 
     assert STEADY_REPLIES == 10
     # Issue 28: a reply just after the settle, then 14 requests unanswered for 1.06 s (the

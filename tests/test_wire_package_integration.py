@@ -24,9 +24,9 @@ import pytest
 from kubernetes import client as k8s
 
 from hack.bed import DATAPLANE_PROVIDER, LocalCluster, ovsdb_rows
-from hack.objects import unique, wait_condition
-from hack.vms import pod_on_subnet, vm_for_network
-from hack.wait import wait_for
+from hack.tools.objects import unique, wait_condition
+from hack.tools.vms import pod_on_subnet, vm_for_network
+from hack.tools.wait import wait_for
 from ovn.planner import group_name, router_port_name
 from tests.support.peers import KUBEOVN
 from tests.test_charts_integration import CHART, CHARTS, as_list, build_helm, render

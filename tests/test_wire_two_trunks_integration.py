@@ -23,8 +23,8 @@ import pytest
 
 from hack.bed import ClusterError, LocalCluster
 from hack.chaoskit import start_ovsdb, stop_ovsdb
-from hack.objects import Admin, reason
-from hack.wait import wait_for
+from hack.tools.objects import Admin, reason
+from hack.tools.wait import wait_for
 from tests.support.ovsdb import ha_chassis_groups
 from tests.test_wire_integration import Tenant, gateway_controller, reaches
 

@@ -23,7 +23,7 @@ from controller.runtime.workqueue import (
 )
 
 from tests.support.clock import FakeClock
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 JOIN = 30.0  # safety net for thread joins, never an expectation
 

@@ -19,10 +19,10 @@ import yaml
 from controller import names
 from controller.runtime.kube import KubeWriter
 from controller.runtime.leader import DEFAULT_LEASE_NAMESPACE, LeaderElector
-from hack.audit import read_events
+from hack.tools.audit import read_events
 from tests.support.controller import running_controller
-from hack.objects import Admin, unique
-from hack.wait import wait_for
+from hack.tools.objects import Admin, unique
+from hack.tools.wait import wait_for
 from tests.test_egress_integration import annotation, chain
 from tests.test_lifecycle_integration import Env, ready_network
 

@@ -12,6 +12,7 @@ One job a file (docs/testing.md, "The hack/ layout"):
 * ``peers.py``: kube-ovn-controller and the IPAM provider, and their faults;
 * ``node.py``: the node (containerd, kubelet, controller manager, scheduler, forwarders);
 * ``dataplane.py``: real OVN chassis, the Proxmox trunk and VMs in network namespaces;
+* ``deploy.py``: the controller as the Deployment of manifests/ on the node;
 * ``credentials.py``: the PKI and the users' kubeconfigs;
 * ``components.py``: a component as a process (spawn, pid file, stop);
 * ``procs.py``: pid helpers, free ports, the parent-death signal;
@@ -19,8 +20,8 @@ One job a file (docs/testing.md, "The hack/ layout"):
 * ``common.py``: the names every room shares, and :class:`ClusterError`;
 * ``cli.py``: ``start`` / ``env`` / ``stop`` (run by hack/cluster.py).
 
-The bed imports nothing from the rest of hack/ (the harnesses, the benchmarks, the tools):
-they import it.
+The bed imports nothing from the rest of hack/ (the shared tools of hack/tools/, the chaos
+harness, the benchmarks): they import it.
 """
 
 from hack.bed.builds import (

@@ -69,7 +69,7 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
     the NB, on the same port numbers as on 127.0.0.1: ``forward_ports``) and ``ctr()``. With
     a controller manager, namespaces finish deleting and the garbage collector runs; the
     ServiceAccount admission plugin is then on (pods get their service account's token).
-    hack/deploy.py runs the controller's Deployment on that node (issue 17 part 3).
+    hack/bed/deploy.py runs the controller's Deployment on that node (issue 17 part 3).
     """
 
     #: Seconds of every bed start in this process, in order (tests/conftest.py counts them per

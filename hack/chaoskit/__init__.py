@@ -15,13 +15,13 @@ One job a file (docs/testing.md, "The hack/ layout"):
 * ``monitor.py``: the :class:`InvariantMonitor` and its watches;
 * ``convergence.py``: what has not converged yet, what a teardown left;
 * ``audit.py``: the API server's audit log, to recheck the monitor's flags;
+* ``wire_monitor.py``: the :class:`WireMonitor`, a VM pinging its gateway through a run;
 * ``report.py``: the figures block of docs/reliability.md;
 * ``common.py``: the API groups and labels, ``log`` and ``retry``;
 * ``cli.py``: the command line (run by hack/chaos.py).
 
-The harness imports the bed (``hack.bed``) and the tools of hack/ (``hack.objects``,
-``hack.deploy``, ``hack.wire_monitor``, ``hack.controller_process``); the bed imports nothing
-of it.
+The harness imports the bed (``hack.bed``, its Deployment ``hack.bed.deploy``) and the shared
+tools (``hack.tools``); neither imports the harness.
 """
 
 from hack.chaoskit.audit import recheck_duplicates, recheck_open, removal_times, vlan_lifetimes

@@ -27,7 +27,7 @@ What runs (all on loopback, in a bed of its own, because the API server is resta
   Deployment keeps its pods: a replica that exits (SIGKILL, or "leadership lost" after an
   API outage) is started again. With ``--pods`` (``ChaosConfig.pods``; root) the bed has its
   node (hack/bed/node.py) and the controller is the Deployment of manifests/ instead
-  (:class:`PodReplicas`, hack/deploy.py): its ReplicaSet and the kubelet keep the pods
+  (:class:`PodReplicas`, hack/bed/deploy.py): its ReplicaSet and the kubelet keep the pods
   running, and the faults include the pod kinds below; the supervisor stays for where the
   node cannot start;
 * a :class:`GarbageCollector` standing in for kube-controller-manager's (claim-owned
@@ -50,7 +50,7 @@ What runs (all on loopback, in a bed of its own, because the API server is resta
   Vlan's ``status.subnets`` that still existed, is a violation).
 
 * with the bed's data plane (root; ``--wire``, on by default with gateway management): a
-  :class:`~hack.wire_monitor.WireMonitor`, a tenant of its own whose VM pings its gateway
+  :class:`~hack.chaoskit.wire_monitor.WireMonitor`, a tenant of its own whose VM pings its gateway
   every 0.1 s from before the first fault until the teardown; the gateway is OVN's and the
   controller only writes the group, so a lost echo reply is a violation.
 
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 <pid>: every thread's stack on stderr
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pods", action="store_true",
-                    help="run the controller as the Deployment of manifests/ on the bed's node (root; hack/deploy.py) "
+                    help="run the controller as the Deployment of manifests/ on the bed's node (root; hack/bed/deploy.py) "
                          "instead of supervised subprocesses, and make the pod faults")
     ap.add_argument("--kills", type=int, default=None,
                     help="SIGKILL of the leader subprocess (default 50; not with --pods: see --pod-kills)")

@@ -48,7 +48,7 @@ class ChaosConfig:
     resync_period: str = "10m"
     duration: float = 0.0  # stop injecting faults after this many seconds (0: inject them all)
     manage_gateway: bool = True  # HA chassis groups in the NB (the NB restart fault then matters)
-    # The controller as the Deployment of manifests/ on the bed's node (hack/deploy.py) instead
+    # The controller as the Deployment of manifests/ on the bed's node (hack/bed/deploy.py) instead
     # of supervised subprocesses; needs root and the node's binaries. The pod fault kinds:
     pods: bool = False
     pod_deletes: int = 0  # the leader's pod deleted (the ReplicaSet replaces it)
@@ -58,7 +58,7 @@ class ChaosConfig:
     oom_limit: str = "32Mi"  # below the controller's start-up working set (about 45 MiB)
     whole_timeout: float = 330.0  # for the Deployment to be whole again (the kubelet's back-off tops at 300 s)
     # A VM on the bed's data plane pings its gateway every 0.1 s through the whole run
-    # (hack/wire_monitor.py): a lost reply is a violation. Needs the data plane (root).
+    # (hack/chaoskit/wire_monitor.py): a lost reply is a violation. Needs the data plane (root).
     wire: bool = True
 
     def schedule(self, rng: random.Random) -> list[str]:

@@ -53,7 +53,7 @@ class PodReplicas:
     """The controller as the Deployment of manifests/ on the bed's node (``--pods``): what
     :class:`Supervisor` plays for subprocesses, done by the ReplicaSet and the kubelet.
 
-    :meth:`start` installs it (hack/deploy.py: the image, ``kubectl apply -k
+    :meth:`start` installs it (hack/bed/deploy.py: the image, ``kubectl apply -k
     hack/deploy-overlay``, with the harness's flags appended to the shipped args) and returns
     once it is rolled out. A sampler thread reads the Lease and the pods every ``interval``
     seconds and records each change of the Lease's holder (``holderIdentity``
@@ -71,7 +71,7 @@ class PodReplicas:
 
     def __init__(self, cluster: LocalCluster, cfg: ChaosConfig, outages: list[tuple[float, float]],
                  interval: float = 0.2, outage_grace: float = 60.0, slow_stop: float = 20.0) -> None:
-        from hack.deploy import ControllerDeployment
+        from hack.bed.deploy import ControllerDeployment
 
         self.cluster = cluster
         self.cfg = cfg
@@ -133,7 +133,7 @@ class PodReplicas:
     # -- sampling ---------------------------------------------------------------------
     def _loop(self) -> None:
         from controller.runtime.leader import identity_host
-        from hack.deploy import LEASE, LEASE_NAMESPACE, NAMESPACE, SELECTOR, ready
+        from hack.bed.deploy import LEASE, LEASE_NAMESPACE, NAMESPACE, SELECTOR, ready
 
         next_memory = 0.0
         while not self._stop.wait(self.interval):
@@ -265,7 +265,7 @@ class PodReplicas:
 
     def whole(self) -> str:
         """What the Deployment lacks ("" when whole): every one of its replicas' pods with
-        its container running, and the Lease held by a Ready one (hack/deploy.py pending)."""
+        its container running, and the Lease held by a Ready one (hack/bed/deploy.py pending)."""
         pods = self.deploy.pods()
         want = self.deploy.deployment()["spec"]["replicas"]
         running = [p for p in pods if all("running" in (cs.get("state") or {})
@@ -277,7 +277,7 @@ class PodReplicas:
     # -- faults ---------------------------------------------------------------------------
     def _leader_pod(self, timeout: float = 120.0) -> dict:
         from controller.runtime.leader import identity_host
-        from hack.deploy import ready
+        from hack.bed.deploy import ready
 
         def find() -> dict | None:
             ident = self.identity()
@@ -294,7 +294,7 @@ class PodReplicas:
     def delete_leader(self) -> str:
         """``kubectl delete pod`` of the leader's pod (the default grace: SIGTERM, the Lease
         released); the ReplicaSet makes another."""
-        from hack.deploy import NAMESPACE
+        from hack.bed.deploy import NAMESPACE
 
         name = self._leader_pod()["metadata"]["name"]
         self.deploy.kubectl("delete", "pod", "-n", NAMESPACE, name, "--wait=false")
@@ -313,13 +313,13 @@ class PodReplicas:
 
     def rollout(self) -> str:
         """``kubectl rollout restart``: the shipped strategy replaces both pods at once."""
-        from hack.deploy import NAME, NAMESPACE
+        from hack.bed.deploy import NAME, NAMESPACE
 
         self.deploy.kubectl("rollout", "restart", f"deployment/{NAME}", "-n", NAMESPACE)
         return "rollout restart"
 
     def _set_memory(self, request: str, limit: str) -> None:
-        from hack.deploy import NAME, NAMESPACE
+        from hack.bed.deploy import NAME, NAMESPACE
 
         path = "/spec/template/spec/containers/0/resources"
         ops = [{"op": "replace", "path": f"{path}/requests/memory", "value": request},

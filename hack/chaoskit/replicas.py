@@ -13,7 +13,7 @@ from typing import Any
 from hack.bed import LocalCluster
 from hack.chaoskit.common import log
 from hack.chaoskit.config import ChaosConfig
-from hack.controller_process import ControllerProcess
+from hack.tools.controller_process import ControllerProcess
 
 
 def gateway_flags(cluster: LocalCluster, cfg: ChaosConfig) -> list[str]:

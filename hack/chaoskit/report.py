@@ -115,7 +115,7 @@ def render_markdown(res: ChaosResult) -> str:
         f"**{len(res.teardown_leftovers)}**.",
         exits_line,
         peer_line,
-        *([f"* On the wire (hack/wire_monitor.py): a VM on the data plane pinged its gateway every 0.1 s through "
+        *([f"* On the wire (hack/chaoskit/wire_monitor.py): a VM on the data plane pinged its gateway every 0.1 s through "
            f"the run: {res.wire['replies']} replies in {res.wire['seconds']:.0f} s, {res.wire['lost']} lost (due at, "
            f"s from the first reply: "
            f"{', '.join(str(t) for t in res.wire['lost_at'][:12]) or 'none'}"

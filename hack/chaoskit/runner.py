@@ -32,7 +32,7 @@ from hack.chaoskit.load import (
 from hack.chaoskit.monitor import InvariantMonitor
 from hack.chaoskit.pods import PodReplicas
 from hack.chaoskit.replicas import Supervisor
-from hack.wire_monitor import WireFigures, WireMonitor
+from hack.chaoskit.wire_monitor import WireFigures, WireMonitor
 
 
 def peer_versions() -> dict[str, str]:
@@ -74,7 +74,7 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
         res.peers = peer_versions()
         progress(f"bed up in {cluster.start_seconds:.1f}s at {cluster.server} with the real peers "
                  f"({', '.join(f'{k} {v}' for k, v in res.peers.items())}; workdir {workdir})")
-        from hack.objects import Admin
+        from hack.tools.objects import Admin
 
         api = cluster.api_client("admin")
         admin = Admin(api)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from controller.config import load_api_client
 from controller.main import configure_logging
 from controller.manager import Manager, Options
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 
 @contextlib.contextmanager

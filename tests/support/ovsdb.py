@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hack.bed import NB_SCHEMA as _NB_SCHEMA, free_ports
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 NB_SCHEMA = str(_NB_SCHEMA)  # the bed's OVN build (hack/build-ovn.sh), as every bed uses
 

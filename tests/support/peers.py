@@ -29,9 +29,9 @@ from kubernetes.client.rest import ApiException
 from controller import names
 from controller.runtime.kube import KubeWriter
 from hack.bed import ClusterError, LocalCluster, pid_state
-from hack.objects import Admin, unique
+from hack.tools.objects import Admin, unique
 from tests.support.controller import running_controller
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 KUBE_OVN = "kube-ovn-controller"
 IPAM_PROVIDER = "ipam-provider"

@@ -6,8 +6,8 @@ nothing the controller goes through (its leader killed, its pods deleted or roll
 API server or NB outage) may cost the VM a reply. :class:`WireMonitor` shows it on the bed's
 data plane (hack/bed/dataplane.py): a tenant of its own (namespace, VPC, a zone on the data
 plane's provider), one Proxmox-backed subnet as the tenant's chart renders it
-(:meth:`hack.objects.Admin.create_proxmox_subnet`), a VM on it as capmox makes one
-(hack/vms.py), and an ICMP echo to the gateway every ``interval`` seconds from when the
+(:meth:`hack.tools.objects.Admin.create_proxmox_subnet`), a VM on it as capmox makes one
+(hack/tools/vms.py), and an ICMP echo to the gateway every ``interval`` seconds from when the
 network is Ready until :meth:`WireMonitor.stop`. Used by hack/chaos.py.
 """
 
@@ -23,9 +23,9 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from hack.bed import DATAPLANE_PROVIDER, LocalCluster, Prober, Vm, ovsdb_rows, ovsdb_set
-from hack.objects import PX, Admin, reason
-from hack.vms import ADDRESS_V, IPAM, vm_for_network
-from hack.wait import wait_for
+from hack.tools.objects import PX, Admin, reason
+from hack.tools.vms import ADDRESS_V, IPAM, vm_for_network
+from hack.tools.wait import wait_for
 
 
 # The wire counts as up once this many echo requests in a row (1 s at the 0.1 s interval)

@@ -24,7 +24,7 @@ from kubernetes.client.rest import ApiException
 
 from hack.bed import Chassis, DataPlane, Vm
 from hack.bed.dataplane import POD_MTU, UNDERLAY_MTU
-from hack.wait import wait_for
+from hack.tools.wait import wait_for
 
 IPAM = "ipam.cluster.x-k8s.io"
 ADDRESS_V = "v1beta1"  # the newest version cluster-api v1.10's IPAddress/IPAddressClaim serve

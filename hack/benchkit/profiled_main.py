@@ -1,6 +1,6 @@
 """Run ``controller.main`` under yappi (all threads, CPU clock) for hack/bench.py.
 
-    python hack/bench/profiled_main.py OUT.pstat [controller flags...]
+    python -m hack.benchkit.profiled_main OUT.pstat [controller flags...]
 
 cProfile only sees the main thread, and the controller's work happens in worker,
 informer and resync threads; yappi profiles every thread. On exit (SIGTERM is handled by

@@ -26,8 +26,8 @@ from typing import Any
 import yaml
 
 from controller.runtime.leader import identity_host
+from hack.bed.builds import HACK_DIR
 
-HACK_DIR = Path(__file__).resolve().parent
 OVERLAY = HACK_DIR / "deploy-overlay"
 NAMESPACE = "proxmox-network-system"
 NAME = "proxmox-network-controller"

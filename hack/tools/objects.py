@@ -163,7 +163,7 @@ def reason(obj: dict, ctype: str) -> tuple[str, str, str] | None:
 
 def wait_condition(admin: "Admin", ns: str, name: str, ctype: str, expected_reason: str, timeout: float = 40) -> dict:
     """Wait until network ``ns/name`` has condition ``ctype`` with ``expected_reason``; returns it."""
-    from hack.wait import wait_for
+    from hack.tools.wait import wait_for
 
     def check():
         obj = admin.network(ns, name)

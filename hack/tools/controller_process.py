@@ -1,6 +1,6 @@
 """One controller process (``python -m controller.main`` from this checkout) for tests and
 the hack/ harnesses: started with its probe and metrics servers on ports the kernel picks
-(read back from its log by :class:`hack.probe.Endpoints`), stopped as a Deployment stops a
+(read back from its log by :class:`hack.tools.probe.Endpoints`), stopped as a Deployment stops a
 pod (SIGTERM, then SIGKILL after a grace period)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from hack.bed import die_with_parent
-from hack.probe import Endpoints
+from hack.tools.probe import Endpoints
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # Last on the command line, so they win over a chart's own bind addresses.
 OWN_PORTS = ("--health-probe-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")

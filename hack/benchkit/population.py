@@ -1,6 +1,7 @@
 """Objects of a platform cluster shaped as their projects write them (issue 29): the kinds
 the controller caches that grow with the cluster, not with its networks. Used by
-``hack/bench_cache.py`` (bytes per cached object) and meant for the bed-scale benchmark.
+``hack/bench_cache.py`` (bytes per cached object) and ``hack/bench_scale.py`` (the cluster's
+population).
 
 Shapes (sizes and fields, not values) follow what the projects serve: Kube-OVN v1.15's
 ``IP`` (pkg/controller/pod.go, ``createOrUpdateIPCR``: labels for subnet, node and
