@@ -286,13 +286,7 @@ class Manager:
 
     def _network_exists(self, ns: str, name: str) -> bool:
         """Fresh API Get for the collector (§9.6): NotFound -> False, other errors raise."""
-        try:
-            self.writer.get(names.PROXMOX_NETWORKS, name, ns)
-        except ApiError as err:
-            if err.not_found:
-                return False
-            raise
-        return True
+        return self.writer.get_or_none(names.PROXMOX_NETWORKS, name, ns) is not None
 
     def _reconcile_network(self, key: NetworkKey) -> Any:
         started = time.monotonic()

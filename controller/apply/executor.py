@@ -242,11 +242,7 @@ class Executor:
         pool = None
         res = self.consumer_resources.get("pools")
         if res is not None:
-            try:
-                pool = self.writer.get(res, pname, ns)
-            except ApiError as err:
-                if not err.not_found:
-                    raise
+            pool = self.writer.get_or_none(res, pname, ns)
         counted = count_consumers(pool, pname, items("machines"), items("addresses"), items("claims"))
         return attrs.evolve(counted, unlisted=tuple(unlisted)) if unlisted else counted
 

@@ -181,12 +181,8 @@ class VlanManager:
         if not name:
             return 0
         if edited(vlan):
-            try:
-                return recorded_id(self.writer.get(names.PROXMOX_NETWORKS, name, ns))
-            except ApiError as err:
-                if err.not_found:
-                    return 0
-                raise
+            network = self.writer.get_or_none(names.PROXMOX_NETWORKS, name, ns)
+            return 0 if network is None else recorded_id(network)
         return recorded_id(self.networks.get(f"{ns}/{name}")) if self.networks is not None else 0
 
     def held_ids(self, provider: str) -> dict[int, _dt.datetime]:
@@ -326,12 +322,9 @@ class VlanManager:
         now = self.now()
         until = reuse.release_until(now, self.reuse_delay)  # the record's own instant
         for _ in range(5):
-            try:
-                zone = self.writer.get(names.PROXMOX_NETWORK_ZONES, zname)
-            except ApiError as err:
-                if err.not_found:
-                    return
-                raise
+            zone = self.writer.get_or_none(names.PROXMOX_NETWORK_ZONES, zname)
+            if zone is None:
+                return
             value = reuse.with_release(zone, vid, until, now)
             try:
                 self.writer.json_patch(names.PROXMOX_NETWORK_ZONES, zname,
@@ -381,14 +374,7 @@ class VlanManager:
         for s in (vlan.get("status") or {}).get("subnets") or []:
             if not isinstance(s, str) or not s:
                 continue
-            try:
-                self.writer.get(names.SUBNETS, s)
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-                gone.append(s)
-                continue
-            live.append(s)
+            (live if self.writer.get_or_none(names.SUBNETS, s) is not None else gone).append(s)
         return live, gone
 
     def release(self, vlan: dict[str, Any]) -> None:

@@ -79,14 +79,6 @@ class EgressGatewayPodReconciler:
                               "turned OVN port security off: the pod is an egress gateway of its VPC")
         return Result()
 
-    def _get(self, res: Resource, name: str, ns: str) -> dict[str, Any] | None:
-        try:
-            return self.writer.get(res, name, ns)
-        except ApiError as err:
-            if err.not_found:
-                return None
-            raise
-
     def _controller(
         self, obj: Mapping[str, Any], res: Resource, ns: str, wrong_kind: str
     ) -> tuple[dict[str, Any] | None, str]:
@@ -95,7 +87,7 @@ class EgressGatewayPodReconciler:
         ref = controller_ref(obj)
         if not ref or ref.get("kind") != res.kind or ref.get("apiVersion") != "apps/v1":
             return None, wrong_kind
-        owner = self._get(res, ref.get("name", ""), ns)
+        owner = self.writer.get_or_none(res, ref.get("name", ""), ns)
         if owner is None or owner["metadata"].get("uid") != ref.get("uid"):
             return None, ""
         return owner, ""
@@ -121,7 +113,7 @@ class EgressGatewayPodReconciler:
                 break
         if owner is None:
             return f'Deployment is not owned by VpcEgressGateway "{gw_name}"'
-        gw = self._get(VPC_EGRESS_GATEWAYS, gw_name, ns)
+        gw = self.writer.get_or_none(VPC_EGRESS_GATEWAYS, gw_name, ns)
         if gw is None or gw["metadata"].get("uid") != owner.get("uid"):
             return ""
         vpc_id = (gw["metadata"].get("labels") or {}).get(LABEL_VPC_ID, "")

@@ -123,7 +123,7 @@ class NamespaceReconciler:
     def value(self, ns: str) -> str | None:
         """The annotation as last seen (our own last patch included); None when the Namespace
         is not in the cache (not yet seen, or gone): then no triple is listed and no status
-        shows one (``plan_network.listed``)."""
+        shows one (``controller.plan.network_status.listed``)."""
         obj = self.recent.get(ns)
         if obj is None:
             return None
@@ -191,7 +191,7 @@ class NamespaceReconciler:
             # Not in the cache yet (created just before its networks: its add event queues
             # this key again) or gone (its networks are on their way out). Nothing to write
             # to, and no network is told: its status waits for its triple (§5.9 step 8;
-            # ``plan_network.listed``). The asks are kept for the pass the add event queues:
+            # ``controller.plan.network_status.listed``). The asks are kept for the pass the add event queues:
             # one made again while this pass ran looks like the one it read.
             with self._lock:
                 self._read_departures(ns, fresh)
@@ -243,15 +243,7 @@ class NamespaceReconciler:
         return lists_zone_bridge(self.value(ns), [b for b in bridges if b])
 
     def _read(self, ns: str, fresh: int | bool) -> tuple[dict[str, Any] | None, str]:
-        if fresh:
-            try:
-                obj: dict[str, Any] | None = self.writer.get(names.NAMESPACES, ns)
-            except ApiError as err:
-                if not err.not_found:
-                    raise
-                obj = None
-        else:
-            obj = self.recent.get(ns)
+        obj = self.writer.get_or_none(names.NAMESPACES, ns) if fresh else self.recent.get(ns)
         if obj is None:
             return None, ""
         return obj, ((obj.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_NAMESPACE_NETWORKS, "")

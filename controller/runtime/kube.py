@@ -193,6 +193,18 @@ class KubeWriter:
     def get(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
         return self.request("GET", object_path(resource, name, namespace))
 
+    def get_or_none(self, resource: Resource, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """The object as the API server has it now, or None when it answers 404.
+
+        :raises ApiError: any other error (a 404 of the resource type itself, a CRD not
+            installed, is also None: the object cannot exist)."""
+        try:
+            return self.get(resource, name, namespace)
+        except ApiError as err:
+            if err.not_found:
+                return None
+            raise
+
     # -- writes ------------------------------------------------------------------
     def create(self, resource: Resource, obj: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
         return self.request("POST", resource.path(namespace), obj)

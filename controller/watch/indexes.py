@@ -124,7 +124,7 @@ def vlan_indexers() -> dict[str, Callable[[Mapping[str, Any]], list[str]]]:
     """The indexes of the Vlan cache, by name (the manager's informer and any store
     standing in for it): :meth:`VlanManager.used_ids` reads ``provider`` and ``edited``."""
     return {BY_PROVIDER: vlan_index_provider, BY_PROVIDER_ID: vlan_index_provider_id,
-            "zone": vlan_index_zone, BY_EDITED: vlan_index_edited}
+            BY_ZONE: vlan_index_zone, BY_EDITED: vlan_index_edited}
 
 
 def vlan_index_zone(vlan: Mapping[str, Any]) -> list[str]:
@@ -208,7 +208,7 @@ def network_indexers() -> dict[str, Any]:
     """The indexes of the ProxmoxNetwork cache, by name (the manager's informer and any
     store standing in for it)."""
     return {BY_ZONE: network_index_zone, BY_EXHAUSTED: network_index_exhausted, BY_SUBNET: network_index_subnet,
-            "ippool": network_index_pool, BY_NAMESPACE: index_namespace}
+            BY_IPPOOL: network_index_pool, BY_NAMESPACE: index_namespace}
 
 
 def pool_index_buckets(pool: Mapping[str, Any]) -> list[str]:

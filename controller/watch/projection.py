@@ -69,16 +69,16 @@ def _kind(metadata: Mapping[str, Any] | None = None, **rest: Any) -> Keep:
 
 
 KEEP: dict[tuple[str, str], Keep] = {
-    # addresses.find_address_conflicts, indexes.ip_index_subnet, keys.for_kube_ovn_ip
+    # pool_conflicts.find_address_conflicts, indexes.ip_index_subnet, keys.for_kube_ovn_ip
     ("kubeovn.io", "ips"): _kind(spec={"subnet": True, "ipAddress": True, "v4IpAddress": True,
                                        "v6IpAddress": True, "podName": True, "namespace": True}),
     # indexes.node_index_provider / node_providers / gateway_key, ovn.planner.trunk_nodes
     ("", "nodes"): _kind({"labels": Keys(lambda k: k.endswith(READY_LABEL_SUFFIX)),
                           "annotations": Keys(lambda k: k == CHASSIS_ANNOTATION)}),
-    # plan_network.namespace_allowed (any label a zone selector names), namespaces.py
+    # network_status.namespace_allowed (any label a zone selector names), reconcile/namespaces.py
     ("", "namespaces"): _kind({"labels": True,
                                "annotations": Keys(lambda k: k == names.ANNOTATION_NAMESPACE_NETWORKS)}),
-    # consumers.holders_of / count_consumers, addresses.ipaddress_holders, indexes.address_index_pool,
+    # consumers.holders_of / count_consumers, pool_conflicts.ipaddress_holders, indexes.address_index_pool,
     # foreign.find_foreign_addresses
     ("ipam.cluster.x-k8s.io", "ipaddresses"): _kind({"finalizers": True, "annotations": Keys(lambda k: k == PAUSED)},
                                                      spec={"address": True, "poolRef": True, "claimRef": True}),
