@@ -76,7 +76,7 @@ def _localnet_lines(w: KubeWriter, net: dict[str, Any], localnets: Localnets | N
     vid = st.get("vlan")
     if localnets is None or not conflict or not isinstance(vid, int) or isinstance(vid, bool):
         return []
-    zone = _get(w, names.PROXMOX_NETWORK_ZONES, str((net.get("spec") or {}).get("zone") or ""))
+    zone = w.get_or_none(names.PROXMOX_NETWORK_ZONES, str((net.get("spec") or {}).get("zone") or ""))
     provider = str(((zone or {}).get("spec") or {}).get("providerNetwork") or "")
     if not provider:
         return [f"  OVN NB localnet ports on VLAN {vid} not read: the zone names no provider network"]
@@ -89,15 +89,6 @@ def _localnet_lines(w: KubeWriter, net: dict[str, Any], localnets: Localnets | N
         whose = "this network's" if r["name"] == own else "foreign"
         lines.append(f'    {r["name"]} (logical switch "{r["switch"]}", {whose})')
     return lines
-
-
-def _get(w: KubeWriter, res: Resource, name: str, ns: str | None = None) -> dict[str, Any] | None:
-    try:
-        return w.get(res, name, ns)
-    except ApiError as err:
-        if err.not_found:
-            return None
-        raise
 
 
 def _list(w: KubeWriter, res: Resource | None, ns: str | None = None) -> list[dict[str, Any]]:
@@ -176,10 +167,10 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
                    f"VLAN {st.get('vlan') or '-'} on {st.get('bridge') or '-'}"]
     if st.get("observedGeneration") != meta.get("generation") and not meta.get("deletionTimestamp"):
         lines.append("  the controller has not processed the latest spec yet (observedGeneration behind)")
-    vlan = _get(w, names.VLANS, str(spec.get("subnet") or ""))
+    vlan = w.get_or_none(names.VLANS, str(spec.get("subnet") or ""))
     if meta.get("deletionTimestamp"):
         lines.append(f"  deleting since {meta['deletionTimestamp']}; release order: consumers, Subnet, gateway, Vlan")
-        pool = _get(w, kinds["pools"], str(spec.get("ipPool")), ns) if kinds.get("pools") else None
+        pool = w.get_or_none(kinds["pools"], str(spec.get("ipPool")), ns) if kinds.get("pools") else None
         c = count_consumers(pool, str(spec.get("ipPool")), in_namespace("machines"), in_namespace("addresses"),
                             in_namespace("claims"))
         if c.busy:
@@ -187,7 +178,7 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
                                                              str(spec.get("subnet")), limit=0))
             # The whole list, one holder a line (the condition shows the first five).
             lines += [f"    {h}" for h in c.holders]
-        sub = _get(w, names.SUBNETS, str(spec.get("subnet") or ""))
+        sub = w.get_or_none(names.SUBNETS, str(spec.get("subnet") or ""))
         if sub is not None:
             fins = sub["metadata"].get("finalizers") or []
             state = "deleting" if sub["metadata"].get("deletionTimestamp") else "present"
@@ -261,7 +252,7 @@ def _run(w: KubeWriter, args: argparse.Namespace, prune: float) -> int:
         if not args.namespace:
             print("doctor: a network name needs --namespace", file=sys.stderr)
             return 2
-        net = _get(w, names.PROXMOX_NETWORKS, args.name, args.namespace)
+        net = w.get_or_none(names.PROXMOX_NETWORKS, args.name, args.namespace)
         nets = [net] if net else []
     else:
         nets = _list(w, names.PROXMOX_NETWORKS, args.namespace)
