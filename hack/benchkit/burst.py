@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from hack.bed import LocalCluster
-from hack.benchkit.controller import Controller
+from hack.benchkit.controller import Controller, teardown
 from hack.benchkit.load import GROUP, NAMESPACES, VERSION, in_threads, network_body
 
 PROVIDER = "physnet1"
@@ -159,11 +159,7 @@ def one_run(k: int, n: int, threads: int, tree: Path, workdir: Path, timeout: fl
         )
         return r
     finally:
-        if ctl is not None:
-            ctl.stop()
-        if admin is not None:
-            admin.close()
-        cluster.stop()
+        teardown(ctl, admin, cluster)
 
 
 def line(r: dict) -> str:

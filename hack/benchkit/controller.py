@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from hack.bed import LocalCluster, free_ports
 
@@ -154,3 +154,38 @@ class Controller:
 
 def log_time(line: dict) -> _dt.datetime:
     return _dt.datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00"))
+
+
+def teardown(ctl: Controller | None, admin: Any, cluster: LocalCluster) -> None:
+    """End a run whatever state it reached: the controller (if started), the admin API
+    client (if opened), then the bed."""
+    if ctl is not None:
+        ctl.stop()
+    if admin is not None:
+        admin.close()
+    cluster.stop()
+
+
+def steady_pass(ctl: Controller, n: int, nb_txns: Callable[[Controller], float] | None = None) -> dict[str, Any]:
+    """Wait for ``ctl``'s next periodic resync pass (its second ``resync complete``) and
+    measure it: ``steady_cpu_s`` and ``steady_wall_s`` from its ``resync started`` line,
+    ``steady_nb_txns`` when ``nb_txns`` reads the controller's NB transaction count, and
+    ``second``, the pass's ``resync complete`` log line.
+
+    :raises TimeoutError: as :meth:`Controller.wait_event`."""
+    marks: dict[str, float] = {}
+
+    def on_line(ln: dict) -> None:
+        if ln.get("event") == "resync started" and "cpu" not in marks:
+            marks["cpu"] = cpu_seconds(ctl.pid)
+            marks["t"] = time.monotonic()
+            if nb_txns is not None:
+                marks["tx"] = nb_txns(ctl)
+
+    ctl.wait_event("resync started", 90, on_line=on_line)
+    second = ctl.wait_event("resync complete", max(120.0, n * 0.2), count=2, on_line=on_line)
+    out: dict[str, Any] = {"steady_cpu_s": cpu_seconds(ctl.pid) - marks["cpu"],
+                           "steady_wall_s": time.monotonic() - marks["t"], "second": second}
+    if nb_txns is not None:
+        out["steady_nb_txns"] = nb_txns(ctl) - marks["tx"]
+    return out

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from hack.bed import LocalCluster
-from hack.benchkit.controller import Controller, cpu_seconds, log_time, rss_mib
+from hack.benchkit.controller import Controller, cpu_seconds, log_time, rss_mib, steady_pass, teardown
 from hack.benchkit.floor import run_floors
 from hack.benchkit.load import (
     GROUP, LAYOUT_PER_ZONE, LAYOUT_SHARED, VERSION, in_threads, network_body, provider_names, setup_objects,
@@ -224,18 +224,9 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
 
         # -- steady state: the next periodic pass -------------------------------------
         m2 = mark(cluster)
-        marks: dict[str, float] = {}
-
-        def on_line(ln: dict) -> None:
-            if ln.get("event") == "resync started" and "cpu" not in marks:
-                marks["cpu"] = cpu_seconds(ctl.pid)
-                marks["t"] = time.monotonic()
-
-        ctl.wait_event("resync started", 90, on_line=on_line)
-        second = ctl.wait_event("resync complete", max(120.0, n * 0.2), count=2, on_line=on_line)
-        r["steady_cpu_s"] = cpu_seconds(ctl.pid) - marks["cpu"]
-        r["steady_wall_s"] = time.monotonic() - marks["t"]
-        r["steady_log_writes"] = second.get("writes")
+        steady = steady_pass(ctl, n)
+        r["steady_cpu_s"], r["steady_wall_s"] = steady["steady_cpu_s"], steady["steady_wall_s"]
+        r["steady_log_writes"] = steady["second"].get("writes")
         w = controller_writes_since(cluster, m2)
         r["steady_writes"] = len(w)
         r["steady_writes_by"] = writes_by_resource(w)
@@ -248,8 +239,4 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
         run_floors(r, cluster, n, threads, log)
         return r
     finally:
-        if ctl is not None:
-            ctl.stop()
-        if admin is not None:
-            admin.close()
-        cluster.stop()
+        teardown(ctl, admin, cluster)

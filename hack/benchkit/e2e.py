@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from hack.bed import LocalCluster
-from hack.benchkit.controller import Controller, cpu_seconds
+from hack.benchkit.controller import Controller, cpu_seconds, teardown
 from hack.benchkit.document import write_block
 from hack.benchkit.gateway import nb_total
 from hack.benchkit.load import GROUP, NAMESPACES, VERSION, in_threads
@@ -220,11 +220,7 @@ def run(n: int, vpcs: int, zones: int, threads: int, workdir: Path, log=print) -
             f"writes {r['teardown']['writes']}")
         return r
     finally:
-        if api is not None:
-            api.close()
-        if ctl is not None:
-            ctl.stop()
-        cluster.stop()
+        teardown(ctl, api, cluster)
 
 
 def count_networks(co) -> int:

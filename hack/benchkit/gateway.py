@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from hack.bed import LocalCluster
-from hack.benchkit.controller import Controller, cpu_seconds, log_time, rss_mib
+from hack.benchkit.controller import Controller, cpu_seconds, log_time, rss_mib, steady_pass, teardown
 from hack.benchkit.load import GROUP, NAMESPACES, VERSION, in_threads, network_body, setup_objects
 from hack.benchkit.writes import controller_writes_since, mark, writes_by_resource
 
@@ -221,20 +221,11 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
             f"{r['restart_nb_txns']} NB txns, {r['restart_writes']} API writes")
 
         m3 = mark(cluster)
-        marks: dict[str, float] = {}
-
-        def on_line(ln: dict) -> None:
-            if ln.get("event") == "resync started" and "cpu" not in marks:
-                marks["cpu"] = cpu_seconds(ctl.pid)
-                marks["t"] = time.monotonic()
-                marks["tx"] = nb_total(ctl)
-
-        ctl.wait_event("resync started", 90, on_line=on_line)
-        second = ctl.wait_event("resync complete", max(120.0, n * 0.2), count=2, on_line=on_line)
-        r["steady_cpu_s"] = cpu_seconds(ctl.pid) - marks["cpu"]
-        r["steady_wall_s"] = time.monotonic() - marks["t"]
-        r["steady_pass_log_s"] = (log_time(second) - log_time(next(ln for ln in ctl.lines if ln.get("event") == "resync started"))).total_seconds()
-        r["steady_nb_txns"] = nb_total(ctl) - marks["tx"]
+        steady = steady_pass(ctl, n, nb_txns=nb_total)
+        r["steady_cpu_s"], r["steady_wall_s"] = steady["steady_cpu_s"], steady["steady_wall_s"]
+        started = next(ln for ln in ctl.lines if ln.get("event") == "resync started")
+        r["steady_pass_log_s"] = (log_time(steady["second"]) - log_time(started)).total_seconds()
+        r["steady_nb_txns"] = steady["steady_nb_txns"]
         w = controller_writes_since(cluster, m3)
         r["steady_writes"] = len(w)
         r["steady_writes_by"] = writes_by_resource(w)
@@ -252,8 +243,4 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
             ctl = None
         return r
     finally:
-        if ctl is not None:
-            ctl.stop()
-        if admin is not None:
-            admin.close()
-        cluster.stop()
+        teardown(ctl, admin, cluster)
