@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from tests.support.vlans import ensure
 from controller.rules import reuse
-from controller.runtime.kube import ApiError
+from controller.runtime.kube import ApiError, KubeWriter
 from controller.apply.vlans import VlanManager
 from controller.watch.indexes import (
     vlan_index_provider,
@@ -73,6 +73,8 @@ class FakeVlanApi:
             if name not in self.objects:
                 raise ApiError(404, "NotFound", name)
             return copy.deepcopy(self.objects[name])
+
+    get_or_none = KubeWriter.get_or_none  # the writer's own 404 rule over this get
 
     def json_patch(self, resource, name, ops, namespace=None):  # adoption: not reached here
         return self.get(resource, name)
@@ -428,6 +430,8 @@ class FakeZoneApi:
 
     def get(self, resource, name, namespace=None):
         return copy.deepcopy(self.zone)
+
+    get_or_none = KubeWriter.get_or_none
 
     def json_patch(self, resource, name, ops, namespace=None):
         test, op = ops
