@@ -217,7 +217,8 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="proxmox-network-controller doctor",
                                 description="Explain which step each ProxmoxNetwork waits on, and until when.")
-    p.add_argument("--kubeconfig", default=None)
+    p.add_argument("--kubeconfig", default=None,
+                   help="kubeconfig file; when unset: in-cluster config, else $KUBECONFIG or ~/.kube/config")
     p.add_argument("-n", "--namespace", default=None, help="only this namespace")
     p.add_argument("name", nargs="?", help="only this network (needs --namespace)")
     p.add_argument("--subnet-prune-timeout", default="10m", help="the controller's --subnet-prune-timeout")

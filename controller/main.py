@@ -71,8 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leader-election-namespace", default="",
                    help="namespace of the Lease (default: kube-system, the same for every release: one allocator "
                         "per cluster)")
-    p.add_argument("--metrics-secure", type=parse_bool, nargs="?", const=True, default=False)
-    p.add_argument("--enable-http2", type=parse_bool, nargs="?", const=True, default=False)
+    p.add_argument("--metrics-secure", type=parse_bool, nargs="?", const=True, default=False,
+                   help="HTTPS metrics: not supported by this build; true is refused at start")
+    p.add_argument("--enable-http2", type=parse_bool, nargs="?", const=True, default=False,
+                   help="accepted for controller-runtime compatibility; no effect")
     p.add_argument(
         "--subnet-prune-timeout",
         type=parse_duration,
@@ -92,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a Subnet may keep Kube-OVN's ValidateSubnetVlanFailed after its Vlan exists before the "
              "controller reports kube-ovn-controller's state as stale (Go duration)",
     )
-    p.add_argument("--manage-gateway-chassis", type=parse_bool, nargs="?", const=True, default=True)
+    p.add_argument("--manage-gateway-chassis", type=parse_bool, nargs="?", const=True, default=True,
+                   help="manage each network's OVN NB HA_Chassis_Group; false: GatewayReady=Unknown/Disabled, "
+                   "no NB connection")
     p.add_argument(
         "--trunk-node-hold-down",
         type=parse_duration,
@@ -100,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a trunk node that lost its provider-network ready label stays in the HA chassis groups "
              "(Go duration; 0 turns it off): kube-ovn-cni removes the label at each of its restarts",
     )
-    p.add_argument("--ovn-nb-address", default="ssl:ovn-nb.cozy-kubeovn.svc:6641")
+    p.add_argument("--ovn-nb-address", default="ssl:ovn-nb.cozy-kubeovn.svc:6641",
+                   help="comma-separated OVN NB remotes tried in order: ssl:<host>:<port>, tcp:<host>:<port> "
+                   "or unix:<path> (default %(default)s)")
     p.add_argument("--ovn-sb-address", default="",
                    help="OVN SB remotes (ssl:/tcp:/unix:, comma separated; Kube-OVN's is ssl:ovn-sb.cozy-kubeovn.svc:6642), "
                         "read only, with the NB's TLS Secret: GatewayReady then says which chassis serves each router "
@@ -113,7 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "less 100 for Geneve): each managed router port gets options:gateway_mtu = the smaller of "
                         "this and the zone's mtu, so OVN answers a larger packet with 'fragmentation needed'; "
                         "0 leaves the option alone")
-    p.add_argument("--ovn-tls-secret", type=parse_tls_secret, default=("cozy-kubeovn", "kube-ovn-tls"))
+    p.add_argument("--ovn-tls-secret", type=parse_tls_secret, default=("cozy-kubeovn", "kube-ovn-tls"),
+                   help="<namespace>/<name> of the Secret with the OVN client certificate, key and CA for ssl: "
+                   "remotes (default cozy-kubeovn/kube-ovn-tls)")
     p.add_argument("--ovn-tls-dir", default="",
                    help="private directory (created 0700) for the TLS files python-ovs reads; "
                         "default: a new temporary directory")
@@ -122,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--resync-period", type=parse_duration, default=600.0, help="full resync of every key (Go duration)"
     )
     p.add_argument("--zap-log-level", "--log-level", dest="log_level", default="info", help="debug or info")
-    p.add_argument("--log-format", choices=("json", "console"), default="json")
+    p.add_argument("--log-format", choices=("json", "console"), default="json",
+                   help="json (one object per line, the default) or console")
     return p
 
 

@@ -1,4 +1,4 @@
-"""``kubectl proxmox-network``: the kubectl plugin (issue 16 part 6).
+"""``kubectl proxmox-network``: the kubectl plugin.
 
 ``pip install .`` puts the console script ``kubectl-proxmox_network`` on PATH (pyproject.toml
 ``[project.scripts]``; kubectl finds a plugin ``proxmox-network`` under that file name, a dash

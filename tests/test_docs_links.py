@@ -282,6 +282,17 @@ def test_every_reason_has_a_runbook_entry():
     assert not missing, "reasons without a heading in docs/runbook.md: " + ", ".join(missing)
 
 
+def test_every_shipped_alert_has_a_runbook_entry():
+    """Each alert of the shipped PrometheusRule has a heading of its name in docs/runbook.md
+    (the alerts' ``runbook_url`` anchors point there)."""
+    rule = (REPO / "manifests/monitoring/prometheusrule.yaml").read_text()
+    alerts = re.findall(r"^\s*-\s*alert:\s*(\S+)\s*$", rule, flags=re.M)
+    assert len(alerts) >= 10  # the rule file read, not an empty match
+    entries = {re.sub(r"\s*\(.*\)$", "", h).strip("` ") for h in headings((REPO / "docs/runbook.md").read_text())}
+    missing = sorted(set(alerts) - entries)
+    assert not missing, "alerts without a heading in docs/runbook.md: " + ", ".join(missing)
+
+
 def test_doctor_points_at_the_runbook():
     assert doctor.RUNBOOK == "docs/runbook.md" and (REPO / doctor.RUNBOOK).exists()
 

@@ -1,11 +1,12 @@
 """The planners and rules are pure, and the runtime machinery free of the product, at run
 time too, not only in import-linter's graph.
 
-import-linter's contract "pure" (``.importlinter``) reads the import statements; it does not
-see what importing a package's ``__init__`` loads. For the contracts "pure" and
-"runtime", this imports every module of the contract's source packages in a fresh interpreter and checks that none of the contract's
-forbidden modules (the Kubernetes client, urllib3, python-ovs, the informer machinery, the NB
-client, the runtime) was loaded along the way. The module lists come from ``.importlinter``.
+import-linter reads the import statements; it does not see what importing a package's
+``__init__`` loads. For the contracts "pure" and "runtime" of ``.importlinter``, this imports
+every module of the contract's source packages in a fresh interpreter and checks that none of
+the contract's forbidden modules (the Kubernetes client, urllib3, python-ovs, the informer
+machinery, the NB client, the runtime, the product) was loaded along the way. The module lists
+come from ``.importlinter``.
 """
 
 from __future__ import annotations

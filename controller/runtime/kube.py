@@ -84,8 +84,9 @@ def finalizer_add_patch(obj: Mapping[str, Any], finalizer: str) -> list[dict[str
     Guarded by the list as read (field-reports.md B14: never re-add a list we read stale): appended after a
     ``test`` of the whole list, or, with no list yet, made after a ``test`` that there is none
     (an ``add`` of the list would replace one made meanwhile). A write of other fields in
-    between (a peer's defaulting, its status) does not refuse it (field reports, fourth round:
-    a 422 on every first Subnet finalizer). A failed test is a 409 to the caller, which re-reads.
+    between (a peer's defaulting, its status) does not refuse it: a guard on the whole object
+    was refused with a 422 whenever a peer had just written it. A failed test is a 409 to the
+    caller, which re-reads.
     """
     fins = (obj.get("metadata") or {}).get("finalizers")
     if fins:

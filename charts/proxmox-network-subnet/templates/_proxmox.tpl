@@ -140,7 +140,7 @@ proxmox.cozystack.io/zone: {{ .f.zone | quote }}
 
 {{- /* The VPC, read with lookup when the cluster answers (not in an offline `helm template`,
 where lookup returns nothing): a tenant VPC, not the cluster's default one (whose router port
-is the cluster router's, field report R2), that exists and, when it names its namespaces
+is the cluster router's, field-reports.md R2), that exists and, when it names its namespaces
 (Kube-OVN's Vpc.spec.namespaces), serves the release's. */ -}}
 {{- define "pxs.assertVpc" -}}
 {{- if eq .Values.vpc "ovn-cluster" }}
