@@ -4,6 +4,8 @@
 #   * sigs.k8s.io/cluster-api-ipam-provider-in-cluster  -> bin/ipam-provider-in-cluster
 #     (its Go module, from the module proxy)
 #   * github.com/kubeovn/kube-ovn                       -> bin/kube-ovn-controller
+#                                                          bin/kube-ovn-daemon (the node
+#                                                          agent, kube-ovn-cni)
 #     (v1.15.24: the tag's `git archive` in ../shared/peers, checked against SHA256SUMS before
 #     it is unpacked; its dependencies from the module proxy, checksum database on.
 #     PNC_KUBE_OVN_VERSION=v1.13.0: the module proxy's v1.13.0, as before issue 24)
@@ -16,7 +18,7 @@
 # come from hack/versions.env. Everything lands in
 #
 #   ~/.cache/proxmox-network-controller/peers/<versions>/
-#       bin/ipam-provider-in-cluster  bin/kube-ovn-controller
+#       bin/ipam-provider-in-cluster  bin/kube-ovn-controller  bin/kube-ovn-daemon
 #       crds/ipam/*.yaml  crds/cluster-api/*.yaml  crds/kube-ovn/kube-ovn-crd.yaml
 #       rbac/kube-ovn/ovn-CR.yaml
 #       ovsdb/ovn-nb.ovsschema  ovsdb/ovn-sb.ovsschema
@@ -94,7 +96,7 @@ stage() {  # stage SRC_FILE DEST_DIR: copy one file, writable, replacing what wa
 
 expected_files() {
   printf '%s\n' \
-    bin/ipam-provider-in-cluster bin/kube-ovn-controller \
+    bin/ipam-provider-in-cluster bin/kube-ovn-controller bin/kube-ovn-daemon \
     crds/ipam/ipam.cluster.x-k8s.io_inclusterippools.yaml \
     crds/ipam/ipam.cluster.x-k8s.io_globalinclusterippools.yaml \
     crds/cluster-api/ipam.cluster.x-k8s.io_ipaddresses.yaml \
@@ -108,7 +110,7 @@ complete() {
   [[ -f "$OUT/.complete" ]] || return 1
   local f
   while read -r f; do [[ -s "$OUT/$f" ]] || return 1; done < <(expected_files)
-  [[ -x "$BIN/ipam-provider-in-cluster" && -x "$BIN/kube-ovn-controller" ]]
+  [[ -x "$BIN/ipam-provider-in-cluster" && -x "$BIN/kube-ovn-controller" && -x "$BIN/kube-ovn-daemon" ]]
 }
 
 # --------------------------------------------------------------------------- IPAM provider
@@ -200,6 +202,39 @@ kube_ovn_source_dir() {
   echo "$work"
 }
 
+# kube_ovn_binary NAME MAIN COMMIT: build one Kube-OVN program (in the source tree, the
+# current directory) to $BIN/NAME once, with the version and commit its versions package
+# prints at start-up. CGO_ENABLED=0 as in Kube-OVN's own Makefile: libcap's psx then uses the
+# Go runtime's AllThreadsSyscall instead of libpsx (static, no gcc).
+kube_ovn_binary() {
+  local name="$1" main="$2" commit="$3" pkg=github.com/kubeovn/kube-ovn/versions
+  [[ -x "$BIN/$name" ]] && return 0
+  log "building $name $KUBE_OVN_VERSION (low priority, one job; long on 2 cores when cold)"
+  local t0=$SECONDS
+  CGO_ENABLED=0 quiet "${LOWPRIO[@]}" go build -trimpath \
+    -ldflags "-s -w -X $pkg.VERSION=$KUBE_OVN_VERSION -X $pkg.COMMIT=$commit" \
+    -o "$BIN/$name.tmp" "$main"
+  mv "$BIN/$name.tmp" "$BIN/$name"
+  log "built $name in $((SECONDS - t0)) s"
+}
+
+# kube_ovn_daemon_version BINARY: the "Version: … Commit: …" the agent logs at start-up (its
+# versions.String()); it has no --version flag. --install-cni-config between two scratch
+# files is its one mode that logs that and exits without touching the machine. Fails when
+# the version is not KUBE_OVN_VERSION (the -X flags did not take).
+kube_ovn_daemon_version() {
+  local tmp out version commit
+  tmp="$(mktemp -d)"
+  echo '{}' > "$tmp/in.conflist"
+  out="$("$1" --install-cni-config --cni-conf-file="$tmp/in.conflist" --cni-conf-dir="$tmp" \
+           --cni-conf-name=out.conflist 2>&1)" || { rm -rf "$tmp"; die "$1 --install-cni-config failed: $out"; }
+  rm -rf "$tmp"
+  version="$(awk '$1 == "Version:" { print $2; exit }' <<<"$out")"
+  commit="$(awk '$1 == "Commit:" { print $2; exit }' <<<"$out")"
+  [[ $version == "$KUBE_OVN_VERSION" ]] || die "$1 says version '$version', expected $KUBE_OVN_VERSION: $out"
+  echo "Kube-OVN $version (commit $commit)"
+}
+
 build_kube_ovn() {
   local work commit="$KUBE_OVN_COMMIT"
   work="$(kube_ovn_source_dir)"
@@ -208,18 +243,23 @@ build_kube_ovn() {
       "$(go env GOMODCACHE)/cache/download/github.com/kubeovn/kube-ovn/@v/$KUBE_OVN_VERSION.info" 2>/dev/null || echo unknown)"
   fi
   cd "$work"
-  if [[ ! -x "$BIN/kube-ovn-controller" ]]; then
-    log "building kube-ovn-controller $KUBE_OVN_VERSION (low priority, one job; long on 2 cores)"
-    local pkg=github.com/kubeovn/kube-ovn/versions main=./cmd/controller
-    # v1.13's ./cmd is one multi-call binary; from v1.15 the controller is its own main
-    # package (./cmd/controller). Both dispatch on the base name of argv[0]: the binary must
-    # be called kube-ovn-controller. CGO_ENABLED=0 as in Kube-OVN's own Makefile: libcap's
-    # psx then uses the Go runtime's AllThreadsSyscall instead of libpsx (static, no gcc).
-    [[ $KUBE_OVN_VERSION == "$KUBE_OVN_LEGACY_VERSION" ]] && main=./cmd
-    CGO_ENABLED=0 quiet "${LOWPRIO[@]}" go build -trimpath \
-      -ldflags "-s -w -X $pkg.VERSION=$KUBE_OVN_VERSION -X $pkg.COMMIT=$commit" \
-      -o "$BIN/kube-ovn-controller.tmp" "$main"
-    mv "$BIN/kube-ovn-controller.tmp" "$BIN/kube-ovn-controller"
+  # v1.13's ./cmd is one multi-call binary; from v1.15 each program is its own main package
+  # (./cmd/controller, ./cmd/daemon). Both dispatch on the base name of argv[0]: the binaries
+  # must be called kube-ovn-controller and kube-ovn-daemon.
+  local controller_main=./cmd/controller daemon_main=./cmd/daemon
+  if [[ $KUBE_OVN_VERSION == "$KUBE_OVN_LEGACY_VERSION" ]]; then
+    controller_main=./cmd daemon_main=./cmd
+  fi
+  kube_ovn_binary kube-ovn-controller "$controller_main" "$commit"
+  # The node agent (kube-ovn-cni's kube-ovn-daemon). CGO_ENABLED=0 as Kube-OVN's Makefile
+  # builds it too (makefiles/build.mk, build-go): it reaches OVS, iptables and ipset through
+  # their command-line tools and the kernel through netlink, neither needs cgo, and libcap
+  # (which it only reads its capabilities with) works without it as above. The image's
+  # setcap (NET_ADMIN, NET_RAW, NET_BIND_SERVICE, SYS_ADMIN) is not needed: the bed runs it
+  # as root.
+  if [[ ! -x "$BIN/kube-ovn-daemon" ]]; then
+    kube_ovn_binary kube-ovn-daemon "$daemon_main" "$commit"
+    log "kube-ovn-daemon says: $(kube_ovn_daemon_version "$BIN/kube-ovn-daemon")"
   fi
   # The chart's CRD file and ClusterRole: plain YAML in v1.13, Helm-templated from v1.15
   # (rendered with the chart's defaults by the helm of hack/build-helm.sh).

@@ -86,8 +86,10 @@ install_ovn() {
   # promtool (Debian's prometheus package) checks and unit-tests the alert rules; its
   # prometheus server scrapes the controller in tests/test_prometheus_integration.py.
   # iputils-ping, iputils-arping and ethtool: the data plane's VMs (hack/bed/dataplane.py, issue 25).
+  # ipset: Kube-OVN's node agent (hack/bed/node_agent.py) panics without it ("Failed to update IP
+  # sets after multiple retries"); the kernel's ip_set is built in.
   local want=(prometheus autoconf automake libtool libssl-dev libcap-ng-dev libunbound-dev
-              iputils-ping iputils-arping ethtool)
+              iputils-ping iputils-arping ethtool ipset)
   local legacy=""
   [[ ${PNC_KUBE_OVN_VERSION:-} == "$KUBE_OVN_LEGACY_VERSION" ]] && legacy=1 && want+=(ovn-central openvswitch-common)
   local missing=() p
