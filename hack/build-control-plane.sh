@@ -5,7 +5,7 @@
 #
 #   hack/build-control-plane.sh          # kube-apiserver, kubectl, etcd
 #   hack/build-control-plane.sh --node   # also kubelet, kube-controller-manager, kube-scheduler
-#                                        # (the bed's node, issue 17 part 2), same module and version
+#                                        # (the bed's node), same module and version
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env

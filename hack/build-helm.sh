@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build `helm` from its Go module (issue 16): helm.sh/helm/v3 at HELM_VERSION (hack/versions.env),
+# Build `helm` from its Go module: helm.sh/helm/v3 at HELM_VERSION (hack/versions.env),
 # package ./cmd/helm. Cached under
 #
 #   ~/.cache/proxmox-network-controller/helm/<version>/bin/helm

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the controller's OCI image here, without any container registry (issue 17 part 1).
+# Build the controller's OCI image here, without any container registry.
 #
 #   hack/build-image.sh            # prints the path of the OCI archive (cached)
 #   hack/build-image.sh --rebuild  # build again even if the cache has it

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build Kube-OVN's own Open vSwitch and OVN (issue 24) for the test bed's OVN databases,
+# Build Kube-OVN's own Open vSwitch and OVN for the test bed's OVN databases,
 # ovn-northd and tools: the two source archives of ../shared/peers (the commits Kube-OVN's
 # image build clones, `git archive`s checked against SHA256SUMS before anything is unpacked),
 # with the patches of Kube-OVN's dist/images/patches applied in the order its

@@ -8,7 +8,7 @@
 #                                                          agent, kube-ovn-cni)
 #     (v1.15.24: the tag's `git archive` in ../shared/peers, checked against SHA256SUMS before
 #     it is unpacked; its dependencies from the module proxy, checksum database on.
-#     PNC_KUBE_OVN_VERSION=v1.13.0: the module proxy's v1.13.0, as before issue 24)
+#     PNC_KUBE_OVN_VERSION=v1.13.0: the module proxy's v1.13.0, the version before v1.15.24)
 #   * Kube-OVN's own Open vSwitch and OVN (hack/build-ovn.sh; not for v1.13.0, whose bed
 #     runs Debian's OVN)
 #

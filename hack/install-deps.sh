@@ -3,20 +3,20 @@
 # Idempotent: every step checks first. Quiet on success, loud on failure.
 #
 #   * Debian's prometheus (promtool) and the build dependencies of Kube-OVN's own OVS and OVN
-#     (autoconf automake libtool libssl-dev libcap-ng-dev libunbound-dev; issue 24), which
+#     (autoconf automake libtool libssl-dev libcap-ng-dev libunbound-dev), which
 #     hack/build-peers.sh builds (hack/build-ovn.sh): the bed's OVN is that build, not
-#     Debian's; iputils-ping, iputils-arping and ethtool for the data plane's VMs (issue 25).
+#     Debian's; iputils-ping, iputils-arping and ethtool for the data plane's VMs.
 #     Under PNC_KUBE_OVN_VERSION=v1.13.0 (out of CI) Debian's ovn-central and
 #     openvswitch-common instead, without leaving their ovsdb-server / ovn-northd running;
 #   * the Python environment: a venv of exactly the pinned versions of constraints.txt and
 #     constraints-test.txt, isolated from the machine's site-packages (hack/python_env.py);
 #   * kube-apiserver, kubectl and etcd (hack/build-control-plane.sh, cached);
 #   * the real peers (hack/build-peers.sh) and helm (hack/build-helm.sh), cached;
-#   * the bed's node (issue 17): Debian's containerd, runc, containernetworking-plugins,
+#   * the bed's node: Debian's containerd, runc, containernetworking-plugins,
 #     busybox-static and socat (the pods' way to the bed's loopback services), kubelet,
 #     kube-controller-manager and kube-scheduler
 #     (hack/build-control-plane.sh --node) and the node's images (hack/build-pause.sh), cached;
-#   * the controller's image (issue 17): Debian's mmdebstrap and buildah, then
+#   * the controller's image: Debian's mmdebstrap and buildah, then
 #     hack/build-image.sh (cached by content: rebuilt only when the product or its pins change).
 #
 # Prints the control-plane bin directory on stdout (like build-control-plane.sh).
@@ -85,7 +85,7 @@ apt_install() {
 install_ovn() {
   # promtool (Debian's prometheus package) checks and unit-tests the alert rules; its
   # prometheus server scrapes the controller in tests/test_prometheus_integration.py.
-  # iputils-ping, iputils-arping and ethtool: the data plane's VMs (hack/bed/dataplane.py, issue 25).
+  # iputils-ping, iputils-arping and ethtool: the data plane's VMs (hack/bed/dataplane.py).
   # ipset: Kube-OVN's node agent (hack/bed/node_agent.py) panics without it ("Failed to update IP
   # sets after multiple retries"); the kernel's ip_set is built in.
   local want=(prometheus autoconf automake libtool libssl-dev libcap-ng-dev libunbound-dev

@@ -11,7 +11,7 @@ activate_python_env
 # The house's import contracts (.importlinter): a layer that imports upward, a planner that
 # reaches for a client, or a cycle through the entry points fails the run here.
 lint-imports --no-cache >&2
-# Issue 28: the suite runs in PNC_TEST_WORKERS pytest-xdist workers (default 4, measured in
+# The suite runs in PNC_TEST_WORKERS pytest-xdist workers (default 4, measured in
 # docs/testing.md "Workers"), each module whole on one worker with its own beds, the longest
 # modules first (tests/support/schedule.py). Give -n yourself (-n 0: one process) to choose.
 workers=(-n "${PNC_TEST_WORKERS:-4}" --dist loadfile)
