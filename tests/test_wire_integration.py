@@ -599,6 +599,11 @@ def test_the_path_mtu_a_vms_oversized_df_packet_is_answered_and_10_mb_cross_to_a
               "10 MiB both ways VM <-> overlay pod across Geneve")
 
 
+# Seconds a chassis that has just joined a group may hold cr- while its BFD sessions come up
+# (OVN's HA rule, not a decision of the controller); measured 0.16 s on loaded cores.
+BFD_BRING_UP = 3.0
+
+
 class Holders:
     """The chassis holding ``cr-<lrp>`` in the SB, sampled every 0.1 s in a thread: the
     sequence of holders (None: unbound) with the time each began."""
@@ -631,7 +636,9 @@ def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_g
     OVN fails the gateway over to a survivor while the node is away; the controller swaps the
     chassis ID in the group and keeps the survivor on top, so the node coming back (first in
     the rendezvous order, as before) does not take the gateway back: ``cr-`` moves once (the
-    failover) and never again. The VM's longest ping gap is measured."""
+    failover) and never again, but for OVN's own brief claim by the member that has just
+    joined, while its BFD sessions come up (:data:`BFD_BRING_UP`). The VM's longest ping gap
+    is measured."""
     a = peers_admin
     n = Tenant(a, 3300).subnet(89)
     with gateway_controller(bed, ovn_sb_address=bed.sb_tcp):
@@ -659,7 +666,16 @@ def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_g
                      what="15 s of pings after the annotation")
             survivor = holders.chassis()[-1]
             assert survivor != new.system_id
-            assert holders.chassis() == [active, survivor], holders.seen  # the failover only, no move back
+            # The failover only, no move back. A member that has just joined a group claims cr-
+            # until its BFD sessions to the members above it are up (OVN's HA rule: a chassis
+            # is active when every higher one is down as its BFD sees them); on 2 loaded cores
+            # that lasted 0.16 s. Such a claim is OVN's, not a move back: the controller keeps
+            # the survivor on top (asserted below), and the claim ends without it doing anything.
+            assert holders.chassis()[0] == active, holders.seen
+            for (began, holder), (ended, _) in zip(holders.seen, holders.seen[1:] + [(time.monotonic(), None)]):
+                if holder not in (None, active, survivor):
+                    assert holder == new.system_id and ended - began < BFD_BRING_UP, holders.seen
+            assert [h for h in holders.chassis() if h != new.system_id] == [active, survivor], holders.seen
             top = max(members().items(), key=lambda c: c[1][0])[0]
             assert top == survivor
             assert (n.network().get("status") or {}).get("servingChassis") == survivor
@@ -706,6 +722,9 @@ def test_a_trunk_link_lost_under_a_live_underlay_is_invisible_to_ovn_and_the_doc
                 answered = arp.replies[0] - removed
             finally:
                 arp.stop()
+            # The SB's binding follows the claim that answered: awaited, it may lag the ARP.
+            wait_for(lambda: n.cr_chassis(bed) not in (None, active), timeout=WAIT,
+                     what="cr- bound to another chassis")
             moved = n.cr_chassis(bed)
             assert moved not in (None, active)
             wait_for(lambda: n.network()["status"].get("servingChassis") == moved, timeout=WAIT,
