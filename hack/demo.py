@@ -343,12 +343,22 @@ def main() -> int:
                   f"{', '.join(ready_nodes)}, each a network namespace with ovs-vswitchd and ovn-controller of "
                   "Kube-OVN's OVS/OVN build and Kube-OVN's node agent, their chassis registered in the SB by their "
                   "own ovn-controller; a trunk bridge where each VM is an access port with its VLAN tag. The agent "
-                  "writes its Node's chassis annotation and provider labels, the bridge mappings and encap IP; "
-                  f"kube-ovn-controller the ProviderNetwork's status ({cluster.agents_seconds:.1f}s from the "
-                  "agents' start). Stand-ins left (docs/testing.md): the provider bridge on the userspace "
+                  "writes its Node's chassis annotation and provider labels, the bridge mappings and encap IP "
+                  f"({cluster.agents_seconds:.1f}s from the agents' start); kube-ovn-controller the "
+                  "ProviderNetwork's status. Stand-ins left (docs/testing.md): the provider bridge on the userspace "
                   "datapath, made by the bed; the API server reached over a forwarder; a mount namespace for "
                   "the agent's fixed paths.", flush=True)
             print("\n".join(agent_lines(cluster)), flush=True)
+            t_pn = time.monotonic()
+
+            def pn_ready() -> bool:
+                pn = cluster.run_kubectl("get", "provider-networks.kubeovn.io", dp.provider, "-o", "json").stdout
+                st = json.loads(pn).get("status") or {}
+                return st.get("ready") is True and set(ready_nodes) <= set(st.get("readyNodes") or [])
+
+            wait_for(pn_ready, timeout=90, interval=0.5, what=f"ProviderNetwork {dp.provider} ready on every trunk node")
+            print(f"    ProviderNetwork {dp.provider} ready on {', '.join(ready_nodes)}, written by kube-ovn-controller "
+                  f"{time.monotonic() - t_pn:.1f}s later (it rewrites that status every 30 s)", flush=True)
         else:
             nodes = [d for d in samples if d["kind"] == "Node"]
             print("==> playing the Proxmox nodes' own agents, which do not run here (kube-ovn-cni, ovn-controller; "

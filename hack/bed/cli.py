@@ -99,8 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
         if c.dataplane is not None:
             print(f"data plane: {len(c.dataplane.chassis)} chassis up in {c.dataplane.start_seconds:.1f}s; Kube-OVN's node "
-                  f"agent on each, done (Node annotation and ready label its own, chassis in the SB, ProviderNetwork "
-                  f"ready) {c.agents_seconds:.1f}s after its start", file=sys.stderr)
+                  f"agent on each, done (Node annotation and ready label its own, chassis in the SB) "
+                  f"{c.agents_seconds:.1f}s after its start", file=sys.stderr)
         for k, v in c.env().items():
             print(f"export {k}={v}")
         return 0
