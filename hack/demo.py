@@ -103,6 +103,35 @@ def ovn_lines() -> list[str]:
     return out
 
 
+def agent_lines(cluster: LocalCluster) -> list[str]:
+    """Kube-OVN's node agent on each trunk node: its version (its own log's), pid, user, log,
+    and who wrote each trunk Node's chassis annotation and provider ready label (the Node's
+    managed fields)."""
+    from hack.bed.node_agent import AGENT_USER, managed_by_agent
+
+    dp = cluster.dataplane
+    assert dp is not None
+    v = _read_versions()
+    label = f"{dp.provider}.provider-network.kubernetes.io/ready"
+    out = []
+    for name, agent in dp.agents.items():
+        logged = re.search(r"^\s*Version:\s*(\S+)", agent.log.read_text(errors="replace"), re.M)
+        pid = (agent.dir / "kube-ovn-daemon.pid").read_text().strip()
+        meta = json.loads(cluster.run_kubectl("get", "node", name, "--show-managed-fields", "-o", "json").stdout)
+        writers = [
+            f"{what} {value!r} by {'kube-ovn-daemon' if managed_by_agent(meta, field) else 'someone else'}"
+            for what, value, field in (
+                ("chassis annotation", (meta["metadata"].get("annotations") or {}).get(CHASSIS_ANNOTATION),
+                 ("f:annotations", f"f:{CHASSIS_ANNOTATION}")),
+                ("ready label", (meta["metadata"].get("labels") or {}).get(label), ("f:labels", f"f:{label}")),
+            )
+        ]
+        out.append(f"    {name}: kube-ovn-cni {v['KUBE_OVN_VERSION']} (kube-ovn-daemon; its log says Version: "
+                   f"{logged.group(1) if logged else '?'}), pid {pid}, as {AGENT_USER}, log {agent.log}")
+        out.append(f"      its Node's {'; '.join(writers)} (managed fields)")
+    return out
+
+
 def register_chassis(cluster: LocalCluster, nodes: list[dict]) -> list[str]:
     """Each trunk Node's chassis in the SB, as ovn-controller on that node would register it:
     name = the Node's chassis annotation, hostname = the Node's name (kube-ovn-controller's
@@ -304,19 +333,32 @@ def main() -> int:
         print(f"==> applying {len(samples) - len(late)} sample objects from hack/sample/ "
               f"({'/'.join(LATE)} comes once {'/'.join(FIRST)} holds its zone's one VLAN)", flush=True)
         dp = cluster.dataplane
-        if dp is not None:  # the data plane's own trunk nodes and chassis replace the sample's
-            samples = [d for d in samples if d["kind"] != "Node"]
+        if dp is not None:  # the data plane's own trunk nodes, chassis and ProviderNetwork replace the sample's
+            samples = [d for d in samples if d["kind"] not in ("Node", "ProviderNetwork")]
         cluster.apply_docs([d for d in samples if not any(d is x for x in late)], "sample objects")
         if dp is not None:
             chassis = [c.system_id for c in dp.chassis]
             ready_nodes = [c.name for c in dp.chassis]
             print(f"==> the Proxmox trunk on the wire (hack/bed/dataplane.py, {dp.start_seconds:.1f}s): nodes "
                   f"{', '.join(ready_nodes)}, each a network namespace with ovs-vswitchd and ovn-controller of "
-                  "Kube-OVN's OVS/OVN build, their chassis registered in the SB by their own ovn-controller; a trunk "
-                  "bridge where each VM is an access port with its VLAN tag. The bed plays kube-ovn-cni, which does "
-                  "not run here: the Nodes' chassis annotation and provider ready label, and the "
-                  "ProviderNetwork's status, which kube-ovn-controller derives from those labels every 30 s.",
-                  flush=True)
+                  "Kube-OVN's OVS/OVN build and Kube-OVN's node agent, their chassis registered in the SB by their "
+                  "own ovn-controller; a trunk bridge where each VM is an access port with its VLAN tag. The agent "
+                  "writes its Node's chassis annotation and provider labels, the bridge mappings and encap IP "
+                  f"({cluster.agents_seconds:.1f}s from the agents' start); kube-ovn-controller the "
+                  "ProviderNetwork's status. Stand-ins left (docs/testing.md): the provider bridge on the userspace "
+                  "datapath, made by the bed; the API server reached over a forwarder; a mount namespace for "
+                  "the agent's fixed paths.", flush=True)
+            print("\n".join(agent_lines(cluster)), flush=True)
+            t_pn = time.monotonic()
+
+            def pn_ready() -> bool:
+                pn = cluster.run_kubectl("get", "provider-networks.kubeovn.io", dp.provider, "-o", "json").stdout
+                st = json.loads(pn).get("status") or {}
+                return st.get("ready") is True and set(ready_nodes) <= set(st.get("readyNodes") or [])
+
+            wait_for(pn_ready, timeout=90, interval=0.5, what=f"ProviderNetwork {dp.provider} ready on every trunk node")
+            print(f"    ProviderNetwork {dp.provider} ready on {', '.join(ready_nodes)}, written by kube-ovn-controller "
+                  f"{time.monotonic() - t_pn:.1f}s later (it rewrites that status every 30 s)", flush=True)
         else:
             nodes = [d for d in samples if d["kind"] == "Node"]
             print("==> playing the Proxmox nodes' own agents, which do not run here (kube-ovn-cni, ovn-controller; "

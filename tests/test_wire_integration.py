@@ -376,9 +376,10 @@ def test_failover_with_three_trunk_nodes_with_default_mac_learning_and_with_the_
             figures["fallback"] = failover_once(bed, dp, n, vm)
         finally:
             for ch in dp.chassis:
-                dp.vsctl(ch.ns, ch.rundir, "remove", "bridge", "br-phys", "other_config", "mac-learning-fallback")
+                dp.vsctl(ch.ns, ch.rundir, "remove", "bridge", dp.provider_bridge, "other_config",
+                         "mac-learning-fallback")
     for mode, f in figures.items():
-        print(f"\n[wire] failover ({mode} MAC learning on br-phys): ARP answered {f['arp_failover']:.2f}s, ping "
+        print(f"\n[wire] failover ({mode} MAC learning on {dp.provider_bridge}): ARP answered {f['arp_failover']:.2f}s, ping "
               f"{f['ping_failover']:.2f}s after the kill (taken by {f['taken_by']}); failback: longest ping gap "
               f"{f['ping_failback_gap']:.2f}s, ARP gap {f['arp_failback_gap']:.2f}s")
         assert f["arp_failover"] < WAIT and f["ping_failover"] < WAIT
@@ -630,9 +631,15 @@ class Holders:
         self._thread.join(10)
 
 
+def annotation(a: Admin, node: str) -> str | None:
+    """The Node's ``ovn.kubernetes.io/chassis`` annotation (Kube-OVN's agent writes it)."""
+    return (a.core.read_node(node).metadata.annotations or {}).get(CHASSIS_ANNOTATION)
+
+
 def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_gateway_back(bed, dp, peers_admin):
     """Field report R7 on the wire, with the SB read (product-decisions.md §10): the active
-    trunk node's OVS is re-provisioned under a new system-id and its Node annotation follows.
+    trunk node's OVS is re-provisioned under a new system-id and Kube-OVN's agent, restarted,
+    rewrites its Node annotation.
     OVN fails the gateway over to a survivor while the node is away; the controller swaps the
     chassis ID in the group and keeps the survivor on top, so the node coming back (first in
     the rendezvous order, as before) does not take the gateway back: ``cr-`` moves once (the
@@ -650,7 +657,8 @@ def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_g
             wait_for(lambda: holders.seen, timeout=WAIT, what="the first sample of the holder")
             started = time.monotonic()
             new = dp.reprovision(old, f"{old.system_id}-r7")
-            a.core.patch_node(old.name, {"metadata": {"annotations": {CHASSIS_ANNOTATION: new.system_id}}})
+            wait_for(lambda: annotation(a, old.name) == new.system_id, timeout=WAIT, interval=0.05,
+                     what="the agent's chassis annotation with the new ID")
             annotated = time.monotonic()
 
             def members() -> dict:
@@ -681,7 +689,8 @@ def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_g
             assert (n.network().get("status") or {}).get("servingChassis") == survivor
             gap = ping.longest_gap(started, time.monotonic())
             unbound = next(t for t, h in holders.seen if h == survivor) - started
-            print(f"\n[wire] R7: cr- unbound for {unbound:.2f}s; chassis {active} re-provisioned as {new.system_id}; group rewritten "
+            print(f"\n[wire] R7: cr- unbound for {unbound:.2f}s; chassis {active} re-provisioned as {new.system_id}; "
+                  f"annotation rewritten by the agent {annotated - started:.2f}s after the re-provisioning began; group rewritten "
                   f"{rewritten:.2f}s after the annotation; cr- moves {len(holders.chassis()) - 1} (to {survivor}), "
                   f"none back; longest ping gap {gap:.2f}s")
         finally:
@@ -689,7 +698,8 @@ def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_g
             holders.stop()
             if new is not old:  # the module's other tests know the chassis by its first ID
                 dp.reprovision(new, old.system_id)
-                a.core.patch_node(old.name, {"metadata": {"annotations": {CHASSIS_ANNOTATION: old.system_id}}})
+                wait_for(lambda: annotation(a, old.name) == old.system_id, timeout=WAIT,
+                         what="the agent's chassis annotation back to the first ID")
 
 
 def test_a_trunk_link_lost_under_a_live_underlay_is_invisible_to_ovn_and_the_documented_remedy_moves_the_gateway(

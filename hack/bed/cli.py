@@ -98,8 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"node {c.node.name} ({c.node.ip}) Ready {c.node_ready_seconds:.1f}s after the kubelet's start",
                   file=sys.stderr)
         if c.dataplane is not None:
-            print(f"data plane: {len(c.dataplane.chassis)} chassis registered by their own ovn-controller "
-                  f"{c.dataplane.start_seconds:.1f}s after its start", file=sys.stderr)
+            print(f"data plane: {len(c.dataplane.chassis)} chassis up in {c.dataplane.start_seconds:.1f}s; Kube-OVN's node "
+                  f"agent on each, done (Node annotation and ready label its own, chassis in the SB) "
+                  f"{c.agents_seconds:.1f}s after its start", file=sys.stderr)
         for k, v in c.env().items():
             print(f"export {k}={v}")
         return 0

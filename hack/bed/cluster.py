@@ -21,7 +21,7 @@ import yaml
 
 from hack.bed.builds import NB_SCHEMA, OVN_PREFIX, REPO_ROOT, SB_SCHEMA, default_bin_dir, default_peers_dir
 from hack.bed.common import (
-    ADMIN_GROUPS, ADMIN_TOKEN, ADMIN_USER, CHASSIS_ANNOTATION, COMPONENTS, CONTROLLER_GROUPS, CONTROLLER_NAMESPACE,
+    ADMIN_GROUPS, ADMIN_TOKEN, ADMIN_USER, COMPONENTS, CONTROLLER_GROUPS, CONTROLLER_NAMESPACE,
     CONTROLLER_USER, DATAPLANE_PROVIDER, IPAM_NAMESPACE, IPAM_SA, KUBE_OVN_NAMESPACE, KUBE_OVN_SA, PEERS,
     ClusterError,
 )
@@ -29,6 +29,7 @@ from hack.bed.components import Components
 from hack.bed.control_plane import AUDIT_POLICY, ControlPlane
 from hack.bed.credentials import Kubeconfigs, _make_pki, _write_private
 from hack.bed.dataplane import DataPlane, DataPlaneError, cleanup_leftovers, missing_prerequisites
+from hack.bed.node_agent import AGENT_USER, NodeAgent, NodeAgentError, rbac_objects, stop_all, wait_agents
 from hack.bed.node import FORWARDS, KCM_USER, KUBELET_GROUPS, NODE_COMPONENTS, SCHEDULER_USER, Node, NodeError
 from hack.bed.ovn import OvnDatabases
 from hack.bed.peers import Peers
@@ -70,7 +71,21 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
     a controller manager, namespaces finish deleting and the garbage collector runs; the
     ServiceAccount admission plugin is then on (pods get their service account's token).
     hack/bed/deploy.py runs the controller's Deployment on that node (issue 17 part 3).
+
+    ``with_dataplane`` (needs the peers) adds the data plane (hack/bed/dataplane.py) and
+    Kube-OVN's node agent on each of its trunk nodes (hack/bed/node_agent.py), as the user
+    ``system:serviceaccount:kube-system:kube-ovn-cni``; the bed writes the trunk Nodes and the
+    ProviderNetwork's spec only (it selects the Nodes labelled :data:`TRUNK_LABEL`). The bed
+    is then started once each agent has written its Node's chassis annotation and the
+    provider's ready label (its managed fields) and each chassis is in the SB with its encap
+    (``agents_seconds``: from the agents' spawn); kube-ovn-controller writes the
+    ProviderNetwork's status at its next 30 s resync.
     """
+
+    #: The bed's own label on its trunk Nodes, which its ProviderNetwork selects (the agent
+    #: writes the provider's ready label itself; selecting by it would count a node the agent
+    #: labelled ready while it failed to set the node up).
+    TRUNK_LABEL = "pnc-testbed/trunk-node"
 
     #: Seconds of every bed start in this process, in order (tests/conftest.py counts them per
     #: test module in the suite's time table, issue 28).
@@ -109,6 +124,9 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
             Node(self.workdir, self.bin_dir, Path(node_images) if node_images else None) if with_node else None
         )
         self.node_ready_seconds: float | None = None
+        self.agents_seconds: float | None = None
+        self.agent_kubeconfig = self.workdir / "kube-ovn-cni.kubeconfig"
+        self._agent_token = ""
         # The data plane (issue 25): on by default in a bed with the peers, where this
         # process is root (network namespaces); anything else it needs missing is then an error.
         if with_dataplane is None:
@@ -223,7 +241,13 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
             if self.with_node:
                 self._start_node()
             if self.with_peers:
-                self._start_peers()
+                offsets = {name: self._spawn_peer(name) for name in PEERS}
+                if self.dataplane is not None:
+                    self._spawn_node_agents()  # they wait for kube-ovn-controller's join addresses
+                for name in PEERS:
+                    self._wait_peer(name, offsets[name])
+            if self.dataplane is not None:
+                self._wait_node_agents()
         except BaseException:
             self.stop()
             raise
@@ -234,6 +258,7 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every component (SIGTERM, SIGKILL after ``timeout``). Safe to call twice."""
+        stop_all(self.workdir, timeout)  # the node agents first, while the API server is up
         pids = self._read_pids()
         for name, proc in self._procs.items():
             pids.setdefault(name, proc.pid)
@@ -295,6 +320,7 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
             "dataplane_provider": self.dataplane.provider if self.dataplane else None,
             "dataplane_node_prefix": self.dataplane.chassis[0].name.rsplit("-", 1)[0] if self.dataplane else None,
             "dataplane_seconds": self.dataplane.start_seconds if self.dataplane else None,
+            "agents_seconds": self.agents_seconds,
             "start_seconds": self.start_seconds,
         }
 
@@ -337,6 +363,9 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         c.northd_ctl = Path(st["northd_ctl"]) if st.get("northd_ctl") else None
         c.start_seconds = st.get("start_seconds")
         c.node_ready_seconds = st.get("node_ready_seconds")
+        c.agents_seconds = st.get("agents_seconds")
+        if c.dataplane is not None:
+            c._make_node_agents()
         if c.node is not None:
             import ipaddress
 
@@ -379,6 +408,8 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         if self.with_peers:
             self._check_peers()
         if self.with_dataplane:
+            if not self.with_peers:
+                raise ClusterError("the data plane needs the peers (its node agents need kube-ovn-controller)")
             if not self.with_sb or OVN_PREFIX is None:
                 raise ClusterError("the data plane needs the SB and Kube-OVN's OVS/OVN build (not the v1.13 switch)")
             missing = missing_prerequisites()
@@ -428,6 +459,10 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
             ):
                 groups = ("system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated")
                 tokens.append((self._peer_tokens[name], user, f"{name}-uid", groups))
+        if self.dataplane is not None:
+            self._agent_token = secrets.token_hex(24)
+            groups = ("system:serviceaccounts", f"system:serviceaccounts:{KUBE_OVN_NAMESPACE}", "system:authenticated")
+            tokens.append((self._agent_token, AGENT_USER, "kube-ovn-cni-uid", groups))
         if self.node is not None:
             self._node_tokens = {name: secrets.token_hex(24) for name in self.node_kubeconfigs}
             for name, user, groups in (
@@ -529,27 +564,54 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
     # the data plane's trunk (issue 25) ---------------------------------------------
 
     def _trunk_objects(self) -> None:
-        """What Kube-OVN's node agent (kube-ovn-cni, which does not run here) writes for the
-        data plane's trunk nodes, written by the bed: a Node per chassis with its chassis
-        annotation and the provider's ready label, and the ProviderNetwork with its status
-        (kube-ovn-controller then rewrites the status every 30 s from those labels)."""
+        """The data plane's trunk Nodes (a Node per chassis, labelled :attr:`TRUNK_LABEL`), the
+        ProviderNetwork's spec selecting them, and the node agents' identity (Kube-OVN's chart:
+        :func:`~hack.bed.node_agent.rbac_objects`). Their labels, annotation and the
+        ProviderNetwork's status are Kube-OVN's to write."""
         dp = self.dataplane
         assert dp is not None
-        ready_label = f"{dp.provider}.provider-network.kubernetes.io/ready"
         docs: list[dict] = [{
             "apiVersion": "kubeovn.io/v1", "kind": "ProviderNetwork", "metadata": {"name": dp.provider},
             # Its own trunk nodes only: Kube-OVN counts every Node it does not exclude.
-            "spec": {"defaultInterface": "uplink", "nodeSelector": {"matchLabels": {ready_label: "true"}}},
+            "spec": {"defaultInterface": "uplink", "nodeSelector": {"matchLabels": {self.TRUNK_LABEL: "true"}}},
         }]
         docs += [{
             "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": ch.name, "labels": {ready_label: "true", "kubernetes.io/hostname": ch.name},
-                         "annotations": {CHASSIS_ANNOTATION: ch.system_id}},
+            "metadata": {"name": ch.name, "labels": {self.TRUNK_LABEL: "true", "kubernetes.io/hostname": ch.name}},
         } for ch in dp.chassis]
-        self.apply_docs(docs, "the data plane's trunk Nodes and ProviderNetwork")
-        status = {"status": {"ready": True, "readyNodes": [ch.name for ch in dp.chassis]}}
-        self.run_kubectl("patch", "provider-networks.kubeovn.io", dp.provider, "--subresource=status",
-                         "--type=merge", "-p", json.dumps(status))
+        docs += rbac_objects(self._peer_files()["kube-ovn-role"])
+        self.apply_docs(docs, "the data plane's trunk Nodes, ProviderNetwork and node agents' identity")
+
+    def _make_node_agents(self) -> None:
+        dp = self.dataplane
+        assert dp is not None
+        dp.agents = {ch.name: NodeAgent(dp, ch, self._peer_files()["kube-ovn-daemon"], self.agent_kubeconfig,
+                                        self.server, detach=self.detach) for ch in dp.chassis}
+
+    def _spawn_node_agents(self) -> None:
+        self._make_node_agents()
+        self._agents_t0 = time.monotonic()
+        try:
+            for agent in self.dataplane.agents.values():  # type: ignore[union-attr]
+                agent.start()
+        except NodeAgentError as e:
+            raise ClusterError(f"node agent: {e}") from e
+
+    def _wait_node_agents(self) -> None:
+        """Each agent's Node written by it and each chassis in the SB. The ProviderNetwork's
+        status is not waited for: kube-ovn-controller rewrites it every 30 s only, and what
+        needs it (a zone's Ready) follows it."""
+        dp = self.dataplane
+        assert dp is not None
+        ready_label = f"{dp.provider}.provider-network.kubernetes.io/ready"
+        remaining = lambda: max(1.0, self._agents_t0 + self.start_timeout - time.monotonic())  # noqa: E731
+        try:
+            wait_agents(list(dp.agents.values()), lambda name: self._api_get(f"/api/v1/nodes/{name}"), ready_label,
+                        self.start_timeout)
+            dp.wait_registered(remaining())
+        except (NodeAgentError, DataPlaneError) as e:
+            raise ClusterError(f"node agent: {e}") from e
+        self.agents_seconds = time.monotonic() - self._agents_t0
 
     # ------------------------------------------------------------------ environment
 

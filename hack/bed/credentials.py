@@ -146,6 +146,7 @@ class Kubeconfigs:
             (self.controller_kubeconfig, "controller", self.controller_token),
             *((self.peer_kubeconfigs[name], name, tok) for name, tok in self._peer_tokens.items()),
             *((self.node_kubeconfigs[name], name, tok) for name, tok in self._node_tokens.items()),
+            *(((self.agent_kubeconfig, "kube-ovn-cni", self._agent_token),) if self._agent_token else ()),
         ):
             cfg = {
                 "apiVersion": "v1",

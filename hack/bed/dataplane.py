@@ -9,14 +9,19 @@ module, but TUN, veth, bridge and network namespaces):
   its own ``ovsdb-server`` (``conf.db``), ``ovs-vswitchd`` and ``ovn-controller``, each with
   its own run directory (``OVS_RUNDIR``/``OVN_RUNDIR``: the ``br-int.mgmt`` sockets collide
   otherwise). Every bridge has ``datapath_type=netdev`` (OVS's userspace datapath):
-  ``br-int`` (made by ovn-controller, fail mode secure), ``br-phys`` (the provider bridge,
-  its uplink a veth to the trunk) and ``br-underlay`` (a veth to the underlay, the chassis'
-  geneve address on it). ``external_ids`` as Kube-OVN's node agent sets them: ``system-id``,
-  ``hostname`` (the trunk Node's name: kube-ovn-controller deletes an SB chassis whose
-  hostname names no Node), ``ovn-remote`` (the bed's SB unix socket: a unix socket crosses
-  network namespaces), ``ovn-encap-type=geneve``, ``ovn-encap-ip``,
-  ``ovn-bridge-mappings=<provider>:br-phys``, ``ovn-bridge-datapath-type=netdev`` and
-  ``ovn-chassis-mac-mappings=<provider>:<mac>``. Each registers its own SB ``Chassis`` row.
+  ``br-int`` (made by ovn-controller, fail mode secure), ``br-<provider>`` (the provider
+  bridge under Kube-OVN's name for it, its uplink a veth to the trunk) and ``br-underlay``
+  (a veth to the underlay, the chassis' geneve address on it). What OVS's own start-up
+  sets in Kube-OVN's OVS container, and no more: the ``system-id`` (also in the run
+  directory's ``system-id.conf``, as ``ovs-ctl --system-id=random`` writes
+  ``/etc/openvswitch/system-id.conf``), ``external_ids`` ``system-id``, ``hostname`` (the
+  trunk Node's name: kube-ovn-controller deletes an SB chassis whose hostname names no
+  Node), ``ovn-remote`` (the bed's SB unix socket: a unix socket crosses network
+  namespaces), ``ovn-encap-type=geneve`` and ``ovn-bridge-datapath-type=netdev``, and a
+  ``<component>.<pid>.ctl`` link to each daemon's control socket (the name ``ovs-appctl``
+  looks for by default). Kube-OVN's node agent (hack/bed/node_agent.py) then sets
+  ``ovn-encap-ip``, ``ovn-bridge-mappings`` and ``ovn-chassis-mac-mappings``, and so the
+  chassis' ovn-controller registers its SB ``Chassis`` row.
 * **The underlay** ``<tag>-under``: a Linux bridge joining the chassis' geneve addresses
   (``198.18.<n>.<i>/24``, the benchmarking range, inside the bed's namespaces only).
 * **The trunk** ``<tag>-trunk``: an OVS bridge in a namespace of its own (without 8021q a
@@ -46,7 +51,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import attrs
 
@@ -54,7 +59,6 @@ from hack.bed.procs import pid_alive, terminate_pid, wait_dead
 
 DEFAULT_CHASSIS = 3
 TRUNK_BRIDGE = "trunk"
-PROVIDER_BRIDGE = "br-phys"
 UNDERLAY_BRIDGE = "br-underlay"
 # The underlay's MTU (a veth's default) and the pods' MTU Kube-OVN derives from it: the
 # tunnel NIC's MTU less its 100-byte budget for Geneve (kube-ovn pkg/daemon/config.go,
@@ -112,13 +116,12 @@ def namespaces_with_prefix(prefix: str) -> list[str]:
 @attrs.define
 class Chassis:
     """One trunk node: ``name`` (its Node), ``system_id`` (its SB Chassis), namespace
-    ``ns``, geneve address ``encap_ip``, provider-bridge MAC ``mac``, run directory ``rundir``."""
+    ``ns``, geneve address ``encap_ip``, run directory ``rundir``."""
 
     name: str
     system_id: str
     ns: str
     encap_ip: str
-    mac: str
     rundir: Path
 
 
@@ -255,7 +258,7 @@ class DataPlane:
     :param workdir: the bed's directory; the data plane's files go to ``<workdir>/dataplane``.
     :param ovn_prefix: Kube-OVN's OVS/OVN build (hack/build-ovn.sh).
     :param sb_remote: the bed's SB as ``unix:<path>``.
-    :param provider: the ProviderNetwork the chassis' ``br-phys`` belongs to.
+    :param provider: the ProviderNetwork the chassis' ``br-<provider>`` belongs to.
     :param chassis: how many trunk nodes.
     :param node_prefix: their Node names are ``<node_prefix>-<i>``.
     """
@@ -274,11 +277,14 @@ class DataPlane:
         self.trunk_ns, self.under_ns = f"{self.tag}-trunk", f"{self.tag}-under"
         self.chassis = [
             Chassis(name=f"{node_prefix}-{i}", system_id=f"{self.tag}-{node_prefix}-{i}", ns=f"{self.tag}-ch{i}",
-                    encap_ip=f"{self.underlay_net}.{i}", mac=f"0a:58:c6:12:{int(digest[7:9], 16):02x}:{i:02x}",
-                    rundir=self.dir / f"ch{i}")
+                    encap_ip=f"{self.underlay_net}.{i}", rundir=self.dir / f"ch{i}")
             for i in range(1, chassis + 1)
         ]
         self.vms: dict[str, Vm] = {}
+        # Kube-OVN's name for the provider's OVS bridge (pkg/util ExternalBridgeName).
+        self.provider_bridge = f"br-{provider}"
+        # Each chassis' node agent (hack/bed/node_agent.NodeAgent), once the bed has started it.
+        self.agents: dict[str, Any] = {}
         self.env = dict(os.environ, PATH=f"{ovn_prefix / 'bin'}:{ovn_prefix / 'sbin'}:{os.environ.get('PATH', '')}")
         self.start_seconds: float | None = None
 
@@ -308,6 +314,7 @@ class DataPlane:
         _run(["ip", "netns", "exec", ns, "ovs-vswitchd", f"unix:{rundir / 'db.sock'}",
               f"--unixctl={rundir / 'ovs-vswitchd.ctl'}", f"--pidfile={rundir / 'ovs-vswitchd.pid'}",
               f"--log-file={rundir / 'ovs-vswitchd.log'}", "-vconsole:off", "--detach"], env=self._ovs_env(rundir))
+        _ctl_link(rundir, "ovs-vswitchd")
 
     def kill_vswitchd(self, chassis: Chassis) -> None:
         """SIGKILL the chassis' ``ovs-vswitchd`` (a trunk node's datapath dies); returns once it is gone."""
@@ -334,16 +341,17 @@ class DataPlane:
         return total
 
     def set_provider_bridge(self, *settings: str) -> None:
-        """``ovs-vsctl set bridge br-phys <settings>`` on every chassis (e.g.
+        """``ovs-vsctl set bridge br-<provider> <settings>`` on every chassis (e.g.
         ``other_config:mac-learning-fallback=true``)."""
         for ch in self.chassis:
-            self.vsctl(ch.ns, ch.rundir, "set", "bridge", PROVIDER_BRIDGE, *settings)
+            self.vsctl(ch.ns, ch.rundir, "set", "bridge", self.provider_bridge, *settings)
 
     def start_ovn_controller(self, chassis: Chassis) -> None:
         rd = chassis.rundir
         _run(["ip", "netns", "exec", chassis.ns, "ovn-controller", f"unix:{rd / 'db.sock'}",
               f"--unixctl={rd / 'ovn-controller.ctl'}", f"--pidfile={rd / 'ovn-controller.pid'}",
               f"--log-file={rd / 'ovn-controller.log'}", "-vconsole:off", "--detach"], env=self._ovs_env(rd))
+        _ctl_link(rd, "ovn-controller")
 
     def stop_ovn_controller(self, chassis: Chassis) -> None:
         """Stop the chassis' ``ovn-controller`` as a node agent's shutdown does
@@ -365,17 +373,29 @@ class DataPlane:
         _run(["ip", "-n", self.trunk_ns, "link", "set", f"t{i}", "up" if up else "down"])
 
     def reprovision(self, chassis: Chassis, system_id: str) -> Chassis:
-        """Field report R7: the node's OVS re-provisioned under a new ``system-id``. Its
-        ovn-controller stops as at a node agent's shutdown (its SB Chassis row goes, its
-        bindings are released), the system-id changes, and it starts again (a new SB
-        Chassis). Returns the chassis as it is now (also in :attr:`chassis`); the Node's
-        ``ovn.kubernetes.io/chassis`` annotation is the caller's to change, as Kube-OVN's
-        agent does."""
+        """The node's OVS re-provisioned under a new ``system-id``, as an operator does it:
+        its ovn-controller stops as at a node agent's shutdown (its SB Chassis row goes, its
+        bindings are released), the system-id changes (OVS's ``external_ids`` and
+        ``system-id.conf``), ovn-controller starts again (a new SB Chassis), and the node's
+        agent is restarted: Kube-OVN's agent reads ``system-id.conf`` and writes the Node's
+        ``ovn.kubernetes.io/chassis`` annotation at its start only (cmd/daemon
+        ``initChassisAnno``). Returns the chassis as it is now (also in :attr:`chassis`) once
+        the agent runs again; the annotation follows without the caller.
+
+        :raises DataPlaneError: a step failed, or the chassis has no running agent.
+        """
+        agent = self.agents.get(chassis.name)
+        if agent is None:
+            raise DataPlaneError(f"{chassis.name} has no node agent to restart")
+        agent.stop()
         self.stop_ovn_controller(chassis)
         self.vsctl(chassis.ns, chassis.rundir, "set", "open_vswitch", ".", f'external_ids:system-id="{system_id}"')
+        (chassis.rundir / "system-id.conf").write_text(system_id)
         new = attrs.evolve(chassis, system_id=system_id)
         self.chassis[self.chassis.index(chassis)] = new
         self.start_ovn_controller(new)
+        agent.chassis = new
+        agent.start()
         return new
 
     def _veth(self, a: str, a_ns: str, b: str, b_ns: str) -> None:
@@ -392,8 +412,8 @@ class DataPlane:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Build the namespaces and start every process; returns once each chassis' own
-        ovn-controller has registered its SB Chassis row.
+        """Build the namespaces and start every process (the chassis register in the SB once
+        their node agent has set their encap IP: :meth:`wait_registered`).
 
         :raises DataPlaneError: a prerequisite is missing or a step failed (what was built is removed).
         """
@@ -418,7 +438,6 @@ class DataPlane:
             _run(["ip", "-n", self.under_ns, "link", "set", "underlay", "up"])
             for i, ch in enumerate(self.chassis, start=1):
                 self._start_chassis(i, ch, trunk_rd)
-            self.wait_registered()
         except BaseException:
             self.stop()
             raise
@@ -432,16 +451,19 @@ class DataPlane:
         self.vsctl(self.trunk_ns, trunk_rd, "add-port", TRUNK_BRIDGE, f"t{i}")
         self._veth(f"u{i}", self.under_ns, "underlay", ch.ns)
         _run(["ip", "-n", self.under_ns, "link", "set", f"u{i}", "master", "underlay"])
-        for bridge, port in ((PROVIDER_BRIDGE, "uplink"), (UNDERLAY_BRIDGE, "underlay")):
+        # The provider bridge is the bed's: with br-int on the userspace datapath Kube-OVN's agent
+        # takes the node for an OVS-DPDK one and makes br-<provider> on the kernel datapath, which
+        # ovs-vswitchd cannot open here ("failed to open datapath of type system"), never adding
+        # the NIC. On a DPDK node the operator makes it, as here, with the NIC in it.
+        for bridge, port in ((self.provider_bridge, "uplink"), (UNDERLAY_BRIDGE, "underlay")):
             self.vsctl(ch.ns, ch.rundir, "add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev",
                        "--", "add-port", bridge, port)
         _run(["ip", "-n", ch.ns, "addr", "add", f"{ch.encap_ip}/24", "dev", UNDERLAY_BRIDGE])
         _run(["ip", "-n", ch.ns, "link", "set", UNDERLAY_BRIDGE, "up"])
+        (ch.rundir / "system-id.conf").write_text(ch.system_id)
         ids = {
             "system-id": ch.system_id, "hostname": ch.name, "ovn-remote": self.sb_remote,
-            "ovn-encap-type": "geneve", "ovn-encap-ip": ch.encap_ip,
-            "ovn-bridge-mappings": f"{self.provider}:{PROVIDER_BRIDGE}", "ovn-bridge-datapath-type": "netdev",
-            "ovn-chassis-mac-mappings": f"{self.provider}:{ch.mac}",
+            "ovn-encap-type": "geneve", "ovn-bridge-datapath-type": "netdev",
         }
         self.vsctl(ch.ns, ch.rundir, "set", "open_vswitch", ".", *(f'external_ids:{k}="{v}"' for k, v in ids.items()))
         self.start_ovn_controller(ch)
@@ -540,13 +562,26 @@ class DataPlane:
         _run(["ip", "netns", "del", vm.ns], check=False)
 
 
+def _ctl_link(rundir: Path, component: str) -> None:
+    """``<component>.<pid>.ctl`` -> ``<component>.ctl`` in ``rundir`` (stale links of earlier
+    pids removed): ``ovs-appctl -t <component>`` (Kube-OVN's agent calls it so) looks for the
+    first name, the bed's daemons are told the second."""
+    for old in rundir.glob(f"{component}.*.ctl"):
+        if old.is_symlink():
+            old.unlink()
+    pid = (rundir / f"{component}.pid").read_text().strip()
+    (rundir / f"{component}.{pid}.ctl").symlink_to(f"{component}.ctl")
+
+
 def cleanup_leftovers(workdir: Path) -> None:
     """Kill the data plane processes of the bed in ``workdir`` (by their pid files) and
     delete its namespaces (their veths go with them)."""
     d = Path(workdir).resolve() / "dataplane"
     if d.is_dir():
-        # ovn-controller first (it would otherwise log the bridges going), then vswitchd, then the databases.
-        for name in ("ovn-controller", "ovs-vswitchd", "ovsdb-server"):
+        # The node agents and their API forwarders first (hack/bed/node_agent.py), then
+        # ovn-controller (it would otherwise log the bridges going), vswitchd, the databases.
+        for name in ("kube-ovn-daemon", "api-forward-ns", "api-forward-host", "ovn-controller", "ovs-vswitchd",
+                     "ovsdb-server"):
             for pidfile in d.glob(f"*/{name}.pid"):
                 _kill(pidfile)
     tag = f"px{hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:5]}-"

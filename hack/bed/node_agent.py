@@ -1,15 +1,15 @@
-"""Kube-OVN's node agent (``kube-ovn-daemon`` of kube-ovn-cni, hack/build-peers.sh) on one
-trunk node of a running bed with a data plane, by hand::
-
-    python3 -m hack.bed.node_agent --dir DIR --node trunk-1     # runs until SIGTERM/SIGINT
+"""Kube-OVN's node agent (``kube-ovn-daemon`` of kube-ovn-cni v1.15.24, hack/build-peers.sh) on
+each trunk node of a bed with a data plane, a component of the bed (hack/bed/cluster.py).
 
 It runs inside the chassis' network namespace against that chassis' own ovsdb-server, as the
-ServiceAccount ``kube-system/kube-ovn-cni`` bound to the ClusterRole ``system:kube-ovn-cni``
-of Kube-OVN's chart (``ovn-CR.yaml``/``ovn-CRB.yaml``), with the arguments and environment of
-the chart's ``cni-server`` container. The agent then writes the Node's
-``ovn.kubernetes.io/chassis`` annotation, the provider's ``ready``/``interface``/``mtu``
-labels, the bridge mappings and chassis MAC of the provider, ``ovn-encap-ip``, ``ovn0`` on
-the join subnet, and its iptables rules and ipsets (inside the namespace).
+ServiceAccount ``kube-system/kube-ovn-cni`` (a static token of the bed's token file, as the
+other peers) bound to the ClusterRole ``system:kube-ovn-cni`` of Kube-OVN's chart
+(``ovn-CR.yaml``/``ovn-CRB.yaml``), with the arguments and environment of the chart's
+``cni-server`` container. The agent writes the Node's ``ovn.kubernetes.io/chassis``
+annotation, the provider's ``ready``/``interface``/``mtu`` labels, the bridge mappings and
+chassis MAC of the provider, ``ovn-encap-ip``, ``ovn0`` on the join subnet, and its iptables
+rules and ipsets (inside the namespace); kube-ovn-controller then writes the
+ProviderNetwork's status from those labels.
 
 What cannot run here as on a node, and the smallest stand-in for each (the rest of the
 chart's container runs as it is):
@@ -20,48 +20,49 @@ chart's container runs as it is):
 * hard-coded paths (``/etc/openvswitch/system-id.conf``, ``/run/openvswitch``, ``/run/ovn``,
   ``/var/log/kube-ovn``): a private mount namespace shows the chassis' run directory at
   ``/run/openvswitch`` and ``/run/ovn``, an overlay of ``/etc`` with the chassis'
-  ``system-id.conf`` (which ``ovs-ctl --system-id=random`` writes in Kube-OVN's OVS
-  container), and a ``/var/log`` of the work directory; the host's are never touched;
-* ``ovs-appctl`` targets ``<component>.<pid>.ctl``; the bed names its control sockets
-  ``<component>.ctl``, so a link of the first name points at the second;
-* the provider bridge: with ``br-int`` on the userspace datapath the agent takes the node for
-  an OVS-DPDK one. It creates ``br-<provider>`` with the system datapath (which needs the
-  ``openvswitch`` kernel module: ovs-vswitchd logs "failed to open datapath of type system")
-  and never adds the NIC to it. The stand-in makes ``br-<provider>`` itself, on the userspace
-  datapath, with the trunk NIC ``uplink`` in it (what Kube-OVN's DPDK set-up does);
+  ``system-id.conf`` (the data plane writes it, as ``ovs-ctl --system-id=random`` does in
+  Kube-OVN's OVS container), and a ``/var/log`` of the work directory; the host's are never
+  touched;
+* ``ovs-appctl`` targets ``<component>.<pid>.ctl``: the data plane links those names to its
+  control sockets (hack/bed/dataplane.py);
+* the provider bridge ``br-<provider>`` with the trunk NIC ``uplink``: the data plane makes
+  it on the userspace datapath (see hack/bed/dataplane.py for what the agent does instead);
 * a stale ``kube-ovn-daemon.sock`` is removed first, as ``start-cniserver.sh`` does.
 
-Nothing here changes the bed's own playing of the agent for the other trunk nodes.
+Each process has a pid file in ``<workdir>/dataplane/agent-<node>/`` (``kube-ovn-daemon.pid``,
+``api-forward-host.pid``, ``api-forward-ns.pid``), so ``hack/cluster.py stop`` and
+:func:`~hack.bed.dataplane.cleanup_leftovers` reach them; the agent's output goes to
+``kube-ovn-daemon.log`` there.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
-from hack.bed.builds import OVN_PREFIX
-from hack.bed.dataplane import PROVIDER_BRIDGE, Chassis, DataPlane
+from hack.bed.dataplane import Chassis, DataPlane
+from hack.bed.procs import _tail, die_with_parent, pid_alive, terminate_pid
 
 AGENT_NAMESPACE = "kube-system"
 AGENT_SA = "kube-ovn-cni"
+AGENT_USER = f"system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SA}"
 AGENT_ROLE = "system:kube-ovn-cni"
+# The field manager of the agent's writes (client-go's default: the binary's name).
+AGENT_MANAGER = "kube-ovn-daemon"
 # The chart's Role for the IPsec CA secret the agent watches (ovn-CR.yaml).
 AGENT_SECRET_ROLE = "secret-reader-ovn-ipsec"
 # The bed's kube-ovn-controller is started with this service range (hack/bed/peers.py).
 SERVICE_CIDR = "10.96.0.0/16"
+# The agent's processes, each with its pid file in the agent's directory, stopped in this order.
+AGENT_PROCS = ("kube-ovn-daemon", "api-forward-ns", "api-forward-host")
 
 
-def provider_bridge(provider: str) -> str:
-    """Kube-OVN's name for a provider network's OVS bridge (pkg/util ExternalBridgeName)."""
-    return f"br-{provider}"
+class NodeAgentError(RuntimeError):
+    """A node agent's process exited or failed to start."""
 
 
 def rbac_objects(role_file: Path) -> list[dict]:
@@ -116,6 +117,9 @@ def agent_args(kubeconfig: Path) -> list[str]:
 _MOUNTS = r'''
 W=$1 RD=$2; shift 2
 mount -t overlay overlay -o "lowerdir=/etc,upperdir=$W/etc-upper,workdir=$W/etc-work" /etc
+mkdir -p /etc/openvswitch
+touch /etc/openvswitch/system-id.conf
+mount --bind "$RD/system-id.conf" /etc/openvswitch/system-id.conf
 mount --rbind /run "$W/host-run"
 mount -t tmpfs tmpfs /run
 mkdir -p /run/openvswitch /run/ovn /run/netns
@@ -129,124 +133,145 @@ exec "$@"
 
 
 class NodeAgent:
-    """kube-ovn-daemon on ``chassis`` of ``dp``, its files under ``<workdir>/node-agent/<node>``.
+    """kube-ovn-daemon on ``chassis`` of ``dp``, its files under ``<workdir>/dataplane/agent-<node>``.
 
-    :param server: the API server's ``https://127.0.0.1:<port>`` URL.
-    :param ca_file: its CA.
-    :param token: a token of ``kube-system/kube-ovn-cni``.
+    :param daemon: the ``kube-ovn-daemon`` binary.
+    :param kubeconfig: the kubeconfig of ``kube-system/kube-ovn-cni`` (server ``https://127.0.0.1:<port>``).
+    :param server: the API server's URL (its port is forwarded into the namespace).
+    :param detach: the processes outlive this Python process (else they die with it).
     """
 
-    def __init__(self, dp: DataPlane, chassis: Chassis, daemon: Path, server: str, ca_file: str, token: str) -> None:
-        self.dp, self.chassis, self.daemon = dp, chassis, daemon
-        self.server, self.ca_file, self.token = server, ca_file, token
-        self.dir = dp.workdir / "node-agent" / chassis.name
-        self.procs: list[subprocess.Popen] = []
+    def __init__(self, dp: DataPlane, chassis: Chassis, daemon: Path, kubeconfig: Path, server: str,
+                 detach: bool = False) -> None:
+        self.dp, self.chassis, self.daemon, self.kubeconfig = dp, chassis, daemon, kubeconfig
+        self.api_port = server.rsplit(":", 1)[1]
+        self.detach = detach
+        self.dir = dp.dir / f"agent-{chassis.name}"
+        self.log = self.dir / "kube-ovn-daemon.log"
+        self._procs: dict[str, subprocess.Popen] = {}
 
-    def prepare(self) -> None:
-        """The stand-ins of the module docstring, on the chassis (idempotent): the provider
-        bridge ``br-<provider>`` on the userspace datapath with ``uplink`` (the bed's
-        ``br-phys`` and the mappings it set go: the agent writes its own), the
-        ``system-id.conf``, the ``<component>.<pid>.ctl`` links and the kubeconfig."""
-        ch, dp = self.chassis, self.dp
-        bridge = provider_bridge(dp.provider)
-        dp.vsctl(ch.ns, ch.rundir, "--if-exists", "del-br", PROVIDER_BRIDGE)
-        dp.vsctl(ch.ns, ch.rundir, "--may-exist", "add-br", bridge, "--", "set", "bridge", bridge,
-                 "datapath_type=netdev", "--", "--may-exist", "add-port", bridge, "uplink")
-        dp.vsctl(ch.ns, ch.rundir, "remove", "open_vswitch", ".", "external_ids", "ovn-bridge-mappings",
-                 "ovn-chassis-mac-mappings")
-        for d in ("etc-upper/openvswitch", "etc-work", "var-log/kube-ovn", "host-run"):
-            (self.dir / d).mkdir(parents=True, exist_ok=True)
-        (self.dir / "etc-upper/openvswitch/system-id.conf").write_text(ch.system_id)
-        for component in ("ovs-vswitchd", "ovn-controller"):
-            pid = (ch.rundir / f"{component}.pid").read_text().strip()
-            link = ch.rundir / f"{component}.{pid}.ctl"
-            if not link.exists():
-                link.symlink_to(f"{component}.ctl")
-        (ch.rundir / "kube-ovn-daemon.sock").unlink(missing_ok=True)
-        port = self.server.rsplit(":", 1)[1]
-        kubeconfig = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "bed",
-            "clusters": [{"name": "bed", "cluster": {"server": self.server, "certificate-authority": self.ca_file}}],
-            "users": [{"name": AGENT_SA, "user": {"token": self.token}}],
-            "contexts": [{"name": "bed", "context": {"cluster": "bed", "user": AGENT_SA}}],
-        }
-        path = self.dir / "kubeconfig"
-        path.write_text(json.dumps(kubeconfig))
-        path.chmod(0o600)
-        self.api_port = port
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        with open(self.dir / f"{name}.log", "ab") as out:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True, preexec_fn=None if self.detach else die_with_parent)
+        self._procs[name] = proc
+        (self.dir / f"{name}.pid").write_text(f"{proc.pid}\n")
+        return proc
 
     def start(self) -> None:
-        """The API forwarders, then the agent (its output in ``<dir>/kube-ovn-daemon.out``)."""
+        """The API forwarders, then the agent (its output in :attr:`log`); returns once spawned.
+
+        :raises NodeAgentError: the host-side forwarder made no socket within 5 s.
+        """
+        ch = self.chassis
+        for d in ("etc-upper", "etc-work", "var-log/kube-ovn", "host-run"):
+            (self.dir / d).mkdir(parents=True, exist_ok=True)
+        (ch.rundir / "kube-ovn-daemon.sock").unlink(missing_ok=True)
         sock = self.dir / "api.sock"
         sock.unlink(missing_ok=True)
-        host = subprocess.Popen(["socat", f"UNIX-LISTEN:{sock},fork", f"TCP:127.0.0.1:{self.api_port}"])
-        self.procs.append(host)
+        self._spawn("api-forward-host", ["socat", f"UNIX-LISTEN:{sock},fork", f"TCP:127.0.0.1:{self.api_port}"])
         deadline = time.monotonic() + 5
         while not sock.exists():
             if time.monotonic() > deadline:
-                raise RuntimeError(f"socat made no {sock}")
+                raise NodeAgentError(f"socat made no {sock}")
             time.sleep(0.02)
-        self.procs.append(subprocess.Popen([
-            "ip", "netns", "exec", self.chassis.ns, "socat",
-            f"TCP-LISTEN:{self.api_port},bind=127.0.0.1,fork,reuseaddr", f"UNIX-CONNECT:{sock}"]))
-        ch = self.chassis
+        self._spawn("api-forward-ns", ["ip", "netns", "exec", ch.ns, "socat",
+                                       f"TCP-LISTEN:{self.api_port},bind=127.0.0.1,fork,reuseaddr",
+                                       f"UNIX-CONNECT:{sock}"])
         env = dict(self.dp.env, OVS_RUNDIR="/run/openvswitch", OVN_RUNDIR="/run/ovn",
-                   KUBECONFIG=str(self.dir / "kubeconfig"), NODE_NAME=ch.name,
+                   KUBECONFIG=str(self.kubeconfig), NODE_NAME=ch.name,
                    POD_NAME=f"kube-ovn-cni-{ch.name}", POD_NAMESPACE=AGENT_NAMESPACE,
                    POD_IP=ch.encap_ip, POD_IPS=ch.encap_ip, ENABLE_BIND_LOCAL_IP="true")
         argv = ["ip", "netns", "exec", ch.ns, "unshare", "--mount", "--propagation", "private", "--",
                 "sh", "-ec", _MOUNTS, "sh", str(self.dir), str(ch.rundir),
-                str(self.daemon), *agent_args(self.dir / "kubeconfig")]
-        out = open(self.dir / "kube-ovn-daemon.out", "ab")
-        self.procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT))
+                str(self.daemon), *agent_args(self.kubeconfig)]
+        self._spawn("kube-ovn-daemon", argv, env=env)
 
-    def stop(self) -> None:
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        self.procs.clear()
+    def check_alive(self) -> None:
+        """:raises NodeAgentError: one of the agent's processes has exited."""
+        for name, proc in self._procs.items():
+            if proc.poll() is not None:
+                raise NodeAgentError(f"{name} of {self.chassis.name} exited with {proc.returncode}; last lines of "
+                                     f"{self.dir / (name + '.log')}:\n{_tail(self.dir / (name + '.log'))}")
 
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dir", required=True, type=Path, help="the running bed's work directory")
-    ap.add_argument("--node", required=True, help="the trunk Node (e.g. trunk-1)")
-    args = ap.parse_args(argv)
-    state = json.loads((args.dir / "state.json").read_text())
-    if not state.get("with_dataplane") or OVN_PREFIX is None:
-        print("the bed has no data plane on Kube-OVN's OVS/OVN build", file=sys.stderr)
-        return 2
-    dp = DataPlane(args.dir, OVN_PREFIX, state["sb_unix"], state["dataplane_provider"],
-                   chassis=state["dataplane_chassis"], node_prefix=state["dataplane_node_prefix"])
-    chassis = next((c for c in dp.chassis if c.name == args.node), None)
-    if chassis is None:
-        print(f"no trunk node {args.node} (have {[c.name for c in dp.chassis]})", file=sys.stderr)
-        return 2
-    peers = Path(state["peers_dir"])
-    kubectl = [state["kubectl"], f"--kubeconfig={state['admin_kubeconfig']}"]
-    manifest = "\n---\n".join(json.dumps(d) for d in rbac_objects(peers / "rbac/kube-ovn/ovn-CR.yaml"))
-    subprocess.run([*kubectl, "apply", "-f", "-"], input=manifest, text=True, check=True, capture_output=True)
-    token = subprocess.run([*kubectl, "-n", AGENT_NAMESPACE, "create", "token", AGENT_SA, "--duration=24h"],
-                           text=True, check=True, capture_output=True).stdout.strip()
-    agent = NodeAgent(dp, chassis, peers / "bin" / "kube-ovn-daemon", state["server"], state["ca_file"], token)
-    agent.prepare()
-    agent.start()
-    print(f"kube-ovn-daemon on {chassis.name} ({chassis.ns}); log: {agent.dir / 'kube-ovn-daemon.out'}", flush=True)
-    stopping = []
-    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
-    try:
-        while not stopping and all(p.poll() is None for p in agent.procs):
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        agent.stop()
-    return 0
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM each process (SIGKILL after ``timeout``), by pid file too (another process's
+        agent); removes the pid files."""
+        stop_agent_dir(self.dir, timeout, self._procs)
+        self._procs.clear()
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def stop_agent_dir(d: Path, timeout: float = 10.0, procs: dict[str, subprocess.Popen] | None = None) -> None:
+    """Stop the agent processes whose pid files are in ``d`` (in :data:`AGENT_PROCS` order)."""
+    for name in AGENT_PROCS:
+        pidfile = d / f"{name}.pid"
+        proc = (procs or {}).get(name)
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            pid = proc.pid if proc is not None else None
+        if pid is not None and pid_alive(pid):
+            terminate_pid(pid, timeout)
+        if proc is not None:
+            proc.poll()
+        pidfile.unlink(missing_ok=True)
+
+
+def stop_all(workdir: Path, timeout: float = 10.0) -> None:
+    """Stop every node agent of the bed in ``workdir`` (by their pid files)."""
+    for d in sorted((Path(workdir).resolve() / "dataplane").glob("agent-*")):
+        stop_agent_dir(d, timeout)
+
+
+def managed_by_agent(node: dict, field: tuple[str, ...]) -> bool:
+    """Whether ``field`` of the Node (``f:metadata`` path below it, e.g.
+    ``("f:annotations", "f:ovn.kubernetes.io/chassis")``) is in the managed fields of
+    :data:`AGENT_MANAGER`."""
+    for entry in (node.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("manager") != AGENT_MANAGER:
+            continue
+        fields = ((entry.get("fieldsV1") or {}).get("f:metadata")) or {}
+        for part in field:
+            fields = fields.get(part) if isinstance(fields, dict) else None
+        if fields is not None:
+            return True
+    return False
+
+
+def agent_pending(node: dict | None, system_id: str, ready_label: str) -> str:
+    """What the agent has still to write on its Node ("" when done): the chassis annotation
+    ``system_id`` and ``ready_label`` ``"true"``, both in its managed fields."""
+    if node is None:
+        return "no Node"
+    meta = node.get("metadata") or {}
+    annotation = (meta.get("annotations") or {}).get("ovn.kubernetes.io/chassis")
+    if annotation != system_id:
+        return f"chassis annotation {annotation!r}, not {system_id!r}"
+    if (meta.get("labels") or {}).get(ready_label) != "true":
+        return f"no {ready_label}=true"
+    for field in (("f:annotations", "f:ovn.kubernetes.io/chassis"), ("f:labels", f"f:{ready_label}")):
+        if not managed_by_agent(node, field):
+            return f"{field[-1][2:]} not managed by {AGENT_MANAGER}"
+    return ""
+
+
+def wait_agents(agents: list[NodeAgent], get_node: Callable[[str], dict | None], ready_label: str,
+                timeout: float) -> None:
+    """Wait until each agent's Node has the chassis annotation and ``ready_label`` written by
+    the agent (:func:`agent_pending`).
+
+    :raises NodeAgentError: an agent exited, or ``timeout`` seconds passed (with what is missing).
+    """
+    deadline = time.monotonic() + timeout
+    pending = {a.chassis.name: "not read yet" for a in agents}
+    while time.monotonic() < deadline:
+        for a in agents:
+            a.check_alive()
+            if pending.get(a.chassis.name):
+                pending[a.chassis.name] = agent_pending(get_node(a.chassis.name), a.chassis.system_id, ready_label)
+        pending = {k: v for k, v in pending.items() if v}
+        if not pending:
+            return
+        time.sleep(0.2)
+    raise NodeAgentError(f"node agents not done after {timeout:.0f}s: {pending} "
+                         f"(logs: {agents[0].dp.dir}/agent-*/kube-ovn-daemon.log)")

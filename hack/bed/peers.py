@@ -39,6 +39,7 @@ class Peers:
         src = d.parent / "src"
         return {
             "kube-ovn-controller": d / "bin" / "kube-ovn-controller",
+            "kube-ovn-daemon": d / "bin" / "kube-ovn-daemon",
             "ipam-provider": d / "bin" / "ipam-provider-in-cluster",
             "nb-schema": self.nb_schema,
             "sb-schema": self.sb_schema,
