@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from hack.bed import LocalCluster, free_ports
+from hack.benchkit.writes import mark, record_writes
 
 REPO = Path(__file__).resolve().parents[2]
 # The checkout the controller runs from (``--controller-tree``); the bed and CRDs are this tree's.
@@ -166,13 +167,16 @@ def teardown(ctl: Controller | None, admin: Any, cluster: LocalCluster) -> None:
     cluster.stop()
 
 
-def steady_pass(ctl: Controller, n: int, nb_txns: Callable[[Controller], float] | None = None) -> dict[str, Any]:
+def steady_pass(r: dict[str, Any], ctl: Controller, cluster: LocalCluster, n: int,
+                nb_txns: Callable[[Controller], float] | None = None) -> dict:
     """Wait for ``ctl``'s next periodic resync pass (its second ``resync complete``) and
-    measure it: ``steady_cpu_s`` and ``steady_wall_s`` from its ``resync started`` line,
-    ``steady_nb_txns`` when ``nb_txns`` reads the controller's NB transaction count, and
-    ``second``, the pass's ``resync complete`` log line.
+    record it in ``r``: ``steady_cpu_s`` and ``steady_wall_s`` from its ``resync started``
+    line, its API writes (``steady_writes``, ``steady_writes_by``), ``rss_steady_mib``, and
+    ``steady_nb_txns`` when ``nb_txns`` reads the controller's NB transaction count.
 
+    :returns: the pass's ``resync complete`` log line.
     :raises TimeoutError: as :meth:`Controller.wait_event`."""
+    marker = mark(cluster)
     marks: dict[str, float] = {}
 
     def on_line(ln: dict) -> None:
@@ -184,8 +188,10 @@ def steady_pass(ctl: Controller, n: int, nb_txns: Callable[[Controller], float] 
 
     ctl.wait_event("resync started", 90, on_line=on_line)
     second = ctl.wait_event("resync complete", max(120.0, n * 0.2), count=2, on_line=on_line)
-    out: dict[str, Any] = {"steady_cpu_s": cpu_seconds(ctl.pid) - marks["cpu"],
-                           "steady_wall_s": time.monotonic() - marks["t"], "second": second}
+    r["steady_cpu_s"] = cpu_seconds(ctl.pid) - marks["cpu"]
+    r["steady_wall_s"] = time.monotonic() - marks["t"]
     if nb_txns is not None:
-        out["steady_nb_txns"] = nb_txns(ctl) - marks["tx"]
-    return out
+        r["steady_nb_txns"] = nb_txns(ctl) - marks["tx"]
+    record_writes(r, "steady", cluster, marker)
+    r["rss_steady_mib"] = rss_mib(ctl.pid)
+    return second

@@ -15,7 +15,7 @@ from hack.benchkit.floor import run_floors
 from hack.benchkit.load import (
     GROUP, LAYOUT_PER_ZONE, LAYOUT_SHARED, VERSION, in_threads, network_body, provider_names, setup_objects,
 )
-from hack.benchkit.writes import controller_writes_since, mark, writes_by_resource
+from hack.benchkit.writes import mark, record_writes, writes_by_resource
 from hack.tools import audit
 
 
@@ -168,9 +168,7 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
         r.setdefault("create_s", time.monotonic() - t0)
         r["converge_cpu_s"] = cpu_seconds(ctl.pid) - cpu0
         time.sleep(2)  # let trailing passes (events, namespace annotations) land
-        w = controller_writes_since(cluster, start_marker)
-        r["converge_writes"] = len(w)
-        r["converge_writes_by"] = writes_by_resource(w)
+        record_writes(r, "converge", cluster, start_marker)
         r["rss_converged_mib"] = rss_mib(ctl.pid)
         if stuck:
             log(f"[N={n} {layout}] NOT CONVERGED: {stuck}; see {ctl.log_path}")
@@ -208,29 +206,18 @@ def run_size(n: int, zones: int, threads: int, workdir: Path, profile: Path | No
         ctl = Controller(cluster, workdir / "controller-2.log", resync="30s")
         t1 = ctl.started
         synced = ctl.wait_event("caches synced", 120)
-        t_synced = time.monotonic()
         first = ctl.wait_event("resync complete", max(120.0, n * 0.2))
         r["restart_s"] = time.monotonic() - t1
         r["restart_after_sync_s"] = (log_time(first) - log_time(synced)).total_seconds()
         r["restart_cpu_s"] = cpu_seconds(ctl.pid)
         r["restart_log_writes"] = first.get("writes")
-        w = controller_writes_since(cluster, m1)
-        r["restart_writes"] = len(w)
-        r["restart_writes_by"] = writes_by_resource(w)
+        record_writes(r, "restart", cluster, m1)
         r["rss_restarted_mib"] = rss_mib(ctl.pid)
         log(f"[N={n}] restart: resync complete {r['restart_s']:.2f}s after exec "
             f"({r['restart_after_sync_s']:.2f}s after caches synced), {r['restart_writes']} writes")
-        del t_synced
 
         # -- steady state: the next periodic pass -------------------------------------
-        m2 = mark(cluster)
-        steady = steady_pass(ctl, n)
-        r["steady_cpu_s"], r["steady_wall_s"] = steady["steady_cpu_s"], steady["steady_wall_s"]
-        r["steady_log_writes"] = steady["second"].get("writes")
-        w = controller_writes_since(cluster, m2)
-        r["steady_writes"] = len(w)
-        r["steady_writes_by"] = writes_by_resource(w)
-        r["rss_steady_mib"] = rss_mib(ctl.pid)
+        r["steady_log_writes"] = steady_pass(r, ctl, cluster, n).get("writes")
         log(f"[N={n}] steady pass: {r['steady_cpu_s']:.2f} CPU-s, {r['steady_wall_s']:.2f}s wall, "
             f"{r['steady_writes']} writes; RSS {r['rss_steady_mib']:.1f} MiB")
         ctl.stop()

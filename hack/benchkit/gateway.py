@@ -11,7 +11,7 @@ from pathlib import Path
 from hack.bed import LocalCluster
 from hack.benchkit.controller import Controller, cpu_seconds, log_time, rss_mib, steady_pass, teardown
 from hack.benchkit.load import GROUP, NAMESPACES, VERSION, in_threads, network_body, setup_objects
-from hack.benchkit.writes import controller_writes_since, mark, writes_by_resource
+from hack.benchkit.writes import mark, record_writes
 
 NB_TXN = "cozy_proxmox_gateway_nb_transactions_total"
 TRUNK_NODES = 3
@@ -170,9 +170,7 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
         ctl.wait_event("resync complete", 120)
         time.sleep(1)
         r["first_nb_txns"] = nb_total(ctl)
-        w = controller_writes_since(cluster, m0)
-        r["first_writes"] = len(w)
-        r["first_writes_by"] = writes_by_resource(w)
+        record_writes(r, "first", cluster, m0)
         r["rss_first_mib"] = rss_mib(ctl.pid)
         log(f"[gw {tag}] start → RouterPortMissing for all: {r['first_s']:.1f}s, {r['first_writes']} API writes, "
             f"{r['first_nb_txns']} NB txns")
@@ -192,9 +190,7 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
         r["gw_converge_nb_cpu_s"] = (cpu_seconds(nbpid) - nbcpu0) if nbpid else None
         time.sleep(2)  # trailing Events
         r["gw_converge_nb_txns_2s_later"] = nb_total(ctl) - tx0
-        w = controller_writes_since(cluster, m1)
-        r["gw_converge_writes"] = len(w)
-        r["gw_converge_writes_by"] = writes_by_resource(w)
+        record_writes(r, "gw_converge", cluster, m1)
         r["groups_in_nb"] = nb_group_count(cluster)
         r["rss_converged_mib"] = rss_mib(ctl.pid)
         log(f"[gw {tag}] ports → GatewayReady for all: {r['gw_converge_s']:.2f}s, {r['gw_converge_nb_txns']} NB txns, "
@@ -211,25 +207,16 @@ def run_gateway(n: int, vpcs: int, zones: int, threads: int, workdir: Path, prof
         r["restart_cpu_s"] = cpu_seconds(ctl.pid)
         time.sleep(1)
         r["restart_nb_txns"] = nb_total(ctl)
-        w = controller_writes_since(cluster, m2)
-        r["restart_writes"] = len(w)
-        r["restart_writes_by"] = writes_by_resource(w)
+        record_writes(r, "restart", cluster, m2)
         r["rss_restarted_mib"] = rss_mib(ctl.pid)
         ctl.poll_log()
         r["restart_nb_not_synced"] = sum(1 for ln in ctl.lines if "not synced" in str(ln.get("error", "")))
         log(f"[gw {tag}] restart pass {r['restart_after_sync_s']:.2f}s after caches synced, "
             f"{r['restart_nb_txns']} NB txns, {r['restart_writes']} API writes")
 
-        m3 = mark(cluster)
-        steady = steady_pass(ctl, n, nb_txns=nb_total)
-        r["steady_cpu_s"], r["steady_wall_s"] = steady["steady_cpu_s"], steady["steady_wall_s"]
+        second = steady_pass(r, ctl, cluster, n, nb_txns=nb_total)
         started = next(ln for ln in ctl.lines if ln.get("event") == "resync started")
-        r["steady_pass_log_s"] = (log_time(steady["second"]) - log_time(started)).total_seconds()
-        r["steady_nb_txns"] = steady["steady_nb_txns"]
-        w = controller_writes_since(cluster, m3)
-        r["steady_writes"] = len(w)
-        r["steady_writes_by"] = writes_by_resource(w)
-        r["rss_steady_mib"] = rss_mib(ctl.pid)
+        r["steady_pass_log_s"] = (log_time(second) - log_time(started)).total_seconds()
         log(f"[gw {tag}] periodic pass: {r['steady_cpu_s']:.2f} CPU-s, {r['steady_pass_log_s']:.2f}s, "
             f"{r['steady_nb_txns']} NB txns, {r['steady_writes']} API writes; RSS {r['rss_steady_mib']:.1f} MiB")
         ctl.stop()

@@ -16,11 +16,11 @@ from typing import Any, Callable
 from controller.runtime.kube import ApiError, KubeWriter
 from hack.bed import LocalCluster
 from hack.benchkit import population as pop
-from hack.benchkit.controller import Controller, cpu_seconds, rss_mib
+from hack.benchkit.controller import Controller, cpu_seconds, rss_mib, teardown
 from hack.benchkit.convergence import allocation_failures, check_allocation, converged_count
 from hack.benchkit.document import write_block
 from hack.benchkit.load import GROUP, VERSION, in_threads
-from hack.benchkit.writes import controller_writes_since, mark, writes_by_resource
+from hack.benchkit.writes import mark, record_writes
 
 
 POPULATION = {"namespaces": 5000, "nodes": 500, "subnets": 2000, "ips": 50000, "addresses": 20000, "machines": 5000}
@@ -145,23 +145,6 @@ class RssSampler:
     def stop(self) -> None:
         self._stop.set()
         self._t.join()
-
-
-def record_writes(r: dict[str, Any], phase: str, cluster: LocalCluster, marker: str) -> None:
-    """``r["<phase>_writes"]`` and ``r["<phase>_writes_by"]``: the controller user's API writes
-    since the audit ``marker`` (all of them, and counted by verb and resource)."""
-    w = controller_writes_since(cluster, marker)
-    r[f"{phase}_writes"] = len(w)
-    r[f"{phase}_writes_by"] = writes_by_resource(w)
-
-
-def teardown(ctl: Controller | None, admin: Any, cluster: LocalCluster) -> None:
-    """The end of a run: the controller stopped, the admin client closed, the bed stopped."""
-    if ctl is not None:
-        ctl.stop()
-    if admin is not None:
-        admin.close()
-    cluster.stop()
 
 
 def wait_converged(co, n: int, ctl: Controller, timeout: float, settle: float = 60.0) -> tuple[bool, int, str]:

@@ -14,11 +14,11 @@ from typing import Any, Callable
 
 from controller.runtime.kube import KubeWriter
 from hack.bed import LocalCluster
-from hack.benchkit.controller import Controller, rss_mib
+from hack.benchkit.controller import Controller, rss_mib, teardown
 from hack.benchkit.convergence import allocation_failures, check_allocation
 from hack.benchkit.document import write_block
 from hack.benchkit.load import GROUP, VERSION, in_threads
-from hack.benchkit.scale import NETWORKS_PER_NAMESPACE, figure, network_namespace, post, teardown, wait_converged
+from hack.benchkit.scale import NETWORKS_PER_NAMESPACE, figure, network_namespace, post, wait_converged
 
 SPACE_BEGIN, SPACE_END = "<!-- vlan-space:begin -->", "<!-- vlan-space:end -->"
 
