@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from hack.bed.common import COMPONENTS, ClusterError
-from hack.bed.procs import _pid_cmdline, _tail, die_with_parent, pid_alive, terminate_pid
+from hack.bed.procs import _pid_cmdline, _tail, pid_alive, spawn, terminate_pid
 
 
 class Components:
@@ -21,22 +21,8 @@ class Components:
     def _spawn(
         self, name: str, argv: list[str], log: Path, env: dict[str, str] | None = None
     ) -> subprocess.Popen:
-        logf = open(log, "ab")
-        try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                env=env,
-                start_new_session=True,
-                preexec_fn=None if self.detach else die_with_parent,
-            )
-        finally:
-            logf.close()
+        proc = spawn(argv, log, self.workdir / f"{name}.pid", detach=self.detach, env=env, cwd=self.workdir)
         self._procs[name] = proc
-        (self.workdir / f"{name}.pid").write_text(f"{proc.pid}\n")
         return proc
 
     def _fail(self, name: str, what: str, log: Path) -> ClusterError:

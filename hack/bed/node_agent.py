@@ -45,7 +45,7 @@ from typing import Callable
 import yaml
 
 from hack.bed.dataplane import Chassis, DataPlane
-from hack.bed.procs import _tail, die_with_parent, pid_alive, terminate_pid
+from hack.bed.procs import _tail, pid_alive, spawn, terminate_pid
 
 AGENT_NAMESPACE = "kube-system"
 AGENT_SA = "kube-ovn-cni"
@@ -151,11 +151,8 @@ class NodeAgent:
         self._procs: dict[str, subprocess.Popen] = {}
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-        with open(self.dir / f"{name}.log", "ab") as out:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True, preexec_fn=None if self.detach else die_with_parent)
+        proc = spawn(argv, self.dir / f"{name}.log", self.dir / f"{name}.pid", detach=self.detach, env=env)
         self._procs[name] = proc
-        (self.dir / f"{name}.pid").write_text(f"{proc.pid}\n")
         return proc
 
     def start(self) -> None:

@@ -12,9 +12,21 @@ import os
 import random
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+
+def spawn(argv: list[str], log: Path, pidfile: Path, *, detach: bool, env: dict[str, str] | None = None,
+          cwd: Path | None = None) -> subprocess.Popen:
+    """Start ``argv`` in a session of its own, its output appended to ``log``, its pid written
+    to ``pidfile``. Unless ``detach``, it dies with this process (:func:`die_with_parent`)."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+                                env=env, start_new_session=True, preexec_fn=None if detach else die_with_parent)
+    pidfile.write_text(f"{proc.pid}\n")
+    return proc
 
 
 def pid_alive(pid: int) -> bool:
