@@ -26,13 +26,15 @@ import sys
 import threading
 import uuid
 
+import pytest
+import urllib3
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.vlans import ensure
 from controller.rules import reuse
 from controller.runtime.kube import ApiError, KubeWriter
-from controller.apply.vlans import VlanManager
+from controller.apply.vlans import ASSUME_VERIFY_AFTER, VlanManager
 from controller.watch.indexes import (
     vlan_index_provider,
     vlan_index_provider_id,
@@ -475,3 +477,121 @@ def test_the_releasing_process_holds_an_id_exactly_as_long_as_the_zone_record(mi
     zones.add(pruned)
     clock[0] = record
     assert mgr.held_ids(PROVIDER) == {}
+
+
+# --------------------------------------------------------------------------------------
+# A create whose answer was lost (the API server killed after the write reached etcd)
+
+
+class LosingVlanApi(FakeVlanApi):
+    """A create that lands and then loses its answer, as when kube-apiserver dies after
+    etcd committed the write: the client sees a dropped connection, never a status."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lose_next = 0
+        self.down = False
+
+    def create(self, resource, obj, namespace=None):
+        if self.down:
+            raise urllib3.exceptions.MaxRetryError(None, "/apis/kubeovn.io/v1/vlans", "connection refused")
+        stored = super().create(resource, obj, namespace)
+        if self.lose_next:
+            self.lose_next -= 1
+            raise urllib3.exceptions.ProtocolError("Connection aborted.", "Remote end closed connection without response")
+        return stored
+
+    def get(self, resource, name, namespace=None):
+        if self.down:
+            raise urllib3.exceptions.MaxRetryError(None, f"/apis/kubeovn.io/v1/vlans/{name}", "connection refused")
+        return super().get(resource, name, namespace)
+
+
+def test_an_id_whose_create_lost_its_answer_is_not_given_to_another_network():
+    """The chaos run's duplicate: net A's create landed but its answer was lost, the watch
+    had not brought the Vlan back, and the next network got the same ID. An ID whose
+    create may have landed stays used until the cache or a read settles it."""
+    api = LosingVlanApi()
+    store = ThreadSafeStore({"provider": vlan_index_provider, "zone": vlan_index_zone})
+    zones = ThreadSafeStore()
+    z = zone(["300-310"])
+    zones.add(z)
+    clock = [0.0]
+    mgr = VlanManager(store, zones, api, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+
+    api.lose_next = 1
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        ensure(mgr, network(1), z)
+    assert api.objects["s1"]["spec"]["id"] == 300  # it landed
+    api.down = True  # the API server restarting
+    with pytest.raises(urllib3.exceptions.MaxRetryError):
+        ensure(mgr, network(1), z)
+    api.down = False
+
+    out = ensure(mgr, network(2), z)
+    assert out.vlan["spec"]["id"] == 301
+    # net 1's retry adopts what its lost create made, with the ID it picked then.
+    assert ensure(mgr, network(1), z).vlan["spec"]["id"] == 300
+    ids = [o["spec"]["id"] for o in api.objects.values()]
+    assert sorted(ids) == [300, 301]
+
+
+def test_an_id_whose_create_did_not_land_is_free_again_once_a_read_says_so():
+    """A create refused by a dead server leaves nothing: after the grace period a read
+    finds no Vlan of that name, and the ID is the lowest free one again."""
+    api = LosingVlanApi()
+    store = ThreadSafeStore({"provider": vlan_index_provider, "zone": vlan_index_zone})
+    zones = ThreadSafeStore()
+    z = zone(["300-310"])
+    zones.add(z)
+    clock = [0.0]
+    mgr = VlanManager(store, zones, api, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+
+    api.down = True
+    with pytest.raises(urllib3.exceptions.MaxRetryError):
+        ensure(mgr, network(1), z)
+    api.down = False
+    # Within the grace period the ID stays used (the request may still be in flight).
+    assert ensure(mgr, network(2), z).vlan["spec"]["id"] == 301
+    clock[0] += ASSUME_VERIFY_AFTER + 1
+    assert ensure(mgr, network(3), z).vlan["spec"]["id"] == 300
+    assert sorted(o["spec"]["id"] for o in api.objects.values()) == [300, 301]
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(
+    st.one_of(
+        st.tuples(st.just("alloc"), st.integers(0, 9)),
+        st.tuples(st.just("alloc_lost"), st.integers(0, 9)),
+        st.tuples(st.just("deliver"), st.integers(1, 5)),
+        st.tuples(st.just("delete"), st.integers(0, 9)),
+        st.tuples(st.just("wait"), st.just(0)),
+    ),
+    max_size=50,
+))
+def test_lost_answers_never_make_a_duplicate(ops):
+    api = LosingVlanApi()
+    store = ThreadSafeStore({"provider": vlan_index_provider, "zone": vlan_index_zone})
+    zones = ThreadSafeStore()
+    z = zone(["100-111"])
+    zones.add(z)
+    clock = [0.0]
+    mgr = VlanManager(store, zones, api, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    for op, arg in ops:
+        if op in ("alloc", "alloc_lost"):
+            api.lose_next = 1 if op == "alloc_lost" else 0
+            try:
+                out = ensure(mgr, network(arg), z)
+            except urllib3.exceptions.ProtocolError:
+                assert op == "alloc_lost"
+            else:
+                assert out.vlan is not None or out.reason == "ZoneExhausted"
+            api.lose_next = 0
+        elif op == "deliver":
+            api.deliver(arg, store, mgr)
+        elif op == "wait":
+            clock[0] += ASSUME_VERIFY_AFTER + 1
+        else:
+            api.delete_now(f"s{arg}")
+        ids = [o["spec"]["id"] for o in api.objects.values()]
+        assert len(ids) == len(set(ids)), f"duplicate VLAN IDs: {sorted(ids)}"

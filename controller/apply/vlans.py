@@ -6,6 +6,11 @@ brought back yet (the "assumed" set), so no allocation needs an API list
 (``product-decisions.md`` §4.4). Pick, assume and create run under one lock per provider
 network (§7 "Allocation concurrency"); other work runs outside it.
 
+A create whose answer never came (the connection dropped, the server died, a 5xx) may have
+landed: its ID stays used (the "unsettled" set) until the cache shows a Vlan of that name or,
+after :data:`ASSUME_VERIFY_AFTER`, one read says whether it exists. Only a 4xx answer proves
+that nothing was written.
+
 Safety does not rest on the cache alone: Vlan names are deterministic (= the Subnet
 name), so a second create for one network fails with AlreadyExists and adopts the
 existing Vlan; a hand-made Vlan racing us on the same ID is reported as ``VLANConflict``
@@ -41,6 +46,22 @@ ASSUME_VERIFY_AFTER = 60.0
 class _Assumed:
     vlan: dict[str, Any]
     since: float
+
+
+@attrs.frozen
+class _Unsettled:
+    """A create of ``name`` with ``vid`` on ``provider`` whose answer was lost at ``since``."""
+    name: str
+    provider: str
+    vid: int
+    since: float
+
+
+def refused_for_sure(err: BaseException) -> bool:
+    """Whether a failed write is known not to have happened: only a 4xx answer says so
+    (kube-apiserver refuses before it writes). A dropped connection, a timeout or a 5xx
+    (a 504 says "the request may still be processed") leaves the outcome unknown."""
+    return isinstance(err, ApiError) and 400 <= err.status < 500
 
 
 class VlanManager:
@@ -84,6 +105,7 @@ class VlanManager:
         self.on_allocation = on_allocation or (lambda zone, result: None)
         self.monotonic = monotonic
         self._assumed: dict[str, _Assumed] = {}
+        self._unsettled: set[_Unsettled] = set()
         self._assumed_lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -152,14 +174,18 @@ class VlanManager:
         cached = {v["metadata"]["name"] for v in out}
         return out + [v for v in assumed if v["metadata"]["name"] not in cached]
 
-    def used_ids(self, provider: str) -> set[int]:
+    def used_ids(self, provider: str, for_name: str = "") -> set[int]:
         """IDs held on ``provider`` (§4.2): every ID of the assumed set and every ID of
-        the cache, the IDs held by the reuse delay (:meth:`held_ids`), and the
-        ``status.vlan`` of each such Vlan's owner network. An assumed Vlan whose cached copy is older counts with both IDs: too
+        the cache, the IDs held by the reuse delay (:meth:`held_ids`), the IDs of unsettled
+        creates (but ``for_name``'s own: its retry may take the ID again, the deterministic
+        name makes a second landing impossible), and the ``status.vlan`` of each such Vlan's
+        owner network. An assumed Vlan whose cached copy is older counts with both IDs: too
         many used IDs delay an allocation, too few duplicate one."""
         assumed = self._assumed_on(provider)
+        with self._assumed_lock:
+            unsettled = {u.vid for u in self._unsettled if u.provider == provider and u.name != for_name}
         cached = self.vlans.by_index(BY_PROVIDER, provider, ordered=False)
-        used = allocator.used_vlans(assumed, provider) | allocator.used_vlans(cached, None)
+        used = allocator.used_vlans(assumed, provider) | allocator.used_vlans(cached, None) | unsettled
         used |= set(self.held_ids(provider))
         if self.networks is not None:
             # The owners' records too: a Vlan whose ID was changed by hand leaves its VMs on
@@ -245,6 +271,32 @@ class VlanManager:
                 else:
                     self._assumed[name] = _Assumed(fresh, now)
 
+    def _settle(self, provider: str) -> None:
+        # An unsettled create is settled by a Vlan of its name with its ID in the cache or
+        # the assumed set (counted there from now on), else, once the request can no longer
+        # be in flight, by one read: found (assumed until the cache shows it) or not.
+        now = self.monotonic()
+        with self._assumed_lock:
+            mine = [u for u in self._unsettled if u.provider == provider]
+        for u in mine:
+            known = self.lookup(u.name)
+            if known is not None and allocator.vlan_id(known) == u.vid:
+                self._drop_unsettled(u)
+                continue
+            if now - u.since <= ASSUME_VERIFY_AFTER:
+                continue
+            try:
+                fresh = self.writer.get_or_none(names.VLANS, u.name)
+            except Exception:  # still unknown: keep the ID used, try at the next allocation
+                continue
+            if fresh is not None:
+                self._assume(fresh)
+            self._drop_unsettled(u)
+
+    def _drop_unsettled(self, u: _Unsettled) -> None:
+        with self._assumed_lock:
+            self._unsettled.discard(u)
+
     def _provider_lock(self, provider: str) -> threading.Lock:
         with self._locks_guard:
             return self._locks.setdefault(provider, threading.Lock())
@@ -272,7 +324,8 @@ class VlanManager:
             if existing is not None:
                 return VlanOutcome(vlan=existing)
             self._verify_stale_assumptions(provider)
-            used = self.used_ids(provider)
+            self._settle(provider)
+            used = self.used_ids(provider, for_name=name)
             pick = allocator.pick_vlan(zone, ns, nname, used, self.zones.list())
             if not pick.ok:
                 if pick.result:
@@ -288,8 +341,13 @@ class VlanManager:
             body = desired_vlan(name, pick.vlan, provider, zname, ns, nname, annotations)
             try:
                 created = self.writer.create(names.VLANS, body)
-            except ApiError as err:
-                if not err.already_exists:
+            except Exception as err:
+                if not (isinstance(err, ApiError) and err.already_exists):
+                    if not refused_for_sure(err):
+                        with self._assumed_lock:
+                            self._unsettled.add(_Unsettled(name, provider, pick.vlan, self.monotonic()))
+                        log.info("VLAN create answer lost; the ID stays used until it is settled",
+                                 vlan=pick.vlan, provider=provider, subnet=name, error=repr(err))
                     raise
                 # Someone (our earlier self, or a person) created it meanwhile: the caller
                 # judges it; count its ID until the cache shows it.
