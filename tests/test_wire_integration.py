@@ -68,9 +68,9 @@ class Tenant:
     """A tenant: its namespace, VPC and zone on the data plane's trunk (its own VLAN range),
     with Proxmox-backed subnets made by :meth:`subnet`."""
 
-    def __init__(self, admin: Admin, first_vlan: int, **zone_spec) -> None:
+    def __init__(self, admin: Admin, first_vlan: int, vpc: str = "", **zone_spec) -> None:
         self.a = admin
-        self.ns, self.vpc, self.zone = unique("tenant"), unique("vpc"), unique("zone")
+        self.ns, self.vpc, self.zone = unique("tenant"), vpc or unique("vpc"), unique("zone")
         admin.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=self.ns)))
         make_vpc(admin, self.vpc)
         admin.create_zone(self.zone, DATAPLANE_PROVIDER, [f"{first_vlan}-{first_vlan + 9}"], **zone_spec)

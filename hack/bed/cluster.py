@@ -29,7 +29,10 @@ from hack.bed.components import Components
 from hack.bed.control_plane import AUDIT_POLICY, ControlPlane
 from hack.bed.credentials import Kubeconfigs, _make_pki, _write_private
 from hack.bed.dataplane import DataPlane, DataPlaneError, cleanup_leftovers, missing_prerequisites
+from hack.bed.kube_ovn_cni import write_cni_config
 from hack.bed.node_agent import AGENT_USER, NodeAgent, NodeAgentError, rbac_objects, stop_all, wait_agents
+from hack.bed.trunk_kubelet import TRUNK_TAINT, TrunkKubelet, TrunkKubeletError
+from hack.bed.trunk_kubelet import stop_all as stop_trunk_kubelets
 from hack.bed.node import FORWARDS, KCM_USER, KUBELET_GROUPS, NODE_COMPONENTS, SCHEDULER_USER, Node, NodeError
 from hack.bed.ovn import OvnDatabases
 from hack.bed.peers import Peers
@@ -110,6 +113,7 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         dataplane_chassis: int = 3,
         dataplane_provider: str = DATAPLANE_PROVIDER,
         dataplane_node_prefix: str = "trunk",
+        trunk_kubelets: int = 0,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.watch_cache = watch_cache
@@ -125,6 +129,7 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         )
         self.node_ready_seconds: float | None = None
         self.agents_seconds: float | None = None
+        self.trunk_kubelets_seconds: float | None = None
         self.agent_kubeconfig = self.workdir / "kube-ovn-cni.kubeconfig"
         self._agent_token = ""
         # The data plane (issue 25): on by default in a bed with the peers, where this
@@ -140,6 +145,16 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         self.node_kubeconfigs = {
             name: self.workdir / f"{name}.kubeconfig" for name in ("kubelet", "kube-scheduler", "kube-controller-manager")
         }
+        # The last ``trunk_kubelets`` trunk nodes also run a kubelet with Kube-OVN's CNI
+        # (hack/bed/trunk_kubelet.py); the bed's own node serves them its scheduler.
+        if trunk_kubelets and (self.dataplane is None or not with_node):
+            raise ClusterError("trunk kubelets need the data plane and the bed's node (with_node=True)")
+        chassis = self.dataplane.chassis if self.dataplane is not None else []
+        self.trunk_kubelets: dict[str, Any] = {}
+        self.trunk_kubelet_kubeconfigs = {
+            ch.name: self.workdir / f"kubelet-{ch.name}.kubeconfig" for ch in chassis[len(chassis) - trunk_kubelets:]
+        } if trunk_kubelets else {}
+        self._trunk_kubelet_tokens: dict[str, str] = {}
         self._node_tokens: dict[str, str] = {}
         # The OVN build's schemas equal the ones Kube-OVN embeds (hack/build-ovn.sh checks it).
         # Under the v1.13 switch Kube-OVN maps columns Debian's schemas do not have: its own.
@@ -248,6 +263,8 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
                     self._wait_peer(name, offsets[name])
             if self.dataplane is not None:
                 self._wait_node_agents()
+            if self.trunk_kubelet_kubeconfigs:
+                self._start_trunk_kubelets()
         except BaseException:
             self.stop()
             raise
@@ -258,6 +275,7 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every component (SIGTERM, SIGKILL after ``timeout``). Safe to call twice."""
+        stop_trunk_kubelets(self.workdir, self.bin_dir, timeout)  # while their node agents run
         stop_all(self.workdir, timeout)  # the node agents first, while the API server is up
         pids = self._read_pids()
         for name, proc in self._procs.items():
@@ -471,6 +489,9 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
                 ("kube-controller-manager", KCM_USER, ("system:authenticated",)),
             ):
                 tokens.append((self._node_tokens[name], user, f"{name}-uid", groups))
+        self._trunk_kubelet_tokens = {name: secrets.token_hex(24) for name in self.trunk_kubelet_kubeconfigs}
+        for name, tok in self._trunk_kubelet_tokens.items():
+            tokens.append((tok, f"system:node:{name}", f"kubelet-{name}-uid", KUBELET_GROUPS))
         lines = [f'{tok},{user},{uid},"{",".join(groups)}"' for tok, user, uid, groups in tokens]
         _write_private(w / "tokens.csv", ("\n".join(lines) + "\n").encode())
         (w / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
@@ -578,6 +599,8 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         docs += [{
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": ch.name, "labels": {self.TRUNK_LABEL: "true", "kubernetes.io/hostname": ch.name}},
+            # A trunk kubelet's node takes only the pods that tolerate it (hack/bed/trunk_kubelet.py).
+            **({"spec": {"taints": [TRUNK_TAINT]}} if ch.name in self.trunk_kubelet_kubeconfigs else {}),
         } for ch in dp.chassis]
         docs += rbac_objects(self._peer_files()["kube-ovn-role"])
         self.apply_docs(docs, "the data plane's trunk Nodes, ProviderNetwork and node agents' identity")
@@ -612,6 +635,32 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         except (NodeAgentError, DataPlaneError) as e:
             raise ClusterError(f"node agent: {e}") from e
         self.agents_seconds = time.monotonic() - self._agents_t0
+
+    def _start_trunk_kubelets(self) -> None:
+        """containerd + kubelet on each trunk node that has one, with Kube-OVN's CNI; returns
+        once each Node is Ready."""
+        dp = self.dataplane
+        assert dp is not None and self.node is not None
+        cni_binary = self._peer_files()["kube-ovn-cni"]
+        t0 = time.monotonic()
+        try:
+            for ch in dp.chassis:
+                if ch.name not in self.trunk_kubelet_kubeconfigs:
+                    continue
+                socket = ch.rundir / "kube-ovn-daemon.sock"
+                cni_bin = ch.rundir.parent / f"cni-bin-{ch.name}"
+                tk = TrunkKubelet(dp, ch, self.bin_dir, self.node.images, self.trunk_kubelet_kubeconfigs[ch.name],
+                                  self.ca_file, self.pki["sa_key"],
+                                  lambda conf_dir, s=socket, b=cni_bin: write_cni_config(conf_dir, b, s, cni_binary),
+                                  detach=self.detach)
+                self.trunk_kubelets[ch.name] = tk
+                tk.start(self.start_timeout)
+            for tk in self.trunk_kubelets.values():
+                tk.wait_ready(lambda name: self._api_get(f"/api/v1/nodes/{name}"),
+                              max(1.0, t0 + self.start_timeout - time.monotonic()))
+        except TrunkKubeletError as e:
+            raise ClusterError(f"trunk kubelet: {e}") from e
+        self.trunk_kubelets_seconds = time.monotonic() - t0
 
     # ------------------------------------------------------------------ environment
 

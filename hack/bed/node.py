@@ -83,7 +83,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -202,16 +202,20 @@ class Node:
     output directory (None: run it).
     """
 
-    def __init__(self, workdir: Path, bin_dir: Path, images: Path | None = None, name: str = NODE_NAME) -> None:
+    def __init__(self, workdir: Path, bin_dir: Path, images: Path | None = None, name: str = NODE_NAME,
+                 netns: str = "", ip: str = "", subdir: str = "node") -> None:
         self.bed_dir = Path(workdir)
-        self.dir = self.bed_dir / "node"
+        self.dir = self.bed_dir / subdir
         self.bin_dir = Path(bin_dir)
         self.name = name
+        # A node inside a network namespace (a trunk node, hack/bed/trunk_kubelet.py): containerd
+        # and the kubelet run there with ``ip`` as the node IP; no bridge, no forwarders.
+        self.netns = netns
         self._images = images
         tag = hashlib.sha256(str(self.bed_dir.resolve()).encode()).hexdigest()[:8]
         self.tag = tag
-        self.bridge = f"pnc{tag}"  # <= 15 bytes, one per bed
-        self.cgroup_root = f"/pnc-{tag}"
+        self.bridge = "" if netns else f"pnc{tag}"  # <= 15 bytes, one per bed
+        self.cgroup_root = f"/pnc-{tag}-{name}" if netns else f"/pnc-{tag}"
         self.pod_subnet: ipaddress.IPv4Network | None = None
         self.gateway = ""  # the bridge's address, pods' way to the bed's services
         self.forward_ports: dict[str, int] = {}  # forwarder component -> port (the same on 127.0.0.1)
@@ -219,8 +223,8 @@ class Node:
         # containerd also listens on <socket>.ttrpc, and a unix socket path has at most 104
         # bytes: a deep work directory (pytest's numbered tmp dirs) gets a short one of its own.
         if len(f"{self.socket}.ttrpc") > 104:
-            self.socket = Path(tempfile.gettempdir()) / f"pnc-{tag}" / "containerd.sock"
-        self.ip = ""
+            self.socket = Path(tempfile.gettempdir()) / f"pnc-{tag}{'-' + name if netns else ''}" / "containerd.sock"
+        self.ip = ip
         self.kubelet_port = 0
         self.kubelet_healthz_port = 0
 
@@ -254,7 +258,8 @@ class Node:
         return self._images
 
     def prepare(self, *, ports: tuple[int, int], ca_file: Path, kubeconfigs: dict[str, Path],
-                sa_key: Path, forward_ports: dict[str, int] | None = None) -> None:
+                sa_key: Path, forward_ports: dict[str, int] | None = None,
+                cni: Callable[[Path], Path] | None = None) -> None:
         """Write containerd's, the CNI's, the kubelet's and the scheduler's configuration and
         make the bridge with its gateway address (after :meth:`choose_subnet`).
 
@@ -262,17 +267,19 @@ class Node:
         "kube-controller-manager"} -> kubeconfig path. ``sa_key``: the key the controller
         manager signs service-account tokens with. ``forward_ports``: forwarder component
         (:data:`FORWARDS`) -> the loopback port it forwards to; the gateway listens on the same.
+        ``cni``: for a node in a network namespace, writes the CNI configuration into the
+        directory it is given and returns the CNI binary directory (no bridge then).
         Raises NodeError if the bridge cannot be made.
         """
-        if self.pod_subnet is None:
-            self.choose_subnet()
-        assert self.pod_subnet is not None
         if self.dir.exists():
             self.cleanup()
             shutil.rmtree(self.dir, ignore_errors=True)
+        if not self.netns and self.pod_subnet is None:
+            self.choose_subnet()
         self.kubelet_port, self.kubelet_healthz_port = ports
         self.forward_ports = dict(forward_ports or {})
-        self.ip = node_ip()
+        if not self.netns:
+            self.ip = node_ip()
         self.ca_file = ca_file
         self.kubeconfigs = kubeconfigs
         self.sa_key = sa_key
@@ -281,6 +288,7 @@ class Node:
                     "kubelet/root", "kubelet/pki", "kubelet/pod-logs", "kubelet/volume-plugins"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         self.socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        cni_bin_dir = cni(d / "cni" / "net.d") if cni is not None else CNI_BIN_DIR
         refs = image_refs(self.images)
         self.pause_image = refs["PAUSE_IMAGE"]
         self.busybox_image = refs["BUSYBOX_IMAGE"]
@@ -306,7 +314,7 @@ oom_score = 0
   enable_selinux = false
 
 [{cri}.cni]
-  bin_dir = "{CNI_BIN_DIR}"
+  bin_dir = "{cni_bin_dir}"
   conf_dir = "{d / 'cni/net.d'}"
   max_conf_num = 1
 
@@ -320,24 +328,8 @@ oom_score = 0
 [{cri}.containerd.runtimes.runc.options]
   SystemdCgroup = false
 """)
-        conflist = {
-            "cniVersion": "1.0.0",
-            "name": "pnc-testbed",
-            "plugins": [{
-                "type": "bridge",
-                "bridge": self.bridge,
-                # The bridge made in _make_bridge, adopted with its address: the pods' default route.
-                "isGateway": True,
-                "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {
-                    "type": "host-local",
-                    "dataDir": str(d / "cni" / "ipam"),
-                    "ranges": [[{"subnet": str(self.pod_subnet), "gateway": self.gateway}]],
-                },
-            }],
-        }
-        (d / "cni" / "net.d" / "10-pnc-testbed.conflist").write_text(json.dumps(conflist, indent=2) + "\n")
+        if cni is None:
+            self._write_bridge_conflist()
         kubelet = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
@@ -377,7 +369,30 @@ oom_score = 0
         (d / "kube-scheduler.yaml").write_text(yaml.safe_dump(scheduler, sort_keys=False))
         for hierarchy in self._cgroup_hierarchies():
             (hierarchy / self.cgroup_root.lstrip("/")).mkdir(exist_ok=True)
-        self._make_bridge()
+        if not self.netns:
+            self._make_bridge()
+
+    def _write_bridge_conflist(self) -> None:
+        """The bridge CNI network on the bed's pod subnet (the node in the host's namespace)."""
+        assert self.pod_subnet is not None
+        conflist = {
+            "cniVersion": "1.0.0",
+            "name": "pnc-testbed",
+            "plugins": [{
+                "type": "bridge",
+                "bridge": self.bridge,
+                # The bridge made in _make_bridge, adopted with its address: the pods' default route.
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(self.dir / "cni" / "ipam"),
+                    "ranges": [[{"subnet": str(self.pod_subnet), "gateway": self.gateway}]],
+                },
+            }],
+        }
+        (self.dir / "cni" / "net.d" / "10-pnc-testbed.conflist").write_text(json.dumps(conflist, indent=2) + "\n")
 
     def _make_bridge(self) -> None:
         """The CNI's bridge, up, with the gateway address, so the forwarders can listen on it
@@ -396,8 +411,11 @@ oom_score = 0
     def command(self, component: str) -> list[str]:
         """argv of one of NODE_COMPONENTS (every one names a path in the bed's directory)."""
         d = self.dir
+        # nsenter, not ``ip netns exec``: that remounts /sys for the namespace, hiding the
+        # cgroup mounts the kubelet and runc need.
+        inside = ["nsenter", f"--net=/var/run/netns/{self.netns}", "--"] if self.netns else []
         if component == "containerd":
-            return ["containerd", "--config", str(d / "containerd" / "config.toml"), "--log-level", "warn"]
+            return [*inside, "containerd", "--config", str(d / "containerd" / "config.toml"), "--log-level", "warn"]
         if component in FORWARDS:
             port = self.forward_ports[component]
             return [
@@ -408,6 +426,7 @@ oom_score = 0
             ]
         if component == "kubelet":
             return [
+                *inside,
                 str(self.bin_dir / "kubelet"),
                 f"--config={d / 'kubelet' / 'config.yaml'}",
                 f"--kubeconfig={self.kubeconfigs['kubelet']}",
@@ -513,7 +532,8 @@ oom_score = 0
         self._end_cgroup_procs()
         self._end_forwarder_children()
         self._unmount_under(self.dir)
-        self.cleanup_bridge()
+        if self.bridge:
+            self.cleanup_bridge()
         self._remove_cgroup_root()
         if not self.socket.is_relative_to(self.dir):
             shutil.rmtree(self.socket.parent, ignore_errors=True)

@@ -112,8 +112,11 @@ def agent_args(kubeconfig: Path) -> list[str]:
     ]
 
 
-# Run inside the chassis' network namespace: a private mount namespace with the paths the
-# agent hard-codes, then exec the agent (so the pid stays the agent's).
+# Run inside the chassis' network namespace: a mount namespace with the paths the agent
+# hard-codes, then exec the agent (so the pid stays the agent's). Slave propagation: the
+# pods' network namespaces, bound under the host's /run/netns after the agent started, must
+# show there too (a private copy shows the bare file: "unknown FS magic"); nothing of the
+# agent's mounts goes back to the host.
 _MOUNTS = r'''
 W=$1 RD=$2; shift 2
 mount -t overlay overlay -o "lowerdir=/etc,upperdir=$W/etc-upper,workdir=$W/etc-work" /etc
@@ -179,7 +182,7 @@ class NodeAgent:
                    KUBECONFIG=str(self.kubeconfig), NODE_NAME=ch.name,
                    POD_NAME=f"kube-ovn-cni-{ch.name}", POD_NAMESPACE=AGENT_NAMESPACE,
                    POD_IP=ch.encap_ip, POD_IPS=ch.encap_ip, ENABLE_BIND_LOCAL_IP="true")
-        argv = ["ip", "netns", "exec", ch.ns, "unshare", "--mount", "--propagation", "private", "--",
+        argv = ["ip", "netns", "exec", ch.ns, "unshare", "--mount", "--propagation", "slave", "--",
                 "sh", "-ec", _MOUNTS, "sh", str(self.dir), str(ch.rundir),
                 str(self.daemon), *agent_args(self.kubeconfig)]
         self._spawn("kube-ovn-daemon", argv, env=env)

@@ -40,6 +40,7 @@ class Peers:
         return {
             "kube-ovn-controller": d / "bin" / "kube-ovn-controller",
             "kube-ovn-daemon": d / "bin" / "kube-ovn-daemon",
+            "kube-ovn-cni": d / "bin" / "kube-ovn",
             "ipam-provider": d / "bin" / "ipam-provider-in-cluster",
             "nb-schema": self.nb_schema,
             "sb-schema": self.sb_schema,

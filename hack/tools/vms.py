@@ -12,11 +12,15 @@ Pods of a Subnet are made as Kube-OVN makes them (:func:`pod_on_subnet`): the Po
 bound to a trunk Node, and its logical switch port ``<pod>.<namespace>`` with its address
 by the real kube-ovn-controller; what kube-ovn-cni does on the node (the interface in
 ``br-int`` with ``iface-id``, the address inside the pod) is played by the bed
-(:meth:`DataPlane.add_pod`), and the chassis' ovn-controller binds the port.
+(:meth:`DataPlane.add_pod`), and the chassis' ovn-controller binds the port. Real pods
+(:func:`real_pod`) run on a trunk node with a kubelet (hack/bed/trunk_kubelet.py): there
+the scheduler places them and Kube-OVN's own agent plumbs their port.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 from typing import Any
 
 from kubernetes.client import CustomObjectsApi
@@ -106,3 +110,58 @@ def pod_on_subnet(dp: DataPlane, core: Any, ns: str, subnet: str, name: str, cha
     return dp.add_pod(name, chassis, f"{name}.{ns}", ann["ovn.kubernetes.io/mac_address"],
                       f"{ann['ovn.kubernetes.io/ip_address']}/{prefix}", ann["ovn.kubernetes.io/gateway"],
                       kube_ovn_pod_mtu(sub))
+
+
+def real_pod(kubelet: Any, core: Any, ns: str, subnet: str, name: str, timeout: float = 90.0) -> Vm:
+    """Pod ``ns/name`` on ``subnet`` (annotation ``ovn.kubernetes.io/logical_switch``) placed by
+    the scheduler on the trunk node of ``kubelet`` (a :class:`~hack.bed.trunk_kubelet.TrunkKubelet`:
+    its hostname label, tolerating the trunk taint): its address from kube-ovn-controller, its
+    port from the node's own kube-ovn-daemon through Kube-OVN's CNI. Returns it once Ready,
+    as a :class:`Vm` whose namespace is the pod's sandbox (its ``cni-…`` network namespace in
+    that node's containerd, found by the pod's IP).
+
+    :raises AssertionError: the pod is not Ready within ``timeout`` seconds (with its Events).
+    """
+    from hack.bed.trunk_kubelet import TRUNK_TAINT
+
+    node = kubelet.node
+    core.create_namespaced_pod(ns, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": {LOGICAL_SWITCH: subnet}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node.name},
+            "tolerations": [{"key": TRUNK_TAINT["key"], "operator": "Exists", "effect": TRUNK_TAINT["effect"]}],
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": node.busybox_image, "imagePullPolicy": "Never",
+                            "command": ["sleep", "100000"]}],
+        }})
+
+    def ready() -> Any:
+        pod = core.read_namespaced_pod(name, ns)
+        conds = {c.type: c.status for c in (pod.status.conditions or [])}
+        return pod if conds.get("Ready") == "True" and pod.status.pod_ip else None
+
+    try:
+        pod = wait_for(ready, timeout=timeout, what=f"pod {ns}/{name} Ready on {node.name}")
+    except AssertionError as e:
+        events = [f"{ev.reason}: {ev.message}" for ev in core.list_namespaced_event(
+            ns, field_selector=f"involvedObject.name={name}").items]
+        raise AssertionError(f"{e}; events: {events[-3:]}") from e
+    ann = pod.metadata.annotations or {}
+    ip = pod.status.pod_ip
+
+    def sandbox() -> str | None:
+        for path in node.sandbox_netns():
+            netns = path.rsplit("/", 1)[1]
+            out = subprocess.run(["ip", "-n", netns, "-j", "-4", "addr", "show", "eth0"], capture_output=True,
+                                 text=True).stdout
+            if any(a.get("local") == ip for link in json.loads(out or "[]") for a in link.get("addr_info", [])):
+                return netns
+        return None
+
+    netns = wait_for(sandbox, timeout=timeout, what=f"the sandbox network namespace of pod {ns}/{name}")
+    prefix = ann["ovn.kubernetes.io/cidr"].split("/")[1]
+    link = json.loads(subprocess.run(["ip", "-n", netns, "-j", "link", "show", "eth0"], capture_output=True,
+                                     text=True, check=True).stdout)[0]
+    return Vm(name=name, ns=netns, port="", vlan=0, address=f"{ip}/{prefix}",
+              gateway=ann["ovn.kubernetes.io/gateway"], mac=link["address"].lower())
