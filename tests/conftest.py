@@ -73,8 +73,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 @pytest.fixture(scope="module")
-def peers_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("peers"), with_peers=True)
+def peers_bed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A bed with the real peers for the module; with the data plane (chassis, the trunk,
+    Kube-OVN's node agents) only for a module that says ``BED_DATAPLANE = True``: the others
+    make their trunk Nodes by hand and need none of its processes."""
+    dataplane = bool(getattr(request.module, "BED_DATAPLANE", False))
+    c = LocalCluster(tmp_path_factory.mktemp("peers"), with_peers=True, with_dataplane=dataplane)
     try:
         c.start()
     except ClusterError as e:

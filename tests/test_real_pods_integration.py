@@ -43,7 +43,8 @@ WAIT = 60.0
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The peers, the data plane and the bed's node, with a kubelet on the last trunk node."""
-    c = LocalCluster(tmp_path_factory.mktemp("realpods"), with_peers=True, with_node=True, trunk_kubelets=1)
+    c = LocalCluster(tmp_path_factory.mktemp("realpods"), with_peers=True, with_dataplane=True, with_node=True,
+                     trunk_kubelets=1)
     try:
         c.start()
     except ClusterError as e:

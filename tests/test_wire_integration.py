@@ -47,6 +47,7 @@ from tests.support.ovsdb import ha_chassis_groups
 from tests.support.peers import IPAM, KUBE_OVN, KUBEOVN, Ctl, make_vpc
 
 pytestmark = pytest.mark.integration
+BED_DATAPLANE = True  # the peers bed with its chassis, trunk and node agents (tests/conftest.py)
 
 WAIT = 60.0
 

@@ -34,6 +34,7 @@ from tests.test_wire_integration import WAIT, Tenant, answers, gateway_controlle
 from tests.test_wire_integration import bed, dp  # noqa: F401 - the peers bed with its data plane (fixtures)
 
 pytestmark = pytest.mark.integration
+BED_DATAPLANE = True  # the peers bed with its chassis, trunk and node agents (tests/conftest.py)
 
 SUBNET_CHART = CHARTS / "proxmox-network-subnet"
 ZONE_API = "proxmox.cozystack.io/v1alpha1/ProxmoxNetworkZone"  # the tenant chart asks for it

@@ -60,7 +60,8 @@ def run(cfg: ChaosConfig, progress: Callable[[str], None] = log) -> ChaosResult:
     logdir.mkdir(exist_ok=True)
     # The real kube-ovn-controller and IPAM provider run in the bed (with_peers: hack/build-peers.sh);
     # with --pods also the node the controller's Deployment runs on (hack/bed/node.py, root).
-    cluster = LocalCluster(workdir / "bed", with_peers=True, with_node=cfg.pods)
+    cluster = LocalCluster(workdir / "bed", with_peers=True, with_node=cfg.pods,
+                           with_dataplane=bool(cfg.wire and cfg.manage_gateway))
     sup = mon = loader = checker = gc = peers = reps = wire = None
     outages: list[tuple[float, float]] = []  # API server and NB outages and compactions, for the peers' exits
     try:

@@ -17,7 +17,7 @@ def node_bed(workdir: Path, with_peers: bool) -> Iterator[LocalCluster]:
     the bed does not start."""
     if os.geteuid() != 0:
         pytest.fail("the node needs root (containerd, kubelet)", pytrace=False)
-    c = LocalCluster(workdir, with_peers=with_peers, with_node=True)
+    c = LocalCluster(workdir, with_peers=with_peers, with_node=True, with_dataplane=False)
     try:
         c.start()
     except ClusterError as e:
