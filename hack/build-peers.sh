@@ -6,6 +6,7 @@
 #   * github.com/kubeovn/kube-ovn                       -> bin/kube-ovn-controller
 #                                                          bin/kube-ovn-daemon (the node
 #                                                          agent, kube-ovn-cni)
+#                                                          bin/kube-ovn (its CNI plugin)
 #     (v1.15.24: the tag's `git archive` in ../shared/peers, checked against SHA256SUMS before
 #     it is unpacked; its dependencies from the module proxy, checksum database on.
 #     PNC_KUBE_OVN_VERSION=v1.13.0: the module proxy's v1.13.0, the version before v1.15.24)
@@ -18,9 +19,9 @@
 # come from hack/versions.env. Everything lands in
 #
 #   ~/.cache/proxmox-network-controller/peers/<versions>/
-#       bin/ipam-provider-in-cluster  bin/kube-ovn-controller  bin/kube-ovn-daemon
+#       bin/ipam-provider-in-cluster  bin/kube-ovn-controller  bin/kube-ovn-daemon  bin/kube-ovn
 #       crds/ipam/*.yaml  crds/cluster-api/*.yaml  crds/kube-ovn/kube-ovn-crd.yaml
-#       rbac/kube-ovn/ovn-CR.yaml
+#       rbac/kube-ovn/ovn-CR.yaml  cni/01-kube-ovn.conflist
 #       ovsdb/ovn-nb.ovsschema  ovsdb/ovn-sb.ovsschema
 #
 # so a second run only checks that they exist. Prints the bin directory on stdout (the rest
@@ -96,13 +97,13 @@ stage() {  # stage SRC_FILE DEST_DIR: copy one file, writable, replacing what wa
 
 expected_files() {
   printf '%s\n' \
-    bin/ipam-provider-in-cluster bin/kube-ovn-controller bin/kube-ovn-daemon \
+    bin/ipam-provider-in-cluster bin/kube-ovn-controller bin/kube-ovn-daemon bin/kube-ovn \
     crds/ipam/ipam.cluster.x-k8s.io_inclusterippools.yaml \
     crds/ipam/ipam.cluster.x-k8s.io_globalinclusterippools.yaml \
     crds/cluster-api/ipam.cluster.x-k8s.io_ipaddresses.yaml \
     crds/cluster-api/ipam.cluster.x-k8s.io_ipaddressclaims.yaml \
     crds/cluster-api/cluster.x-k8s.io_clusters.yaml \
-    crds/kube-ovn/kube-ovn-crd.yaml rbac/kube-ovn/ovn-CR.yaml \
+    crds/kube-ovn/kube-ovn-crd.yaml rbac/kube-ovn/ovn-CR.yaml cni/01-kube-ovn.conflist \
     ovsdb/ovn-nb.ovsschema ovsdb/ovn-sb.ovsschema
 }
 
@@ -110,7 +111,8 @@ complete() {
   [[ -f "$OUT/.complete" ]] || return 1
   local f
   while read -r f; do [[ -s "$OUT/$f" ]] || return 1; done < <(expected_files)
-  [[ -x "$BIN/ipam-provider-in-cluster" && -x "$BIN/kube-ovn-controller" && -x "$BIN/kube-ovn-daemon" ]]
+  [[ -x "$BIN/ipam-provider-in-cluster" && -x "$BIN/kube-ovn-controller" && -x "$BIN/kube-ovn-daemon" \
+     && -x "$BIN/kube-ovn" ]]
 }
 
 # --------------------------------------------------------------------------- IPAM provider
@@ -235,8 +237,20 @@ kube_ovn_daemon_version() {
   echo "Kube-OVN $version (commit $commit)"
 }
 
+# kube_ovn_cni_version BINARY: the "about" line the CNI plugin prints on stderr when called
+# without CNI_COMMAND ("CNI kube-ovn plugin <version>", cmd/cni through containernetworking's
+# skel), which touches nothing. Fails when the version is not KUBE_OVN_VERSION.
+kube_ovn_cni_version() {
+  local out first
+  out="$(env -u CNI_COMMAND "$1" 2>&1 </dev/null)" || true
+  first="$(head -n 1 <<<"$out")"
+  [[ $first == "CNI kube-ovn plugin $KUBE_OVN_VERSION" ]] \
+    || die "$1 says '$out', expected 'CNI kube-ovn plugin $KUBE_OVN_VERSION'"
+  echo "$first"
+}
+
 build_kube_ovn() {
-  local work commit="$KUBE_OVN_COMMIT"
+  local work commit="$KUBE_OVN_COMMIT" says
   work="$(kube_ovn_source_dir)"
   if [[ $KUBE_OVN_VERSION == "$KUBE_OVN_LEGACY_VERSION" ]]; then
     commit="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["Origin"]["Hash"])' \
@@ -259,7 +273,18 @@ build_kube_ovn() {
   # as root.
   if [[ ! -x "$BIN/kube-ovn-daemon" ]]; then
     kube_ovn_binary kube-ovn-daemon "$daemon_main" "$commit"
-    log "kube-ovn-daemon says: $(kube_ovn_daemon_version "$BIN/kube-ovn-daemon")"
+    # A failed check inside $(…) ends only the subshell: check its status, and drop the
+    # binary so that the next run builds and checks it again.
+    says="$(kube_ovn_daemon_version "$BIN/kube-ovn-daemon")" || { rm -f "$BIN/kube-ovn-daemon"; exit 1; }
+    log "kube-ovn-daemon says: $says"
+  fi
+  # The CNI plugin the runtime calls (Kube-OVN's Makefile: ./cmd/cni, the image installs it
+  # as /opt/cni/bin/kube-ovn, dist/images/install-cni.sh); it only forwards each request to
+  # the agent's socket. Its own main package in both versions; CGO_ENABLED=0 as above.
+  if [[ ! -x "$BIN/kube-ovn" ]]; then
+    kube_ovn_binary kube-ovn ./cmd/cni "$commit"
+    says="$(kube_ovn_cni_version "$BIN/kube-ovn")" || { rm -f "$BIN/kube-ovn"; exit 1; }
+    log "kube-ovn (the CNI plugin) says: $says"
   fi
   # The chart's CRD file and ClusterRole: plain YAML in v1.13, Helm-templated from v1.15
   # (rendered with the chart's defaults by the helm of hack/build-helm.sh).
@@ -282,6 +307,9 @@ build_kube_ovn() {
     stage "$crd" "$OUT/crds/kube-ovn"
     stage "$role" "$OUT/rbac/kube-ovn"
   fi
+  # The CNI configuration Kube-OVN's image installs (dist/images/Dockerfile, install-cni.sh):
+  # hack/bed/kube_ovn_cni.py adapts it for a kubelet node of the bed.
+  stage dist/images/01-kube-ovn.conflist "$OUT/cni"
   # The OVSDB schemas Kube-OVN's generated models were made from (libovsdb modelgen keeps
   # them as a Go raw string, `var schema = \`{…}\``, in model.go).
   mkdir -p "$OUT/ovsdb"

@@ -27,20 +27,21 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
-from kubernetes.client import CustomObjectsApi
+from kubernetes.client import CoreV1Api, CustomObjectsApi
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the controller's own package (hack/bed/deploy.py reads its Lease identities)
 
 from hack.bed import (  # noqa: E402
-    OVN_PREFIX, PEERS, ClusterError, DataPlane, LocalCluster, Node, NodeError, _read_versions, default_bin_dir,
+    OVN_PREFIX, PEERS, ClusterError, DataPlane, LocalCluster, Node, NodeError, Vm, _read_versions, default_bin_dir,
     ovsdb_rows, ovsdb_set,
 )
 from hack.bed.deploy import NAMESPACE, ControllerDeployment, DeployError, build_image  # noqa: E402
-from hack.tools.vms import vm_for_network  # noqa: E402
+from hack.tools.vms import real_pod, vm_for_network  # noqa: E402
 from hack.tools.wait import wait_for  # noqa: E402
 
 # Ready reasons that do not change by waiting (a refusal the sample set provokes on purpose).
@@ -247,22 +248,74 @@ def start_subprocess(cluster: LocalCluster, log_path: Path, keep: bool) -> subpr
     )
 
 
+# The overlay Subnet the demo gives each VPC of the sample for its pods (not Proxmox-backed).
+OVERLAY_CIDRS = {"tenant-alpha": "10.111.0", "tenant-beta": "10.113.0"}
+
+
+def real_pods(cluster: LocalCluster, nets: list[dict]) -> dict[tuple[str, str], tuple[Vm | None, Vm | None]]:
+    """With a trunk kubelet: per network, a real pod on its Subnet and one on its VPC's overlay
+    Subnet (made here, ``<vpc>-pods``), placed by the scheduler on the trunk node and plumbed
+    by Kube-OVN's agent there (hack/tools/vms.py ``real_pod``); {} without one."""
+    if not cluster.trunk_kubelets:
+        return {}
+    tk = next(iter(cluster.trunk_kubelets.values()))
+    core = CoreV1Api(cluster.api_client("admin"))
+    co = CustomObjectsApi(core.api_client)
+    vpc_of = {}
+    for n in nets:
+        sub = co.get_cluster_custom_object("kubeovn.io", "v1", "subnets", n["spec"]["subnet"])
+        vpc_of[n["spec"]["subnet"]] = (sub.get("spec") or {}).get("vpc", "")
+    overlays = {}
+    for vpc, prefix in OVERLAY_CIDRS.items():
+        if vpc in vpc_of.values():
+            overlays[vpc] = f"{vpc}-pods"
+            cluster.apply_docs([{"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": f"{vpc}-pods"},
+                                 "spec": {"vpc": vpc, "cidrBlock": f"{prefix}.0/24", "gateway": f"{prefix}.1",
+                                          "protocol": "IPv4"}}], f"the overlay Subnet of {vpc}")
+    jobs = {}
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for n in nets:
+            ns, name, sub = n["metadata"]["namespace"], n["metadata"]["name"], n["spec"]["subnet"]
+            jobs[(ns, name, "subnet")] = pool.submit(real_pod, tk, core, ns, sub, f"pod-{name}"[:40])
+            vpc = vpc_of[sub]
+            if vpc in overlays:
+                jobs[(ns, name, "overlay")] = pool.submit(real_pod, tk, core, ns, overlays[vpc],
+                                                          f"pod-{name}-overlay"[:40])
+        done = {k: f.result() for k, f in jobs.items()}
+    return {(n["metadata"]["namespace"], n["metadata"]["name"]):
+            (done.get((n["metadata"]["namespace"], n["metadata"]["name"], "subnet")),
+             done.get((n["metadata"]["namespace"], n["metadata"]["name"], "overlay"))) for n in nets}
+
+
 def wire_table(cluster: LocalCluster, dp: DataPlane) -> str:
     """One VM per Ready network (hack/tools/vms.py): its VLAN and address, the ARP answer from its
     gateway (the MAC), pings to the gateway (replies of 3), the chassis bound to the router
-    port's ``cr-`` (the one answering), and pings to the VM of another tenant (replies of 3)."""
+    port's ``cr-`` (the one answering), pings to the VM of another tenant (replies of 3), and,
+    with a trunk kubelet, pings to a real pod on the network's Subnet and to one on its VPC's
+    overlay Subnet (:func:`real_pods`)."""
     co = CustomObjectsApi(cluster.api_client("admin"))
     nets = json.loads(cluster.run_kubectl("get", "pxnet", "-A", "-o", "json").stdout)["items"]
     ready = [n for n in nets
              if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])]
+    ready.sort(key=lambda n: (n["metadata"]["namespace"], n["metadata"]["name"]))
+    pods = real_pods(cluster, ready)
     vms = []
-    for n in sorted(ready, key=lambda n: (n["metadata"]["namespace"], n["metadata"]["name"])):
+    for n in ready:
         ns, name = n["metadata"]["namespace"], n["metadata"]["name"]
         vms.append((ns, name, n, vm_for_network(dp, co, ns, name, f"{ns}-{name}"[:20])))
     bound = {r["_uuid"]: r["name"] for r in ovsdb_rows(cluster.sbctl, "Chassis", columns="_uuid,name")}
     crs = {r["logical_port"]: bound.get(str(r["chassis"]), "-")
            for r in ovsdb_rows(cluster.sbctl, "Port_Binding", "type=chassisredirect", columns="logical_port,chassis")}
-    rows = [("NETWORK", "VLAN", "VM ADDRESS", "GATEWAY", "ARP REPLY", "PINGS", "ANSWERING CHASSIS", "OTHER TENANT'S VM")]
+    rows = [("NETWORK", "VLAN", "VM ADDRESS", "GATEWAY", "ARP REPLY", "PINGS", "ANSWERING CHASSIS", "OTHER TENANT'S VM")
+            + (("POD ON THE SUBNET", "OVERLAY POD") if pods else ())]
+
+    def to_pod(vm: Vm, pod: Vm | None) -> str:
+        if pod is None:
+            return "-"
+        ip = pod.address.split("/")[0]
+        wait_for(lambda: vm.ping(ip, count=1, timeout=1) == 1, timeout=30, interval=0, what=f"{vm.name} -> {ip}")
+        return f"{ip}: {vm.ping(ip, count=3, timeout=1)}/3"
+
     for ns, name, n, vm in vms:
         wait_for(lambda: vm.ping(vm.gateway, count=1, timeout=1) == 1, timeout=30, interval=0,
                  what=f"{ns}/{name}'s VM pinging its gateway")
@@ -272,7 +325,8 @@ def wire_table(cluster: LocalCluster, dp: DataPlane) -> str:
         rows.append((f"{ns}/{name}", str(vm.vlan), vm.address, vm.gateway, arp[0][1] if arp else "none",
                      f"{vm.ping(vm.gateway, count=3, timeout=1)}/3", answering,
                      f"{other[3].address.split('/')[0]}: {vm.ping(other[3].address.split('/')[0], count=3, timeout=1)}/3"
-                     if other else "-"))
+                     if other else "-")
+                    + ((to_pod(vm, pods[(ns, name)][0]), to_pod(vm, pods[(ns, name)][1])) if pods else ()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
 
@@ -309,7 +363,9 @@ def main() -> int:
     # The data plane's trunk is the sample's provider network, its trunk nodes pve-1..3
     # (hack/bed/dataplane.py; where it cannot run, the demo registers the sample's chassis by hand).
     trunk = {"dataplane_provider": "physnet1", "dataplane_node_prefix": "pve"}
-    cluster = LocalCluster(workdir, detach=args.keep, with_peers=True, with_node=with_node, **trunk)
+    # With the node, the last trunk node runs a kubelet too, for the tenants' real pods.
+    cluster = LocalCluster(workdir, detach=args.keep, with_peers=True, with_node=with_node,
+                           trunk_kubelets=1 if with_node and OVN_PREFIX is not None else 0, **trunk)
     try:
         cluster.start()
     except ClusterError as e:
@@ -349,6 +405,10 @@ def main() -> int:
                   "datapath, made by the bed; the API server reached over a forwarder; a mount namespace for "
                   "the agent's fixed paths.", flush=True)
             print("\n".join(agent_lines(cluster)), flush=True)
+            for name, tk in cluster.trunk_kubelets.items():
+                print(f"    {name} also runs containerd and a kubelet in its namespace with Kube-OVN's CNI (the kube-ovn "
+                      f"plugin on its own kube-ovn-daemon), Ready {tk.ready_seconds:.1f}s after its start, tainted "
+                      "so that only the tenants' pods go there", flush=True)
             t_pn = time.monotonic()
 
             def pn_ready() -> bool:
@@ -466,7 +526,10 @@ def main() -> int:
         if dp is not None:
             print("==> on the wire: a VM per Ready network, made as capmox makes it (its VLAN from the network's "
                   "status, its address claimed from the network's pool by the real IPAM provider), pinging its "
-                  "gateway and another tenant's VM", flush=True)
+                  "gateway and another tenant's VM"
+                  + ("; and real pods on the trunk kubelet's node (the scheduler placed them, Kube-OVN's CNI and "
+                     "agent plumbed them): one on the network's Subnet, one on its VPC's overlay Subnet"
+                     if cluster.trunk_kubelets else ""), flush=True)
             print(wire_table(cluster, dp), flush=True)
         if deployment is not None:
             print(f"==> kubectl get deploy,pods -n {NAMESPACE} -o wide   (the controller as pods of its Deployment; "

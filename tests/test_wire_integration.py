@@ -705,30 +705,51 @@ def test_r7_a_reprovisioned_node_back_under_a_new_chassis_id_does_not_pull_the_g
 
 def test_a_trunk_link_lost_under_a_live_underlay_is_invisible_to_ovn_and_the_documented_remedy_moves_the_gateway(
         bed, dp, peers_admin):
-    """Issue 39 item 5, as docs/operations.md documents it: the active trunk node loses its
-    trunk link while its underlay stays up. OVN's BFD runs over Geneve, so nothing fails over:
-    the node keeps ``cr-`` (the SB shows it serving, so status stays Ready), and the VM's ARP for
-    its gateway goes unanswered. The remedy: take the node out of the provider network (its
-    ready label goes, as Kube-OVN's agent removes it for an excluded node); once the trunk
-    hold-down ends (0 here) the controller drops it from the group, OVN moves ``cr-`` to the
-    next chassis and the VM is answered. Measured: the time from the label's removal to the
-    first ARP answer."""
+    """docs/operations.md "A trunk link lost": the active trunk node loses its trunk link while
+    its underlay stays up. OVN's BFD runs over Geneve, so nothing fails over: the node keeps
+    ``cr-`` (the SB shows it serving, so status stays Ready), the VM's ARP for its gateway goes
+    unanswered, and Kube-OVN's real agent reports nothing (the ready label stays, the
+    ProviderNetwork still lists the node, no Event names it). The documented remedy: remove
+    the node's label the ProviderNetwork's selector matches; the agent then removes the ready
+    label, the controller drops the chassis once the trunk hold-down ends (0 here), OVN moves
+    ``cr-`` to the next chassis and the VM is answered. Measured: from the selector label's
+    removal to the agent's removal of the ready label, and to the first ARP answer."""
     a = peers_admin
     n = Tenant(a, 3310).subnet(90)
     label = f"{DATAPLANE_PROVIDER}.provider-network.kubernetes.io/ready"
     with gateway_controller(bed, ovn_sb_address=bed.sb_tcp):
         vm, cut = serving_vm(n, bed, dp, "vm-link")
         active = cut.system_id
+
+        def pn_status() -> dict:
+            return a.co.get_cluster_custom_object(*KUBEOVN, "provider-networks", DATAPLANE_PROVIDER).get("status") or {}
+
+        # kube-ovn-controller writes the ProviderNetwork's status from the labels every 30 s.
+        wait_for(lambda: cut.name in (pn_status().get("readyNodes") or []), timeout=WAIT,
+                 what=f"the ProviderNetwork's status listing {cut.name} ready")
+        cut_at = time.time()
         dp.set_trunk_link(cut, False)
         try:
             assert vm.arping(n.gateway, count=10, timeout=10) == []  # 10 s: nothing answers
             assert n.cr_chassis(bed) == active  # no failover: BFD over the underlay is up
             st = n.network()["status"]
             assert reason(n.network(), "Ready")[:2] == ("True", "Ready") and st["servingChassis"] == active
+            # What the real agent says about the cut after 10 s: nothing.
+            assert (a.core.read_node(cut.name).metadata.labels or {}).get(label) == "true"
+            st_pn = pn_status()
+            assert cut.name in (st_pn.get("readyNodes") or []), st_pn
+            events = [e for e in a.core.list_event_for_all_namespaces().items
+                      if e.involved_object.name in (cut.name, DATAPLANE_PROVIDER)
+                      and (e.last_timestamp or e.event_time) and (e.last_timestamp or e.event_time).timestamp() >= cut_at]
+            assert events == [], [f"{e.reason}: {e.message}" for e in events]
+
             arp = Prober(vm, "arping", n.gateway)
             try:
                 removed = time.monotonic()
-                a.core.patch_node(cut.name, {"metadata": {"labels": {label: None}}})
+                a.core.patch_node(cut.name, {"metadata": {"labels": {bed.TRUNK_LABEL: None}}})
+                wait_for(lambda: (a.core.read_node(cut.name).metadata.labels or {}).get(label) is None,
+                         timeout=WAIT, interval=0.2, what="Kube-OVN's agent removing the ready label")
+                unlabelled = time.monotonic() - removed
                 wait_for(lambda: arp.replies, timeout=WAIT, interval=0.1, what="an ARP answer from another chassis")
                 answered = arp.replies[0] - removed
             finally:
@@ -740,8 +761,12 @@ def test_a_trunk_link_lost_under_a_live_underlay_is_invisible_to_ovn_and_the_doc
             assert moved not in (None, active)
             wait_for(lambda: n.network()["status"].get("servingChassis") == moved, timeout=WAIT,
                      what="status.servingChassis on the new chassis")
-            print(f"\n[wire] trunk link of {active} down: 10/10 ARP unanswered, cr- stayed, status Ready; "
-                  f"ready label removed: first ARP answer after {answered:.2f}s, from {moved}")
+            print(f"\n[wire] trunk link of {active} down: 10/10 ARP unanswered, cr- stayed, status Ready, the agent "
+                  f"kept the ready label and wrote no Event (ProviderNetwork readyNodes "
+                  f"{st_pn.get('readyNodes')}); selector label removed: the agent removed the ready "
+                  f"label after {unlabelled:.1f}s, first ARP answer after {answered:.2f}s, from {moved}")
         finally:
+            # The last test of the module: the node goes back, the agent labels it again at
+            # its next pass (not awaited).
             dp.set_trunk_link(cut, True)
-            a.core.patch_node(cut.name, {"metadata": {"labels": {label: "true"}}})
+            a.core.patch_node(cut.name, {"metadata": {"labels": {bed.TRUNK_LABEL: "true"}}})

@@ -12,6 +12,9 @@ One job a file (docs/testing.md, "The hack/ layout"):
 * ``peers.py``: kube-ovn-controller and the IPAM provider, and their faults;
 * ``node.py``: the node (containerd, kubelet, controller manager, scheduler, forwarders);
 * ``dataplane.py``: real OVN chassis, the Proxmox trunk and VMs in network namespaces;
+* ``node_agent.py``: Kube-OVN's node agent on each trunk node of the data plane;
+* ``kube_ovn_cni.py``: Kube-OVN's CNI plugin on a trunk node (its conflist, bin directory, a call);
+* ``trunk_kubelet.py``: containerd and a kubelet on a trunk node, with that CNI;
 * ``deploy.py``: the controller as the Deployment of manifests/ on the node;
 * ``credentials.py``: the PKI and the users' kubeconfigs;
 * ``components.py``: a component as a process (spawn, pid file, stop);
@@ -37,6 +40,9 @@ from hack.bed.common import (
 )
 from hack.bed.control_plane import AUDIT_POLICY
 from hack.bed.dataplane import Chassis, DataPlane, DataPlaneError, Prober, Vm, cleanup_leftovers, missing_prerequisites
+from hack.bed.kube_ovn_cni import (
+    CNI_CONF_NAME, CNI_PLUGIN, daemon_socket, node_conflist, plugin_config, run_plugin, write_cni_config,
+)
 from hack.bed.node import CGROUP_FS, FORWARDS, NODE_COMPONENTS, NODE_NAME, Node, NodeError, container_pid
 from hack.bed.ovn import ovsdb_atom, ovsdb_rows, ovsdb_set
 from hack.bed.procs import die_with_parent, free_ports, pid_alive, pid_state, terminate_pid, wait_dead
@@ -54,6 +60,9 @@ __all__ = [
     "PEER_READY_LINES", "PEERS", "VPC_EGRESS_GATEWAY_CRD", "VPC_NAT_CONFIG",
     # the data plane
     "Chassis", "DataPlane", "DataPlaneError", "Prober", "Vm", "cleanup_leftovers", "missing_prerequisites",
+    # Kube-OVN's CNI on a trunk node
+    "CNI_CONF_NAME", "CNI_PLUGIN", "daemon_socket", "node_conflist", "plugin_config", "run_plugin",
+    "write_cni_config",
     # the node
     "CGROUP_FS", "FORWARDS", "NODE_COMPONENTS", "NODE_NAME", "Node", "NodeError", "container_pid",
     # OVN rows

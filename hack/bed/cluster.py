@@ -8,6 +8,7 @@ run the node and write the trunk's objects (they need the API server), and ``env
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import secrets
@@ -29,7 +30,7 @@ from hack.bed.components import Components
 from hack.bed.control_plane import AUDIT_POLICY, ControlPlane
 from hack.bed.credentials import Kubeconfigs, _make_pki, _write_private
 from hack.bed.dataplane import DataPlane, DataPlaneError, cleanup_leftovers, missing_prerequisites
-from hack.bed.kube_ovn_cni import write_cni_config
+from hack.bed.kube_ovn_cni import daemon_socket, write_cni_config
 from hack.bed.node_agent import AGENT_USER, NodeAgent, NodeAgentError, rbac_objects, stop_all, wait_agents
 from hack.bed.trunk_kubelet import TRUNK_TAINT, TrunkKubelet, TrunkKubeletError
 from hack.bed.trunk_kubelet import stop_all as stop_trunk_kubelets
@@ -37,6 +38,12 @@ from hack.bed.node import FORWARDS, KCM_USER, KUBELET_GROUPS, NODE_COMPONENTS, S
 from hack.bed.ovn import OvnDatabases
 from hack.bed.peers import Peers
 from hack.bed.procs import free_ports, pid_alive
+
+
+def _kube_ovn_cni(conf_dir: Path, *, bin_dir: Path, socket: Path, binary: Path) -> Path:
+    """A trunk kubelet's CNI (:func:`~hack.bed.kube_ovn_cni.write_cni_config`); its bin directory."""
+    write_cni_config(conf_dir, bin_dir, socket, binary)
+    return bin_dir
 
 
 class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
@@ -647,11 +654,11 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
             for ch in dp.chassis:
                 if ch.name not in self.trunk_kubelet_kubeconfigs:
                     continue
-                socket = ch.rundir / "kube-ovn-daemon.sock"
+                socket = daemon_socket(ch)
                 cni_bin = ch.rundir.parent / f"cni-bin-{ch.name}"
                 tk = TrunkKubelet(dp, ch, self.bin_dir, self.node.images, self.trunk_kubelet_kubeconfigs[ch.name],
                                   self.ca_file, self.pki["sa_key"],
-                                  lambda conf_dir, s=socket, b=cni_bin: write_cni_config(conf_dir, b, s, cni_binary),
+                                  functools.partial(_kube_ovn_cni, bin_dir=cni_bin, socket=socket, binary=cni_binary),
                                   detach=self.detach)
                 self.trunk_kubelets[ch.name] = tk
                 tk.start(self.start_timeout)

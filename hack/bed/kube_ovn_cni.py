@@ -1,38 +1,133 @@
-"""Kube-OVN's CNI on a trunk node: the ``kube-ovn`` plugin (``cmd/cni`` of v1.15.24,
-hack/build-peers.sh) configured as Kube-OVN's image installs it (``01-kube-ovn.conflist``,
-``install-cni.sh``), with the node's own ``kube-ovn-daemon`` socket."""
+"""Kube-OVN's CNI plugin on a trunk node of the bed's data plane: the configuration and bin
+directory a container runtime on that node reads, and a CNI call made as the runtime makes it.
+
+The plugin (``kube-ovn``, Kube-OVN's ``cmd/cni``, built by hack/build-peers.sh) does no
+networking itself: it forwards each ADD/DEL to the node agent's CNI server socket
+(hack/bed/node_agent.py), which makes the pod's veth, adds its host end to the node's
+``br-int`` and configures the pod's side. What Kube-OVN's image installs on a node
+(dist/images/install-cni.sh, the chart's ``install-cni`` container), and what
+:func:`write_cni_config` writes instead:
+
+* ``/etc/cni/net.d/01-kube-ovn.conflist``, mode 0600 (the agent's ``--install-cni-config``):
+  the image's ``01-kube-ovn.conflist`` with the kube-ovn plugin's ``server_socket`` set to
+  the node's agent socket as the runtime sees it. The agent binds
+  ``/run/openvswitch/kube-ovn-daemon.sock`` in its own mount namespace, which is the
+  chassis' run directory on the host (:func:`daemon_socket`): a runtime on the host's
+  mounts (the bed's containerd) reaches it there, not at the image's path;
+* ``/opt/cni/bin/{kube-ovn,loopback,portmap}``: the plugin, and of the reference plugins
+  the ones the configuration chains (``portmap``) plus ``loopback``, which the runtime
+  calls itself for the pod's ``lo`` (containerd's CRI). They are links to the build and to
+  Debian's containernetworking-plugins (:data:`CNI_PLUGINS`).
+
+The runtime runs the plugins in the node's network namespace (the bed's kubelet node is
+the trunk node's namespace); :func:`run_plugin` does exactly that by hand.
+"""
 
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
-# Debian's containernetworking-plugins, as Kube-OVN's image ships loopback and portmap.
-SYSTEM_CNI_DIR = Path("/usr/lib/cni")
+from hack.bed.dataplane import Chassis
+
+# The chart's name for the file (cni_conf.CNI_CONFIG_PRIORITY "01").
+CNI_CONF_NAME = "01-kube-ovn.conflist"
+# The plugin's name as the image installs it, and its ``type`` in the configuration.
+CNI_PLUGIN = "kube-ovn"
+# Debian's containernetworking-plugins (hack/install-deps.sh).
+CNI_PLUGINS = Path("/usr/lib/cni")
+# Called by the runtime whatever the configuration says (the pod's loopback).
+RUNTIME_PLUGINS = ("loopback",)
 
 
-def write_cni_config(conf_dir: Path, bin_dir: Path, daemon_socket: Path, cni_binary: Path) -> Path:
-    """Write ``01-kube-ovn.conflist`` into ``conf_dir`` (the ``kube-ovn`` plugin with
-    ``server_socket`` = ``daemon_socket``, then ``portmap``) and fill ``bin_dir`` with
-    ``kube-ovn`` (``cni_binary``), ``loopback`` and ``portmap``; returns ``bin_dir``.
+def daemon_socket(chassis: Chassis) -> Path:
+    """The node agent's CNI server socket of ``chassis`` as the host sees it (its
+    ``--bind-socket=/run/openvswitch/kube-ovn-daemon.sock`` in the agent's mounts)."""
+    return chassis.rundir / "kube-ovn-daemon.sock"
 
-    :raises FileNotFoundError: ``cni_binary`` or a system plugin is missing.
+
+def node_conflist(upstream: dict[str, Any], socket: Path) -> dict[str, Any]:
+    """Kube-OVN's conflist ``upstream`` with each ``kube-ovn`` plugin's ``server_socket`` set
+    to ``socket`` (everything else as it is).
+
+    :raises ValueError: ``upstream`` has no ``kube-ovn`` plugin.
     """
+    conf = json.loads(json.dumps(upstream))
+    plugins = [p for p in conf.get("plugins") or [] if p.get("type") == CNI_PLUGIN]
+    if not plugins:
+        raise ValueError(f"the conflist has no {CNI_PLUGIN!r} plugin: {upstream}")
+    for p in plugins:
+        p["server_socket"] = str(socket)
+    return conf
+
+
+def plugin_config(conflist: dict[str, Any], plugin_type: str = CNI_PLUGIN) -> dict[str, Any]:
+    """What a runtime gives one plugin of ``conflist`` on stdin (the CNI spec's network
+    configuration of a list's plugin): the plugin's own keys plus the list's ``name`` and
+    ``cniVersion``. The first plugin of the chain, so no ``prevResult``.
+
+    :raises ValueError: no plugin of that type.
+    """
+    for p in conflist.get("plugins") or []:
+        if p.get("type") == plugin_type:
+            return {"cniVersion": conflist["cniVersion"], "name": conflist["name"], **p}
+    raise ValueError(f"the conflist has no {plugin_type!r} plugin")
+
+
+def write_cni_config(conf_dir: Path, bin_dir: Path, daemon_socket: Path, cni_binary: Path,
+                     upstream: Path | None = None, plugins_dir: Path = CNI_PLUGINS) -> Path:
+    """A node's CNI configuration directory and bin directory for Kube-OVN (see the module
+    docstring); returns the conflist's path (``conf_dir/01-kube-ovn.conflist``, mode 0600).
+
+    :param daemon_socket: the node agent's socket as the runtime sees it (:func:`daemon_socket`).
+    :param cni_binary: the ``kube-ovn`` plugin (hack/build-peers.sh's ``bin/kube-ovn``).
+    :param upstream: Kube-OVN's conflist; default ``cni/01-kube-ovn.conflist`` next to the
+        build's ``bin/`` (where hack/build-peers.sh stages it).
+    :param plugins_dir: where the reference plugins the chain and the runtime call are.
+    :raises FileNotFoundError: the plugin, the conflist or a reference plugin is missing.
+    """
+    upstream = upstream or cni_binary.parent.parent / "cni" / CNI_CONF_NAME
+    conf = node_conflist(json.loads(upstream.read_text()), daemon_socket)
+    bins = {CNI_PLUGIN: cni_binary}
+    for name in (*RUNTIME_PLUGINS, *(p["type"] for p in conf["plugins"] if p["type"] != CNI_PLUGIN)):
+        bins[name] = plugins_dir / name
+    for name, source in bins.items():
+        if not os.access(source, os.X_OK):
+            raise FileNotFoundError(f"CNI plugin {name}: {source} is missing or not executable")
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for name, src in (("kube-ovn", cni_binary), ("loopback", SYSTEM_CNI_DIR / "loopback"),
-                      ("portmap", SYSTEM_CNI_DIR / "portmap")):
-        if not src.exists():
-            raise FileNotFoundError(src)
-        shutil.copy2(src, bin_dir / name)
-    conflist = {
-        "name": "kube-ovn",
-        "cniVersion": "0.3.1",
-        "plugins": [
-            {"type": "kube-ovn", "server_socket": str(daemon_socket)},
-            {"type": "portmap", "capabilities": {"portMappings": True}},
-        ],
+    for name, source in bins.items():
+        link = bin_dir / name
+        link.unlink(missing_ok=True)
+        link.symlink_to(source.resolve())
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    path = conf_dir / CNI_CONF_NAME
+    tmp = path.with_name(f".{CNI_CONF_NAME}.tmp")
+    tmp.write_text(json.dumps(conf, indent=2) + "\n")
+    tmp.chmod(0o600)
+    tmp.replace(path)
+    return path
+
+
+def cni_args(namespace: str, pod: str, container_id: str) -> str:
+    """``CNI_ARGS`` as the CRI gives it for a pod's sandbox."""
+    return (f"IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod};"
+            f"K8S_POD_INFRA_CONTAINER_ID={container_id}")
+
+
+def run_plugin(command: str, chassis: Chassis, bin_dir: Path, config: dict[str, Any], container_id: str,
+               netns: Path, namespace: str, pod: str, ifname: str = "eth0",
+               timeout: float = 120.0) -> subprocess.CompletedProcess:
+    """One CNI call of the ``config["type"]`` plugin (``ADD``, ``DEL``, ``CHECK``) for pod
+    ``namespace/pod`` in the network namespace ``netns`` (a path), run in ``chassis``'
+    network namespace with the environment the CNI spec gives a plugin; the completed
+    process (stdout: the result as JSON on ``ADD``, an error object on failure)."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "CNI_COMMAND": command, "CNI_CONTAINERID": container_id, "CNI_NETNS": str(netns),
+        "CNI_IFNAME": ifname, "CNI_PATH": str(bin_dir), "CNI_ARGS": cni_args(namespace, pod, container_id),
     }
-    path = Path(conf_dir) / "01-kube-ovn.conflist"
-    path.write_text(json.dumps(conflist, indent=2) + "\n")
-    return bin_dir
+    return subprocess.run(["ip", "netns", "exec", chassis.ns, str(bin_dir / config["type"])],
+                          input=json.dumps(config), capture_output=True, text=True, env=env, timeout=timeout)
