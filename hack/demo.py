@@ -261,17 +261,37 @@ def real_pods(cluster: LocalCluster, nets: list[dict]) -> dict[tuple[str, str], 
     tk = next(iter(cluster.trunk_kubelets.values()))
     core = CoreV1Api(cluster.api_client("admin"))
     co = CustomObjectsApi(core.api_client)
-    vpc_of = {}
+    vpc_of, users = {}, {}
     for n in nets:
-        sub = co.get_cluster_custom_object("kubeovn.io", "v1", "subnets", n["spec"]["subnet"])
-        vpc_of[n["spec"]["subnet"]] = (sub.get("spec") or {}).get("vpc", "")
+        ns, subnet = n["metadata"]["namespace"], n["spec"]["subnet"]
+        sub = co.get_cluster_custom_object("kubeovn.io", "v1", "subnets", subnet)
+        vpc_of[subnet] = (sub.get("spec") or {}).get("vpc", "")
+        users.setdefault(subnet, set()).add(ns)
     overlays = {}
     for vpc, prefix in OVERLAY_CIDRS.items():
         if vpc in vpc_of.values():
             overlays[vpc] = f"{vpc}-pods"
+            users[f"{vpc}-pods"] = {n["metadata"]["namespace"] for n in nets if vpc_of[n["spec"]["subnet"]] == vpc}
             cluster.apply_docs([{"apiVersion": "kubeovn.io/v1", "kind": "Subnet", "metadata": {"name": f"{vpc}-pods"},
                                  "spec": {"vpc": vpc, "cidrBlock": f"{prefix}.0/24", "gateway": f"{prefix}.1",
                                           "protocol": "IPv4"}}], f"the overlay Subnet of {vpc}")
+    # Each Subnet names the namespaces that use it (spec.namespaces), and so does its Vpc (Kube-OVN
+    # refuses a Subnet namespace its custom VPC does not name); kube-ovn-controller then lists
+    # them in each namespace's ovn.kubernetes.io/logical_switch, which is what the pod admission
+    # policy lets a pod of that namespace ask for.
+    vpc_users: dict[str, set[str]] = {}
+    for subnet, namespaces in users.items():
+        vpc = vpc_of.get(subnet) or subnet.removesuffix("-pods")
+        vpc_users.setdefault(vpc, set()).update(namespaces)
+    for vpc, namespaces in vpc_users.items():
+        co.patch_cluster_custom_object("kubeovn.io", "v1", "vpcs", vpc, {"spec": {"namespaces": sorted(namespaces)}})
+    for subnet, namespaces in users.items():
+        co.patch_cluster_custom_object("kubeovn.io", "v1", "subnets", subnet, {"spec": {"namespaces": sorted(namespaces)}})
+    for subnet, namespaces in users.items():
+        for ns in namespaces:
+            wait_for(lambda ns=ns, subnet=subnet: subnet in (core.read_namespace(ns).metadata.annotations or {}).get(
+                "ovn.kubernetes.io/logical_switch", "").split(","), timeout=60,
+                what=f"kube-ovn-controller binding namespace {ns} to Subnet {subnet}")
     jobs = {}
     with ThreadPoolExecutor(max_workers=8) as pool:
         for n in nets:

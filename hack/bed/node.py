@@ -530,7 +530,8 @@ oom_score = 0
         """After the processes stopped: what they leave behind (best effort, idempotent)."""
         self._end_shims()
         self._end_cgroup_procs()
-        self._end_forwarder_children()
+        if not self.netns:  # the forwarders are the bed's node's, never a trunk node's
+            self._end_forwarder_children()
         self._unmount_under(self.dir)
         if self.bridge:
             self.cleanup_bridge()
