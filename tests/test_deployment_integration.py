@@ -36,13 +36,14 @@ import pytest
 import yaml
 from kubernetes.utils import parse_quantity
 
-from hack.tools.audit import read_events
 from hack.bed import LocalCluster, ovsdb_rows
 from hack.bed.deploy import NAMESPACE, ControllerDeployment, DeployError, ready, restarts
+from hack.tools.audit import read_events
 from hack.tools.objects import Admin, reason, unique, wait_condition
 from hack.tools.wait import wait_for
-from tests.support.peers import IPAM, POOL_V, KUBEOVN, Trunk, make_vpc
+from tests.support.beds import admin_of
 from tests.support.nodebed import node_bed
+from tests.support.peers import IPAM, KUBEOVN, POOL_V, Trunk, make_vpc
 
 pytestmark = [pytest.mark.integration, pytest.mark.node, pytest.mark.image]
 
@@ -73,11 +74,7 @@ def deployed(bed: LocalCluster) -> ControllerDeployment:
 
 @pytest.fixture(scope="module")
 def admin(bed: LocalCluster) -> Iterator[Admin]:
-    api = bed.api_client("admin")
-    try:
-        yield Admin(api)
-    finally:
-        api.close()
+    yield from admin_of(bed)
 
 
 def container(spec: dict) -> dict:

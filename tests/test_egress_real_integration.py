@@ -31,6 +31,7 @@ from controller.reconcile.egress import LABEL_GATEWAY
 from hack.bed import LocalCluster
 from hack.tools.objects import Admin, unique
 from hack.tools.wait import wait_for
+from tests.support.beds import admin_of
 from tests.support.controller import running_controller
 from tests.support.nodebed import node_bed
 from tests.support.peers import KUBEOVN, make_vpc
@@ -49,11 +50,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.fixture(scope="module")
 def admin(bed: LocalCluster) -> Iterator[Admin]:
-    api = bed.api_client("admin")
-    try:
-        yield Admin(api)
-    finally:
-        api.close()
+    yield from admin_of(bed)
 
 
 class Tenant:

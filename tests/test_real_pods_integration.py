@@ -14,6 +14,8 @@ measurement of this run.
   (product-decisions.md §10: a zone of ``mtu: 1450``, the router port's ``gateway_mtu``
   1400): a DF packet at the VM's MTU is answered with "fragmentation needed" (mtu 1400);
 * another tenant's VM reaches none of these pods, next to its own gateway (the positive control);
+* a trunk link cut under a live underlay (docs/operations.md "A trunk link lost"): what the real
+  agent reports and what the documented remedy does, measured;
 * the environment suite's resilience phase: kube-ovn-cni restarted on every trunk node, then
   kube-ovn-controller restarted, while the VM pings its gateway and the overlay pod: no
   allocation changes (the network's VLAN, the VM's and the pods' addresses), the gaps measured.
@@ -27,13 +29,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from hack.bed import ClusterError, DataPlane, LocalCluster, Prober, ovsdb_rows
-from hack.tools.objects import Admin, unique
+from hack.bed import DATAPLANE_PROVIDER, DataPlane, LocalCluster, Prober, ovsdb_rows
+from hack.tools.objects import Admin, reason, unique
 from hack.tools.vms import real_pod
 from hack.tools.wait import wait_for
 from ovn.planner import rendezvous_key, rendezvous_order
-from tests.support.peers import KUBE_OVN
-from tests.test_wire_integration import Tenant, df_ping, gateway_controller, reaches, transfer
+from tests.support.beds import admin_of, running
+from tests.support.peers import KUBE_OVN, KUBEOVN
+from tests.test_wire_integration import Tenant, df_ping, gateway_controller, reaches, serving_vm, transfer
 
 pytestmark = pytest.mark.integration
 
@@ -43,16 +46,8 @@ WAIT = 60.0
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """The peers, the data plane and the bed's node, with a kubelet on the last trunk node."""
-    c = LocalCluster(tmp_path_factory.mktemp("realpods"), with_peers=True, with_dataplane=True, with_node=True,
-                     trunk_kubelets=1)
-    try:
-        c.start()
-    except ClusterError as e:
-        pytest.fail(f"bed with a trunk kubelet did not start: {e}", pytrace=False)
-    try:
-        yield c
-    finally:
-        c.stop()
+    yield from running(LocalCluster(tmp_path_factory.mktemp("realpods"), with_peers=True, with_dataplane=True,
+                                    with_node=True, trunk_kubelets=1), "bed with a trunk kubelet")
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +58,7 @@ def dp(bed: LocalCluster) -> DataPlane:
 
 @pytest.fixture(scope="module")
 def admin(bed: LocalCluster) -> Iterator[Admin]:
-    api = bed.api_client("admin")
-    try:
-        yield Admin(api)
-    finally:
-        api.close()
+    yield from admin_of(bed)
 
 
 def kubelet_of(bed: LocalCluster):
@@ -217,3 +208,75 @@ def test_resilience_kube_ovn_cni_and_kube_ovn_controller_restarted_under_a_pingi
         print(f"\n[real pods] resilience: {len(dp.agents)} kube-ovn-cni restarted in {agents_done - agents_at:.1f}s, "
               f"kube-ovn-controller in {kubeovn_done - agents_done:.1f}s; longest gap {gaps}, lost {lost}; "
               f"allocations unchanged {before}")
+
+
+def test_a_trunk_link_lost_under_a_live_underlay_is_invisible_to_ovn_and_the_documented_remedy_moves_the_gateway(
+        bed, dp, admin):
+    """docs/operations.md "A trunk link lost": the active trunk node loses its trunk link while
+    its underlay stays up. OVN's BFD runs over Geneve, so nothing fails over: the node keeps
+    ``cr-`` (the SB shows it serving, so status stays Ready), the VM's ARP for its gateway goes
+    unanswered, and Kube-OVN's real agent reports nothing (the ready label stays, the
+    ProviderNetwork still lists the node, no Event names it). The documented remedy: remove
+    the node's label the ProviderNetwork's selector matches; the agent then removes the ready
+    label, the controller drops the chassis once the trunk hold-down ends (0 here), OVN moves
+    ``cr-`` to the next chassis and the VM is answered. Measured: from the selector label's
+    removal to the agent's removal of the ready label, and to the first ARP answer."""
+    a = admin
+    n = Tenant(a, 3430).subnet(96)
+    label = f"{DATAPLANE_PROVIDER}.provider-network.kubernetes.io/ready"
+    with gateway_controller(bed, ovn_sb_address=bed.sb_tcp):
+        vm, cut = serving_vm(n, bed, dp, "vm-link")
+        active = cut.system_id
+
+        def pn_status() -> dict:
+            return a.co.get_cluster_custom_object(*KUBEOVN, "provider-networks", DATAPLANE_PROVIDER).get("status") or {}
+
+        # kube-ovn-controller writes the ProviderNetwork's status from the labels every 30 s.
+        wait_for(lambda: cut.name in (pn_status().get("readyNodes") or []), timeout=WAIT,
+                 what=f"the ProviderNetwork's status listing {cut.name} ready")
+        cut_at = time.time()
+        dp.set_trunk_link(cut, False)
+        try:
+            assert vm.arping(n.gateway, count=10, timeout=10) == []  # 10 s: nothing answers
+            assert n.cr_chassis(bed) == active  # no failover: BFD over the underlay is up
+            st = n.network()["status"]
+            assert reason(n.network(), "Ready")[:2] == ("True", "Ready") and st["servingChassis"] == active
+            # What the real agent says about the cut after 10 s: nothing.
+            assert (a.core.read_node(cut.name).metadata.labels or {}).get(label) == "true"
+            st_pn = pn_status()
+            assert cut.name in (st_pn.get("readyNodes") or []), st_pn
+            def when(e) -> float:
+                at = e.last_timestamp or e.event_time
+                return at.timestamp() if at else 0.0
+
+            events = [e for e in a.core.list_event_for_all_namespaces().items
+                      if e.involved_object.name in (cut.name, DATAPLANE_PROVIDER) and when(e) >= cut_at]
+            assert events == [], [f"{e.reason}: {e.message}" for e in events]
+
+            arp = Prober(vm, "arping", n.gateway)
+            try:
+                removed = time.monotonic()
+                a.core.patch_node(cut.name, {"metadata": {"labels": {bed.TRUNK_LABEL: None}}})
+                wait_for(lambda: (a.core.read_node(cut.name).metadata.labels or {}).get(label) is None,
+                         timeout=WAIT, interval=0.2, what="Kube-OVN's agent removing the ready label")
+                unlabelled = time.monotonic() - removed
+                wait_for(lambda: arp.replies, timeout=WAIT, interval=0.1, what="an ARP answer from another chassis")
+                answered = arp.replies[0] - removed
+            finally:
+                arp.stop()
+            # The SB's binding follows the claim that answered: awaited, it may lag the ARP.
+            wait_for(lambda: n.cr_chassis(bed) not in (None, active), timeout=WAIT,
+                     what="cr- bound to another chassis")
+            moved = n.cr_chassis(bed)
+            assert moved not in (None, active)
+            wait_for(lambda: n.network()["status"].get("servingChassis") == moved, timeout=WAIT,
+                     what="status.servingChassis on the new chassis")
+            print(f"\n[wire] trunk link of {active} down: 10/10 ARP unanswered, cr- stayed, status Ready, the agent "
+                  f"kept the ready label and wrote no Event (ProviderNetwork readyNodes "
+                  f"{st_pn.get('readyNodes')}); selector label removed: the agent removed the ready "
+                  f"label after {unlabelled:.1f}s, first ARP answer after {answered:.2f}s, from {moved}")
+        finally:
+            # The last test of its bed: the node goes back, the agent labels it again at its
+            # next pass (not awaited).
+            dp.set_trunk_link(cut, True)
+            a.core.patch_node(cut.name, {"metadata": {"labels": {bed.TRUNK_LABEL: "true"}}})

@@ -507,17 +507,23 @@ class LosingVlanApi(FakeVlanApi):
         return super().get(resource, name, namespace)
 
 
+def losing_bed(ranges: list[str]) -> tuple[LosingVlanApi, ThreadSafeStore, dict, list[float], VlanManager]:
+    """A :class:`LosingVlanApi`, an empty Vlan cache, one zone over ``ranges`` and a manager on a
+    clock the test moves (``clock[0]``, seconds)."""
+    api = LosingVlanApi()
+    store = ThreadSafeStore({"provider": vlan_index_provider, "zone": vlan_index_zone})
+    zones = ThreadSafeStore()
+    z = zone(ranges)
+    zones.add(z)
+    clock = [0.0]
+    return api, store, z, clock, VlanManager(store, zones, api, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+
+
 def test_an_id_whose_create_lost_its_answer_is_not_given_to_another_network():
     """The chaos run's duplicate: net A's create landed but its answer was lost, the watch
     had not brought the Vlan back, and the next network got the same ID. An ID whose
     create may have landed stays used until the cache or a read settles it."""
-    api = LosingVlanApi()
-    store = ThreadSafeStore({"provider": vlan_index_provider, "zone": vlan_index_zone})
-    zones = ThreadSafeStore()
-    z = zone(["300-310"])
-    zones.add(z)
-    clock = [0.0]
-    mgr = VlanManager(store, zones, api, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    api, store, z, clock, mgr = losing_bed(["300-310"])
 
     api.lose_next = 1
     with pytest.raises(urllib3.exceptions.ProtocolError):
@@ -539,13 +545,7 @@ def test_an_id_whose_create_lost_its_answer_is_not_given_to_another_network():
 def test_an_id_whose_create_did_not_land_is_free_again_once_a_read_says_so():
     """A create refused by a dead server leaves nothing: after the grace period a read
     finds no Vlan of that name, and the ID is the lowest free one again."""
-    api = LosingVlanApi()
-    store = ThreadSafeStore({"provider": vlan_index_provider, "zone": vlan_index_zone})
-    zones = ThreadSafeStore()
-    z = zone(["300-310"])
-    zones.add(z)
-    clock = [0.0]
-    mgr = VlanManager(store, zones, api, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    api, store, z, clock, mgr = losing_bed(["300-310"])
 
     api.down = True
     with pytest.raises(urllib3.exceptions.MaxRetryError):
@@ -570,13 +570,7 @@ def test_an_id_whose_create_did_not_land_is_free_again_once_a_read_says_so():
     max_size=50,
 ))
 def test_lost_answers_never_make_a_duplicate(ops):
-    api = LosingVlanApi()
-    store = ThreadSafeStore({"provider": vlan_index_provider, "zone": vlan_index_zone})
-    zones = ThreadSafeStore()
-    z = zone(["100-111"])
-    zones.add(z)
-    clock = [0.0]
-    mgr = VlanManager(store, zones, api, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+    api, store, z, clock, mgr = losing_bed(["100-111"])
     for op, arg in ops:
         if op in ("alloc", "alloc_lost"):
             api.lose_next = 1 if op == "alloc_lost" else 0

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from hack.bed import ClusterError, LocalCluster
+from hack.bed import LocalCluster
 from hack.chaoskit import start_ovsdb, stop_ovsdb
 from hack.tools.objects import Admin, reason
 from hack.tools.wait import wait_for
+from tests.support.beds import admin_of, running
 from tests.support.ovsdb import ha_chassis_groups
 from tests.test_wire_integration import Tenant, gateway_controller, reaches
 
@@ -36,25 +37,13 @@ WINDOW = 20.0  # seconds the survivor is watched for a takeover that does not co
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("two-trunks"), with_peers=True, with_dataplane=True,
-                     dataplane_chassis=2)
-    try:
-        c.start()
-    except ClusterError as e:
-        pytest.fail(f"bed with a two-chassis data plane did not start: {e}", pytrace=False)
-    try:
-        yield c
-    finally:
-        c.stop()
+    yield from running(LocalCluster(tmp_path_factory.mktemp("two-trunks"), with_peers=True, with_dataplane=True,
+                                    dataplane_chassis=2), "bed with a two-chassis data plane")
 
 
 @pytest.fixture(scope="module")
 def admin(bed: LocalCluster) -> Iterator[Admin]:
-    api = bed.api_client("admin")
-    try:
-        yield Admin(api)
-    finally:
-        api.close()
+    yield from admin_of(bed)
 
 
 # -- the gateway as it serves (product-decisions.md §10) ------------------------------------

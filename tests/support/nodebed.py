@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hack.bed import ClusterError, LocalCluster
+from hack.bed import LocalCluster
+from tests.support.beds import running
 
 
 def node_bed(workdir: Path, with_peers: bool) -> Iterator[LocalCluster]:
@@ -17,12 +18,5 @@ def node_bed(workdir: Path, with_peers: bool) -> Iterator[LocalCluster]:
     the bed does not start."""
     if os.geteuid() != 0:
         pytest.fail("the node needs root (containerd, kubelet)", pytrace=False)
-    c = LocalCluster(workdir, with_peers=with_peers, with_node=True, with_dataplane=False)
-    try:
-        c.start()
-    except ClusterError as e:
-        pytest.fail(f"bed with a node{' and the peers' if with_peers else ''} did not start: {e}", pytrace=False)
-    try:
-        yield c
-    finally:
-        c.stop()
+    yield from running(LocalCluster(workdir, with_peers=with_peers, with_node=True, with_dataplane=False),
+                       f"bed with a node{' and the peers' if with_peers else ''}")
