@@ -479,8 +479,19 @@ sys.stdin.readline()
 def fn(txn, idl):
     row = txn.insert(idl.tables["HA_Chassis_Group"])
     row.name = name
-print(nb.transact(fn, timeout=0.5).status, flush=True)
-sock = nb._idl._session.rpc.stream.socket
+# Long enough that the owner thread sends it even on loaded cores (a transaction whose
+# deadline passes in the owner's queue is never sent, and the case would not be made).
+res = nb.transact(fn, timeout=3.0)
+print(res.status if "not sent" not in res.error else f"not sent: {res.error}", flush=True)
+rpc = nb._idl._session.rpc
+sock = rpc.stream.socket
+# The case is a transaction already in the stopped server's kernel: wait until python-ovs has
+# written it to the socket and the server's kernel has acknowledged every byte (SIOCOUTQ 0).
+import fcntl, termios, time
+deadline = time.monotonic() + 10
+while rpc.get_backlog() or struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]:
+    assert time.monotonic() < deadline, "the transaction never reached the server's kernel"
+    time.sleep(0.01)
 if how == "close":
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 0, 0))
     nb.stop()
