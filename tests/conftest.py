@@ -39,6 +39,7 @@ if str(ROOT) not in sys.path:
 
 from hack.bed import ClusterError, LocalCluster  # noqa: E402
 from hack.tools.objects import Admin  # noqa: E402
+from tests.support.beds import admin_of, running  # noqa: E402
 
 
 class KubectlError(ClusterError):
@@ -61,15 +62,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             pytest.fail(f"PNC_CLUSTER_DIR={attach}: {e}", pytrace=False)
         return
     # No peers here: these tests write Kube-OVN's and the IPAM provider's state by hand.
-    c = LocalCluster(tmp_path_factory.mktemp("cluster"), with_peers=False)
-    try:
-        c.start()
-    except ClusterError as e:
-        pytest.fail(f"test bed did not start: {e}", pytrace=False)
-    try:
-        yield c
-    finally:
-        c.stop()
+    yield from running(LocalCluster(tmp_path_factory.mktemp("cluster"), with_peers=False), "test bed")
 
 
 @pytest.fixture(scope="module")
@@ -78,24 +71,13 @@ def peers_bed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     Kube-OVN's node agents) only for a module that says ``BED_DATAPLANE = True``: the others
     make their trunk Nodes by hand and need none of its processes."""
     dataplane = bool(getattr(request.module, "BED_DATAPLANE", False))
-    c = LocalCluster(tmp_path_factory.mktemp("peers"), with_peers=True, with_dataplane=dataplane)
-    try:
-        c.start()
-    except ClusterError as e:
-        pytest.fail(f"test bed with peers did not start: {e}", pytrace=False)
-    try:
-        yield c
-    finally:
-        c.stop()
+    yield from running(LocalCluster(tmp_path_factory.mktemp("peers"), with_peers=True, with_dataplane=dataplane),
+                       "test bed with peers")
 
 
 @pytest.fixture(scope="module")
 def peers_admin(peers_bed: LocalCluster) -> Iterator[Admin]:
-    api = peers_bed.api_client("admin")
-    try:
-        yield Admin(api)
-    finally:
-        api.close()
+    yield from admin_of(peers_bed)
 
 
 @pytest.fixture

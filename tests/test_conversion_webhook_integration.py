@@ -23,10 +23,11 @@ from pathlib import Path
 import pytest
 from kubernetes.client.rest import ApiException
 
-from hack.bed import ClusterError, LocalCluster
+from hack.bed import LocalCluster
 from hack.tools.controller_process import ControllerProcess
 from hack.tools.objects import Admin, reason, unique
 from hack.tools.wait import wait_for
+from tests.support.beds import running
 from tests.support.conversion import GROUP, ConversionWebhook
 from tests.test_lifecycle_integration import FINALIZER, Env
 
@@ -38,15 +39,8 @@ MACHINES = f"proxmoxmachines.{GROUP}"
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("conversion"), with_peers=False, with_nb=False)
-    try:
-        c.start()
-    except ClusterError as e:
-        pytest.fail(f"test bed did not start: {e}", pytrace=False)
-    try:
-        yield c
-    finally:
-        c.stop()
+    yield from running(LocalCluster(tmp_path_factory.mktemp("conversion"), with_peers=False, with_nb=False),
+                       "test bed")
 
 
 class Controller(ControllerProcess):

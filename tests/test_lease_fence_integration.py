@@ -468,8 +468,9 @@ def test_a_transaction_a_stopped_nb_already_holds_commits_when_it_resumes(tmp_pa
         for how in ("close", "reset", "exit"):
             name = f"px-s3-{how}"
             child = subprocess.Popen([sys.executable, "-c", r'''
-import os, socket, struct, sys
+import fcntl, os, socket, struct, sys, termios
 sys.path.insert(0, sys.argv[1])
+from hack.tools.wait import wait_for
 from ovn.nb import NBClient
 remote, name, how = sys.argv[2:5]
 nb = NBClient(remote).start()
@@ -487,11 +488,9 @@ rpc = nb._idl._session.rpc
 sock = rpc.stream.socket
 # The case is a transaction already in the stopped server's kernel: wait until python-ovs has
 # written it to the socket and the server's kernel has acknowledged every byte (SIOCOUTQ 0).
-import fcntl, termios, time
-deadline = time.monotonic() + 10
-while rpc.get_backlog() or struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]:
-    assert time.monotonic() < deadline, "the transaction never reached the server's kernel"
-    time.sleep(0.01)
+def unacked():
+    return rpc.get_backlog() + struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+wait_for(lambda: unacked() == 0, timeout=10, interval=0.01, what="the transaction in the server's kernel")
 if how == "close":
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 0, 0))
     nb.stop()

@@ -7,8 +7,8 @@ brought back yet (the "assumed" set), so no allocation needs an API list
 network (§7 "Allocation concurrency"); other work runs outside it.
 
 A create whose answer never came (the connection dropped, the server died, a 5xx) may have
-landed: its ID stays used (the "unsettled" set) until the cache shows a Vlan of that name or,
-after :data:`ASSUME_VERIFY_AFTER`, one read says whether it exists. Only a 4xx answer proves
+landed: its ID stays used (the "unsettled" set) until the cache shows a Vlan of that name with
+that ID or, after :data:`ASSUME_VERIFY_AFTER`, one read says whether it exists. Only a 4xx answer proves
 that nothing was written.
 
 Safety does not rest on the cache alone: Vlan names are deterministic (= the Subnet

@@ -41,7 +41,7 @@ from hack.bed.common import (
 from hack.bed.control_plane import AUDIT_POLICY
 from hack.bed.dataplane import Chassis, DataPlane, DataPlaneError, Prober, Vm, cleanup_leftovers, missing_prerequisites
 from hack.bed.kube_ovn_cni import (
-    CNI_CONF_NAME, CNI_PLUGIN, daemon_socket, node_conflist, plugin_config, run_plugin, write_cni_config,
+    CNI_CONF_NAME, CNI_PLUGIN, daemon_socket, node_conflist, plugin_config, write_cni_config,
 )
 from hack.bed.node import CGROUP_FS, FORWARDS, NODE_COMPONENTS, NODE_NAME, Node, NodeError, container_pid
 from hack.bed.ovn import ovsdb_atom, ovsdb_rows, ovsdb_set
@@ -61,8 +61,7 @@ __all__ = [
     # the data plane
     "Chassis", "DataPlane", "DataPlaneError", "Prober", "Vm", "cleanup_leftovers", "missing_prerequisites",
     # Kube-OVN's CNI on a trunk node
-    "CNI_CONF_NAME", "CNI_PLUGIN", "daemon_socket", "node_conflist", "plugin_config", "run_plugin",
-    "write_cni_config",
+    "CNI_CONF_NAME", "CNI_PLUGIN", "daemon_socket", "node_conflist", "plugin_config", "write_cni_config",
     # the node
     "CGROUP_FS", "FORWARDS", "NODE_COMPONENTS", "NODE_NAME", "Node", "NodeError", "container_pid",
     # OVN rows

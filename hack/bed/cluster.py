@@ -40,12 +40,6 @@ from hack.bed.peers import Peers
 from hack.bed.procs import free_ports, pid_alive
 
 
-def _kube_ovn_cni(conf_dir: Path, *, bin_dir: Path, socket: Path, binary: Path) -> Path:
-    """A trunk kubelet's CNI (:func:`~hack.bed.kube_ovn_cni.write_cni_config`); its bin directory."""
-    write_cni_config(conf_dir, bin_dir, socket, binary)
-    return bin_dir
-
-
 class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
     """etcd + kube-apiserver (+ OVN NB, SB and ovn-northd) on loopback, under ``workdir``.
 
@@ -654,12 +648,9 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
             for ch in dp.chassis:
                 if ch.name not in self.trunk_kubelet_kubeconfigs:
                     continue
-                socket = daemon_socket(ch)
-                cni_bin = ch.rundir.parent / f"cni-bin-{ch.name}"
+                cni = functools.partial(write_cni_config, daemon_socket=daemon_socket(ch), cni_binary=cni_binary)
                 tk = TrunkKubelet(dp, ch, self.bin_dir, self.node.images, self.trunk_kubelet_kubeconfigs[ch.name],
-                                  self.ca_file, self.pki["sa_key"],
-                                  functools.partial(_kube_ovn_cni, bin_dir=cni_bin, socket=socket, binary=cni_binary),
-                                  detach=self.detach)
+                                  self.ca_file, self.pki["sa_key"], cni, detach=self.detach)
                 self.trunk_kubelets[ch.name] = tk
                 tk.start(self.start_timeout)
             for tk in self.trunk_kubelets.values():

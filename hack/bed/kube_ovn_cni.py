@@ -20,14 +20,13 @@ networking itself: it forwards each ADD/DEL to the node agent's CNI server socke
   Debian's containernetworking-plugins (:data:`CNI_PLUGINS`).
 
 The runtime runs the plugins in the node's network namespace (the bed's kubelet node is
-the trunk node's namespace); :func:`run_plugin` does exactly that by hand.
+the trunk node's namespace: hack/bed/trunk_kubelet.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -109,25 +108,3 @@ def write_cni_config(conf_dir: Path, bin_dir: Path, daemon_socket: Path, cni_bin
     tmp.chmod(0o600)
     tmp.replace(path)
     return path
-
-
-def cni_args(namespace: str, pod: str, container_id: str) -> str:
-    """``CNI_ARGS`` as the CRI gives it for a pod's sandbox."""
-    return (f"IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={pod};"
-            f"K8S_POD_INFRA_CONTAINER_ID={container_id}")
-
-
-def run_plugin(command: str, chassis: Chassis, bin_dir: Path, config: dict[str, Any], container_id: str,
-               netns: Path, namespace: str, pod: str, ifname: str = "eth0",
-               timeout: float = 120.0) -> subprocess.CompletedProcess:
-    """One CNI call of the ``config["type"]`` plugin (``ADD``, ``DEL``, ``CHECK``) for pod
-    ``namespace/pod`` in the network namespace ``netns`` (a path), run in ``chassis``'
-    network namespace with the environment the CNI spec gives a plugin; the completed
-    process (stdout: the result as JSON on ``ADD``, an error object on failure)."""
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-        "CNI_COMMAND": command, "CNI_CONTAINERID": container_id, "CNI_NETNS": str(netns),
-        "CNI_IFNAME": ifname, "CNI_PATH": str(bin_dir), "CNI_ARGS": cni_args(namespace, pod, container_id),
-    }
-    return subprocess.run(["ip", "netns", "exec", chassis.ns, str(bin_dir / config["type"])],
-                          input=json.dumps(config), capture_output=True, text=True, env=env, timeout=timeout)

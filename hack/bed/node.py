@@ -259,7 +259,7 @@ class Node:
 
     def prepare(self, *, ports: tuple[int, int], ca_file: Path, kubeconfigs: dict[str, Path],
                 sa_key: Path, forward_ports: dict[str, int] | None = None,
-                cni: Callable[[Path], Path] | None = None) -> None:
+                cni: Callable[[Path, Path], object] | None = None) -> None:
         """Write containerd's, the CNI's, the kubelet's and the scheduler's configuration and
         make the bridge with its gateway address (after :meth:`choose_subnet`).
 
@@ -267,8 +267,8 @@ class Node:
         "kube-controller-manager"} -> kubeconfig path. ``sa_key``: the key the controller
         manager signs service-account tokens with. ``forward_ports``: forwarder component
         (:data:`FORWARDS`) -> the loopback port it forwards to; the gateway listens on the same.
-        ``cni``: for a node in a network namespace, writes the CNI configuration into the
-        directory it is given and returns the CNI binary directory (no bridge then).
+        ``cni``: for a node in a network namespace, ``cni(conf_dir, bin_dir)`` writes the CNI
+        configuration and the plugins (``<node>/cni/{net.d,bin}``; no bridge then).
         Raises NodeError if the bridge cannot be made.
         """
         if self.dir.exists():
@@ -288,7 +288,9 @@ class Node:
                     "kubelet/root", "kubelet/pki", "kubelet/pod-logs", "kubelet/volume-plugins"):
             (d / sub).mkdir(parents=True, exist_ok=True)
         self.socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        cni_bin_dir = cni(d / "cni" / "net.d") if cni is not None else CNI_BIN_DIR
+        cni_bin_dir = d / "cni" / "bin" if cni is not None else CNI_BIN_DIR
+        if cni is not None:
+            cni(d / "cni" / "net.d", cni_bin_dir)
         refs = image_refs(self.images)
         self.pause_image = refs["PAUSE_IMAGE"]
         self.busybox_image = refs["BUSYBOX_IMAGE"]

@@ -42,7 +42,6 @@ class Peers:
             "kube-ovn-daemon": d / "bin" / "kube-ovn-daemon",
             # Kube-OVN's CNI plugin (cmd/cni), for a kubelet node of the data plane (hack/bed/kube_ovn_cni.py).
             "kube-ovn-cni": d / "bin" / "kube-ovn",
-            "kube-ovn-conflist": d / "cni" / "01-kube-ovn.conflist",
             "ipam-provider": d / "bin" / "ipam-provider-in-cluster",
             "nb-schema": self.nb_schema,
             "sb-schema": self.sb_schema,
@@ -50,12 +49,6 @@ class Peers:
             "kube-ovn-role": d / "rbac" / "kube-ovn" / "ovn-CR.yaml",
             "ipam-role": src / f"cluster-api-ipam-provider-in-cluster@{v['IPAM_PROVIDER_VERSION']}" / "config" / "rbac" / "role.yaml",
         }
-
-    @property
-    def kube_ovn_cni_binary(self) -> Path:
-        """Kube-OVN's CNI plugin ``kube-ovn`` of hack/build-peers.sh (its conflist is at
-        ``../cni/01-kube-ovn.conflist``; hack/bed/kube_ovn_cni.py writes a node's)."""
-        return self._peer_files()["kube-ovn-cni"]
 
     def _check_peers(self) -> None:
         if not self.with_sb:

@@ -47,12 +47,12 @@ class TrunkKubelet:
     :param bin_dir: where ``kubelet`` is (hack/build-control-plane.sh --node).
     :param images: hack/build-pause.sh's output directory (None: run it).
     :param kubeconfig: the kubeconfig of ``system:node:<node>``.
-    :param cni: writes the CNI configuration into the directory it is given and returns the
-        CNI binary directory (hack/bed/kube_ovn_cni.py).
+    :param cni: ``cni(conf_dir, bin_dir)`` writes the CNI configuration and the plugins
+        (:meth:`~hack.bed.node.Node.prepare`; hack/bed/kube_ovn_cni.py).
     """
 
     def __init__(self, dp: DataPlane, chassis: Chassis, bin_dir: Path, images: Path | None, kubeconfig: Path,
-                 ca_file: Path, sa_key: Path, cni: Callable[[Path], Path], detach: bool = False) -> None:
+                 ca_file: Path, sa_key: Path, cni: Callable[[Path, Path], object], detach: bool = False) -> None:
         self.dp, self.chassis = dp, chassis
         self.node = Node(dp.workdir, bin_dir, images, name=chassis.name, netns=chassis.ns, ip=chassis.encap_ip,
                          subdir=f"node-{chassis.name}")
@@ -146,5 +146,6 @@ def stop_all(workdir: Path, bin_dir: Path, timeout: float = 10.0) -> None:
     dp_dir = Path(workdir).resolve() / "dataplane"
     for d in sorted(dp_dir.glob("kubelet-*")):
         name = d.name.removeprefix("kubelet-")
+        # Any namespace name: cleaning up needs only the node's paths, socket and cgroup root.
         node = Node(Path(workdir).resolve(), bin_dir, None, name=name, netns="-", subdir=f"node-{name}")
         stop_kubelet_dir(d, node, timeout)
