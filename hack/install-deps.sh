@@ -88,8 +88,9 @@ install_ovn() {
   # iputils-ping, iputils-arping and ethtool: the data plane's VMs (hack/bed/dataplane.py).
   # ipset: Kube-OVN's node agent (hack/bed/node_agent.py) panics without it ("Failed to update IP
   # sets after multiple retries"); the kernel's ip_set is built in.
+  # tcpdump: the egress tests count Geneve packets on the bed's underlay.
   local want=(prometheus autoconf automake libtool libssl-dev libcap-ng-dev libunbound-dev
-              iputils-ping iputils-arping ethtool ipset)
+              iputils-ping iputils-arping ethtool ipset tcpdump)
   local legacy=""
   [[ ${PNC_KUBE_OVN_VERSION:-} == "$KUBE_OVN_LEGACY_VERSION" ]] && legacy=1 && want+=(ovn-central openvswitch-common)
   local missing=() p

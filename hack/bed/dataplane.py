@@ -578,10 +578,11 @@ def cleanup_leftovers(workdir: Path) -> None:
     delete its namespaces (their veths go with them)."""
     d = Path(workdir).resolve() / "dataplane"
     if d.is_dir():
-        # The node agents and their API forwarders first (hack/bed/node_agent.py), then
-        # ovn-controller (it would otherwise log the bridges going), vswitchd, the databases.
-        for name in ("kube-ovn-daemon", "api-forward-ns", "api-forward-host", "ovn-controller", "ovs-vswitchd",
-                     "ovsdb-server"):
+        # The node agents, the transit world's server (hack/bed/world.py) and their API
+        # forwarders first (hack/bed/node_agent.py), then ovn-controller (it would otherwise
+        # log the bridges going), vswitchd, the databases.
+        for name in ("kube-ovn-daemon", "world-httpd", "api-forward-ns", "api-forward-host", "ovn-controller",
+                     "ovs-vswitchd", "ovsdb-server"):
             for pidfile in d.glob(f"*/{name}.pid"):
                 _kill(pidfile)
     tag = f"px{hashlib.sha256(str(Path(workdir).resolve()).encode()).hexdigest()[:5]}-"

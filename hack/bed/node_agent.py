@@ -45,7 +45,7 @@ from typing import Callable
 import yaml
 
 from hack.bed.dataplane import Chassis, DataPlane
-from hack.bed.procs import _tail, pid_alive, spawn, terminate_pid
+from hack.bed.procs import _tail, spawn, stop_pidfiles
 
 AGENT_NAMESPACE = "kube-system"
 AGENT_SA = "kube-ovn-cni"
@@ -203,18 +203,7 @@ class NodeAgent:
 
 def stop_agent_dir(d: Path, timeout: float = 10.0, procs: dict[str, subprocess.Popen] | None = None) -> None:
     """Stop the agent processes whose pid files are in ``d`` (in :data:`AGENT_PROCS` order)."""
-    for name in AGENT_PROCS:
-        pidfile = d / f"{name}.pid"
-        proc = (procs or {}).get(name)
-        try:
-            pid = int(pidfile.read_text().strip())
-        except (OSError, ValueError):
-            pid = proc.pid if proc is not None else None
-        if pid is not None and pid_alive(pid):
-            terminate_pid(pid, timeout)
-        if proc is not None:
-            proc.poll()
-        pidfile.unlink(missing_ok=True)
+    stop_pidfiles(d, AGENT_PROCS, timeout, procs)
 
 
 def stop_all(workdir: Path, timeout: float = 10.0) -> None:

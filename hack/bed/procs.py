@@ -119,6 +119,25 @@ def free_ports(n: int, *, port_range: tuple[int, int] = _PORT_RANGE, book_file: 
         return chosen
 
 
+def stop_pidfiles(d: Path, names: tuple[str, ...], timeout: float = 10.0,
+                  procs: dict[str, subprocess.Popen] | None = None) -> None:
+    """Stop the processes whose pid files ``<d>/<name>.pid`` are named, in ``names`` order
+    (SIGTERM, SIGKILL after ``timeout``); a process of ``procs`` without a pid file by its
+    handle. Removes the pid files."""
+    for name in names:
+        pidfile = d / f"{name}.pid"
+        proc = (procs or {}).get(name)
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            pid = proc.pid if proc is not None else None
+        if pid is not None and pid_alive(pid):
+            terminate_pid(pid, timeout)
+        if proc is not None:
+            proc.poll()
+        pidfile.unlink(missing_ok=True)
+
+
 def _tail(path: Path, lines: int = 40) -> str:
     try:
         data = path.read_text(errors="replace").splitlines()

@@ -147,6 +147,17 @@ def real_pod(kubelet: Any, core: Any, ns: str, subnet: str, name: str, timeout: 
         events = [f"{ev.reason}: {ev.message}" for ev in core.list_namespaced_event(
             ns, field_selector=f"involvedObject.name={name}").items]
         raise AssertionError(f"{e}; events: {events[-3:]}") from e
+    return pod_vm(kubelet, pod, timeout)
+
+
+def pod_vm(kubelet: Any, pod: Any, timeout: float = 90.0) -> Vm:
+    """A running pod of ``kubelet``'s node (a ``V1Pod`` with its IP) as a :class:`Vm` whose
+    namespace is the pod's sandbox: the ``cni-…`` network namespace in that node's containerd
+    whose ``eth0`` has the pod's IP.
+
+    :raises AssertionError: no such namespace within ``timeout`` seconds.
+    """
+    node = kubelet.node
     ann = pod.metadata.annotations or {}
     ip = pod.status.pod_ip
 
@@ -159,9 +170,10 @@ def real_pod(kubelet: Any, core: Any, ns: str, subnet: str, name: str, timeout: 
                 return netns
         return None
 
-    netns = wait_for(sandbox, timeout=timeout, what=f"the sandbox network namespace of pod {ns}/{name}")
+    name = f"{pod.metadata.namespace}/{pod.metadata.name}"
+    netns = wait_for(sandbox, timeout=timeout, what=f"the sandbox network namespace of pod {name}")
     prefix = ann["ovn.kubernetes.io/cidr"].split("/")[1]
     link = json.loads(subprocess.run(["ip", "-n", netns, "-j", "link", "show", "eth0"], capture_output=True,
                                      text=True, check=True).stdout)[0]
-    return Vm(name=name, ns=netns, port="", vlan=0, address=f"{ip}/{prefix}",
+    return Vm(name=pod.metadata.name, ns=netns, port="", vlan=0, address=f"{ip}/{prefix}",
               gateway=ann["ovn.kubernetes.io/gateway"], mac=link["address"].lower())
