@@ -16,6 +16,8 @@
 #     busybox-static and socat (the pods' way to the bed's loopback services), kubelet,
 #     kube-controller-manager and kube-scheduler
 #     (hack/build-control-plane.sh --node) and the node's images (hack/build-pause.sh), cached;
+#   * Multus's thin plugin and a Kube-OVN VpcEgressGateway's image for the trunk kubelets
+#     (hack/build-egress.sh: go, mmdebstrap, buildah), cached;
 #   * the controller's image: Debian's mmdebstrap and buildah, then
 #     hack/build-image.sh (cached by content: rebuilt only when the product or its pins change).
 #
@@ -142,5 +144,6 @@ done
 "$HERE/build-helm.sh" >/dev/null || die "hack/build-helm.sh failed"  # helm: the charts' tests, Kube-OVN's templated CRDs
 "$HERE/build-peers.sh" >/dev/null || die "hack/build-peers.sh failed"  # kube-ovn-controller, IPAM provider, OVS/OVN (stdout: control plane only)
 "$HERE/build-pause.sh" >/dev/null || die "hack/build-pause.sh failed"  # the node's sandbox and busybox images
+"$HERE/build-egress.sh" >/dev/null || die "hack/build-egress.sh failed"  # Multus and the egress gateway's image
 "$HERE/build-image.sh" >/dev/null || die "hack/build-image.sh failed"  # the controller's image (tests/test_image_layout.py)
 echo "$bin"

@@ -15,6 +15,7 @@ One job a file (docs/testing.md, "The hack/ layout"):
 * ``node_agent.py``: Kube-OVN's node agent on each trunk node of the data plane;
 * ``kube_ovn_cni.py``: Kube-OVN's CNI plugin on a trunk node (its conflist, bin directory, a call);
 * ``trunk_kubelet.py``: containerd and a kubelet on a trunk node, with that CNI;
+* ``multus.py``: Multus's thin plugin before that CNI, its RBAC, the egress gateway's image;
 * ``deploy.py``: the controller as the Deployment of manifests/ on the node;
 * ``credentials.py``: the PKI and the users' kubeconfigs;
 * ``components.py``: a component as a process (spawn, pid file, stop);
@@ -43,6 +44,7 @@ from hack.bed.dataplane import Chassis, DataPlane, DataPlaneError, Prober, Vm, c
 from hack.bed.kube_ovn_cni import (
     CNI_CONF_NAME, CNI_PLUGIN, daemon_socket, node_conflist, plugin_config, write_cni_config,
 )
+from hack.bed.multus import MULTUS_CONF_NAME, MULTUS_USER, NAD_CRD, NETWORKS_ANNOTATION, MultusError
 from hack.bed.node import CGROUP_FS, FORWARDS, NODE_COMPONENTS, NODE_NAME, Node, NodeError, container_pid
 from hack.bed.ovn import ovsdb_atom, ovsdb_rows, ovsdb_set
 from hack.bed.procs import die_with_parent, free_ports, pid_alive, pid_state, terminate_pid, wait_dead
@@ -62,6 +64,8 @@ __all__ = [
     "Chassis", "DataPlane", "DataPlaneError", "Prober", "Vm", "cleanup_leftovers", "missing_prerequisites",
     # Kube-OVN's CNI on a trunk node
     "CNI_CONF_NAME", "CNI_PLUGIN", "daemon_socket", "node_conflist", "plugin_config", "write_cni_config",
+    # Multus on the trunk kubelets
+    "MULTUS_CONF_NAME", "MULTUS_USER", "NAD_CRD", "NETWORKS_ANNOTATION", "MultusError",
     # the node
     "CGROUP_FS", "FORWARDS", "NODE_COMPONENTS", "NODE_NAME", "Node", "NodeError", "container_pid",
     # OVN rows

@@ -31,6 +31,10 @@ from hack.bed.control_plane import AUDIT_POLICY, ControlPlane
 from hack.bed.credentials import Kubeconfigs, _make_pki, _write_private
 from hack.bed.dataplane import DataPlane, DataPlaneError, cleanup_leftovers, missing_prerequisites
 from hack.bed.kube_ovn_cni import daemon_socket, write_cni_config
+from hack.bed.multus import (
+    MULTUS_GROUPS, MULTUS_USER, NAD_CRD, MultusError, egress_dir, egress_refs, nad_config, write_multus_config,
+)
+from hack.bed.multus import rbac_objects as multus_rbac_objects
 from hack.bed.node_agent import AGENT_USER, NodeAgent, NodeAgentError, rbac_objects, stop_all, wait_agents
 from hack.bed.trunk_kubelet import TRUNK_TAINT, TrunkKubelet, TrunkKubeletError
 from hack.bed.trunk_kubelet import stop_all as stop_trunk_kubelets
@@ -115,6 +119,7 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         dataplane_provider: str = DATAPLANE_PROVIDER,
         dataplane_node_prefix: str = "trunk",
         trunk_kubelets: int = 0,
+        multus: bool = False,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.watch_cache = watch_cache
@@ -156,6 +161,13 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
             ch.name: self.workdir / f"kubelet-{ch.name}.kubeconfig" for ch in chassis[len(chassis) - trunk_kubelets:]
         } if trunk_kubelets else {}
         self._trunk_kubelet_tokens: dict[str, str] = {}
+        if multus and not trunk_kubelets:
+            raise ClusterError("multus needs trunk kubelets (trunk_kubelets > 0): Multus runs on their nodes")
+        self.multus = multus
+        self.multus_kubeconfig = self.workdir / "multus.kubeconfig"
+        self._multus_token = ""
+        self.egress_dir: Path | None = None
+        self.egress_image = ""  # hack/build-egress.sh's gateway image, once started with multus
         self._node_tokens: dict[str, str] = {}
         # The OVN build's schemas equal the ones Kube-OVN embeds (hack/build-ovn.sh checks it).
         # Under the v1.13 switch Kube-OVN maps columns Debian's schemas do not have: its own.
@@ -212,6 +224,8 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
     def start(self) -> "LocalCluster":
         t0 = time.monotonic()
         self._check_binaries()
+        if self.multus:
+            self._build_egress()
         self.workdir.mkdir(parents=True, exist_ok=True)
         running = [c for c, pid in self._read_pids().items() if pid_alive(pid)]
         if running:
@@ -340,6 +354,7 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
             "dataplane_node_prefix": self.dataplane.chassis[0].name.rsplit("-", 1)[0] if self.dataplane else None,
             "dataplane_seconds": self.dataplane.start_seconds if self.dataplane else None,
             "agents_seconds": self.agents_seconds,
+            "egress_image": self.egress_image,
             "start_seconds": self.start_seconds,
         }
 
@@ -383,6 +398,7 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         c.start_seconds = st.get("start_seconds")
         c.node_ready_seconds = st.get("node_ready_seconds")
         c.agents_seconds = st.get("agents_seconds")
+        c.egress_image = st.get("egress_image") or ""
         if c.dataplane is not None:
             c._make_node_agents()
         if c.node is not None:
@@ -493,6 +509,9 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         self._trunk_kubelet_tokens = {name: secrets.token_hex(24) for name in self.trunk_kubelet_kubeconfigs}
         for name, tok in self._trunk_kubelet_tokens.items():
             tokens.append((tok, f"system:node:{name}", f"kubelet-{name}-uid", KUBELET_GROUPS))
+        if self.multus:
+            self._multus_token = secrets.token_hex(24)
+            tokens.append((self._multus_token, MULTUS_USER, "multus-uid", MULTUS_GROUPS))
         lines = [f'{tok},{user},{uid},"{",".join(groups)}"' for tok, user, uid, groups in tokens]
         _write_private(w / "tokens.csv", ("\n".join(lines) + "\n").encode())
         (w / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
@@ -604,7 +623,11 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
             **({"spec": {"taints": [TRUNK_TAINT]}} if ch.name in self.trunk_kubelet_kubeconfigs else {}),
         } for ch in dp.chassis]
         docs += rbac_objects(self._peer_files()["kube-ovn-role"])
+        if self.multus:
+            docs += multus_rbac_objects()
         self.apply_docs(docs, "the data plane's trunk Nodes, ProviderNetwork and node agents' identity")
+        if self.multus:
+            self._ensure_nad_crd()
 
     def _make_node_agents(self) -> None:
         dp = self.dataplane
@@ -649,8 +672,13 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
                 if ch.name not in self.trunk_kubelet_kubeconfigs:
                     continue
                 cni = functools.partial(write_cni_config, daemon_socket=daemon_socket(ch), cni_binary=cni_binary)
+                extra: tuple[Path, ...] = ()
+                if self.multus:
+                    assert self.egress_dir is not None
+                    cni = functools.partial(self._multus_cni, cni)
+                    extra = (self.egress_dir / "egress.tar",)
                 tk = TrunkKubelet(dp, ch, self.bin_dir, self.node.images, self.trunk_kubelet_kubeconfigs[ch.name],
-                                  self.ca_file, self.pki["sa_key"], cni, detach=self.detach)
+                                  self.ca_file, self.pki["sa_key"], cni, detach=self.detach, extra_images=extra)
                 self.trunk_kubelets[ch.name] = tk
                 tk.start(self.start_timeout)
             for tk in self.trunk_kubelets.values():
@@ -659,6 +687,51 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         except TrunkKubeletError as e:
             raise ClusterError(f"trunk kubelet: {e}") from e
         self.trunk_kubelets_seconds = time.monotonic() - t0
+
+    # Multus on the trunk kubelets (hack/bed/multus.py) ------------------------------
+
+    def _build_egress(self) -> None:
+        """hack/build-egress.sh (cached): Multus's plugin and the egress gateway's image."""
+        try:
+            self.egress_dir = egress_dir()
+            refs = egress_refs(self.egress_dir)
+        except (MultusError, OSError) as e:
+            raise ClusterError(f"multus: {e}") from e
+        self.egress_image = refs["EGRESS_IMAGE"]
+        self._multus_binary = Path(refs["MULTUS_BIN"])
+
+    def _multus_cni(self, kube_ovn: Any, conf_dir: Path, bin_dir: Path) -> None:
+        """A trunk node's CNI directories: Kube-OVN's (``kube_ovn(conf_dir, bin_dir)``), then
+        Multus before it, delegating to its conflist; Multus's state in ``<node>/cni/multus``."""
+        conflist = kube_ovn(conf_dir, bin_dir)
+        write_multus_config(conf_dir, bin_dir, self._multus_binary, self.multus_kubeconfig, conflist,
+                            conf_dir.parent / "multus")
+
+    def _ensure_nad_crd(self) -> None:
+        """The NetworkAttachmentDefinition CRD (the fixture of tests/fixtures/crds) served
+        before kube-ovn-controller starts (it watches attachments only when served)."""
+        if self._api_get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{NAD_CRD}") is not None:
+            return
+        crd = REPO_ROOT / "tests" / "fixtures" / "crds" / "multus-network-attachment-definition.yaml"
+        self.apply_docs([d for d in yaml.safe_load_all(crd.read_text()) if d], "the NetworkAttachmentDefinition CRD")
+        self.run_kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{NAD_CRD}")
+
+    def nad_config(self, nad: str, namespace: str, node: str | None = None) -> str:
+        """``spec.config`` of a Kube-OVN NetworkAttachmentDefinition ``namespace/nad``
+        (provider ``<nad>.<namespace>.ovn``) whose ``server_socket`` is the node agent's of
+        trunk kubelet ``node`` (default: the only one), so its pods must run there.
+
+        :raises ClusterError: no such trunk kubelet, or ``node`` is None with several.
+        """
+        names = list(self.trunk_kubelet_kubeconfigs)
+        if node is None:
+            if len(names) != 1:
+                raise ClusterError(f"name the trunk kubelet's node: the bed has {names}")
+            node = names[0]
+        chassis = [ch for ch in (self.dataplane.chassis if self.dataplane else []) if ch.name == node]
+        if node not in names or not chassis:
+            raise ClusterError(f"{node!r} is not a trunk kubelet's node of this bed ({names})")
+        return nad_config(nad, namespace, daemon_socket(chassis[0]))
 
     # ------------------------------------------------------------------ environment
 

@@ -147,6 +147,7 @@ class Kubeconfigs:
             *((self.peer_kubeconfigs[name], name, tok) for name, tok in self._peer_tokens.items()),
             *((self.node_kubeconfigs[name], name, tok) for name, tok in self._node_tokens.items()),
             *(((self.agent_kubeconfig, "kube-ovn-cni", self._agent_token),) if self._agent_token else ()),
+            *(((self.multus_kubeconfig, "multus", self._multus_token),) if self._multus_token else ()),
             *((self.trunk_kubelet_kubeconfigs[name], f"kubelet-{name}", tok)
               for name, tok in self._trunk_kubelet_tokens.items()),
         ):

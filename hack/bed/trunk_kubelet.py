@@ -23,7 +23,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from hack.bed.dataplane import Chassis, DataPlane
 from hack.bed.node import Node, NodeError
@@ -49,15 +49,19 @@ class TrunkKubelet:
     :param kubeconfig: the kubeconfig of ``system:node:<node>``.
     :param cni: ``cni(conf_dir, bin_dir)`` writes the CNI configuration and the plugins
         (:meth:`~hack.bed.node.Node.prepare`; hack/bed/kube_ovn_cni.py).
+    :param extra_images: OCI archives imported after the node's own images (the egress
+        gateway's of hack/build-egress.sh when the bed runs Multus).
     """
 
     def __init__(self, dp: DataPlane, chassis: Chassis, bin_dir: Path, images: Path | None, kubeconfig: Path,
-                 ca_file: Path, sa_key: Path, cni: Callable[[Path, Path], object], detach: bool = False) -> None:
+                 ca_file: Path, sa_key: Path, cni: Callable[[Path, Path], object], detach: bool = False,
+                 extra_images: Sequence[Path] = ()) -> None:
         self.dp, self.chassis = dp, chassis
         self.node = Node(dp.workdir, bin_dir, images, name=chassis.name, netns=chassis.ns, ip=chassis.encap_ip,
                          subdir=f"node-{chassis.name}")
         self.kubeconfig, self.ca_file, self.sa_key, self.cni = kubeconfig, ca_file, sa_key, cni
         self.detach = detach
+        self.extra_images = tuple(extra_images)
         self.dir = dp.dir / f"kubelet-{chassis.name}"
         self._procs: dict[str, subprocess.Popen] = {}
         self.ready_seconds: float | None = None
@@ -75,8 +79,8 @@ class TrunkKubelet:
                                         f"of {self.dir / (name + '.log')}:\n{_tail(self.dir / (name + '.log'))}")
 
     def start(self, timeout: float) -> None:
-        """The node's files, containerd (with the pause and busybox images), then the kubelet;
-        returns once spawned.
+        """The node's files, containerd (with the pause and busybox images and
+        ``extra_images``), then the kubelet; returns once spawned.
 
         :raises TrunkKubeletError: containerd did not answer within ``timeout`` or an image
             import failed.
@@ -89,6 +93,8 @@ class TrunkKubelet:
             self._spawn("containerd")
             self.node.wait_containerd(self.check_alive, timeout)
             self.node.import_images()
+            for tar in self.extra_images:
+                self.node.ctr("images", "import", "--no-unpack=false", str(tar))
         except NodeError as e:
             raise TrunkKubeletError(f"{self.chassis.name}: {e}") from e
         self._t0 = time.monotonic()
