@@ -4,8 +4,9 @@ until when, from what the cluster holds now (read-only; any user that can read t
 It re-derives the controller's view from the API server: the network's conditions, the
 zone, the Vlan (its ``status.subnets`` and the ``deleted-subnets`` prune timers), the Subnet,
 the pool and, for a deleting network, the consumers that hold it (reference-behaviour.md §5,
-§6, §7); and the addresses machines on a network's VLAN hold from other pools (field report
-field-reports.md S4). It never writes.
+§6, §7); the addresses machines on a network's VLAN hold from other pools (field report
+field-reports.md S4); and, with the NB, a Ready egress gateway whose reroute for the network
+is gone (``controller.rules.egress_reroute``). It never writes.
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from controller import names, reasons, rfc3339
-from controller.rules import prune
+from controller.rules import egress_reroute, kubeovn, prune
 from controller.rules.conditions import carries_warning, find
 from controller.config import load_api_client, parse_duration
 from controller.rules.consumers import count_consumers
 from controller.plan.gateway import NB_GRACE_PERIOD, SERVING_CHASSIS
 from controller.runtime.kube import ApiError, KubeWriter
 from controller.rules.foreign import find_foreign_addresses, foreign_address_message
-from controller.watch.kinds import OPTIONAL_KINDS, discover
+from controller.watch.kinds import OPTIONAL_KINDS, OTHER_KINDS, discover
 from informers.resource import Resource
 from ovn.ovsdb import NBError, jsonrpc_call, parse_addresses
 from ovn.tls import DEFAULT_SECRET, TLSSource
@@ -66,6 +67,78 @@ def nb_localnets(addresses: str) -> Localnets:
         return "; ".join(errors) or "no NB address"
 
     return read
+
+
+# Router name -> its priority-29100 policies ``(priority, action, match)``, or an error text.
+Reroutes = Callable[[], "dict[str, frozenset[tuple[int, str, str]]] | str"]
+
+
+def _uuids(value: Any) -> list[str]:
+    """The uuids of an OVSDB JSON ``uuid`` or ``set`` of them (RFC 7047 §5.1)."""
+    if isinstance(value, list) and len(value) == 2 and value[0] == "uuid":
+        return [str(value[1])]
+    if isinstance(value, list) and len(value) == 2 and value[0] == "set":
+        return [u for v in value[1] for u in _uuids(v)]
+    return []
+
+
+def nb_reroutes(addresses: str) -> Reroutes:
+    """A reader of every router's egress reroutes in the OVN NB (read-only, one transaction
+    of two ``select`` s, read once and kept: ``controller.rules.egress_reroute``)."""
+    remotes = parse_addresses(addresses)
+    kept: list[Any] = []
+
+    def read() -> dict[str, frozenset[tuple[int, str, str]]] | str:
+        if kept:
+            return kept[0]
+        ops = [{"op": "select", "table": "Logical_Router", "where": [], "columns": ["name", "policies"]},
+               {"op": "select", "table": "Logical_Router_Policy",
+                "where": [["priority", "==", egress_reroute.POLICY_PRIORITY]],
+                "columns": ["_uuid", "priority", "action", "match"]}]
+        errors = []
+        for remote in remotes:
+            try:
+                routers, pols = jsonrpc_call(remote, "transact", ["OVN_Northbound", *ops])[:2]
+                by_uuid = {_uuids(r["_uuid"])[0]: (int(r["priority"]), str(r["action"]),
+                                                   egress_reroute.normal_match(r["match"]))
+                           for r in pols.get("rows") or []}
+                out = {str(r["name"]): frozenset(by_uuid[u] for u in _uuids(r["policies"]) if u in by_uuid)
+                       for r in routers.get("rows") or []}
+            except (NBError, ValueError, KeyError, TypeError, IndexError) as err:
+                errors.append(str(err))
+                continue
+            kept.append(out)
+            return out
+        return "; ".join(errors) or "no NB address"
+
+    return read
+
+
+def _egress_lines(w: KubeWriter, net: dict[str, Any], reroutes: Reroutes | None,
+                  gateways: Callable[[], list[dict[str, Any]]]) -> list[str]:
+    """A warning line for each Ready VpcEgressGateway of the network's VPC, that its Subnet is
+    a source of, whose reroute policy is missing from the VPC's router in the OVN NB
+    (``controller.rules.egress_reroute``); [] without the NB."""
+    spec, st = net.get("spec") or {}, net.get("status") or {}
+    if reroutes is None or net["metadata"].get("deletionTimestamp") or not st.get("cidr"):
+        return []
+    sname = str(spec.get("subnet") or "")
+    sub = w.get_or_none(names.SUBNETS, sname)
+    if sub is None:
+        return []
+    vpc = kubeovn.subnet_vpc(sub)
+    found = reroutes()
+    if isinstance(found, str):
+        return [f"  egress reroutes of router \"{vpc}\" not read from the OVN NB: {found}"]
+    router = egress_reroute.RouterPolicies(True, vpc in found, found.get(vpc, frozenset()))
+    report = egress_reroute.reroute_report(gateways(), sname, str((sub.get("spec") or {}).get("cidrBlock") or ""),
+                                           vpc, router)
+    if report is None:
+        return []
+    lines = [f"  warning: {egress_reroute.missing_message(m, sname)}" for m in report.missing]
+    if report.missing:
+        lines.append(f"  runbook: {RUNBOOK}, section {reasons.EGRESS_REROUTE_MISSING}")
+    return lines
 
 
 def _localnet_lines(w: KubeWriter, net: dict[str, Any], localnets: Localnets | None) -> list[str]:
@@ -143,11 +216,14 @@ def _foreign(net: dict[str, Any], in_namespace: Callable[[str], list[dict[str, A
 
 def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dict[str, Resource | None],
             now: _dt.datetime | None = None, localnets: Localnets | None = None,
-            lists: dict[tuple[str, str], list[dict[str, Any]]] | None = None) -> list[str]:
+            lists: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
+            reroutes: Reroutes | None = None) -> list[str]:
     """Lines describing one network: its state, the step it waits on, and until when; the
     serving chassis; every condition that carries a warning, True or not
     (``controller.rules.conditions.carries_warning``); addresses of other pools on its VLAN;
-    with ``localnets``, the NB's localnet ports on its VLAN when it is in VLANConflict.
+    with ``localnets``, the NB's localnet ports on its VLAN when it is in VLANConflict; with
+    ``reroutes``, each Ready egress gateway whose reroute for it is gone from the NB
+    (``kinds["egress_gateways"]``: the VpcEgressGateways, listed once).
 
     :param lists: the namespace's machines, claims and addresses by ``(kind, namespace)``, read
         once for every network of a namespace (``_run``); read here when absent."""
@@ -205,6 +281,13 @@ def explain(w: KubeWriter, net: dict[str, Any], prune_timeout: float, kinds: dic
     lines += _serving(st, find(conds, names.GATEWAY_READY), now or _dt.datetime.now(_dt.timezone.utc))
     lines += _localnet_lines(w, net, localnets)
     lines += _foreign(net, in_namespace)
+
+    def gateways() -> list[dict[str, Any]]:
+        if ("egress_gateways", "") not in lists:
+            lists[("egress_gateways", "")] = _list(w, kinds.get("egress_gateways"))
+        return lists[("egress_gateways", "")]
+
+    lines += _egress_lines(w, net, reroutes, gateways)
     for c in conds:
         if c.get("type") == names.READY or not carries_warning(c):
             continue
@@ -224,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--subnet-prune-timeout", default="10m", help="the controller's --subnet-prune-timeout")
     p.add_argument("--ovn-nb-address", default="",
                    help="the OVN NB, read only (the controller's address forms; ssl: uses --ovn-tls-secret): a "
-                        "network in VLANConflict then lists the localnet ports on its VLAN; empty: not read")
+                        "network in VLANConflict then lists the localnet ports on its VLAN, and a network whose "
+                        "Ready egress gateway lost its reroute policy says so; empty: not read")
     p.add_argument("--ovn-tls-secret", default=DEFAULT_SECRET,
                    help="<namespace>/<name> of Kube-OVN's TLS Secret, for an ssl: NB address")
     return p
@@ -246,7 +330,7 @@ def main(argv: Sequence[str]) -> int:
 
 def _run(w: KubeWriter, args: argparse.Namespace, prune: float) -> int:
     kinds: dict[str, Resource | None] = {}
-    for key, (group, plural, versions, _kind) in OPTIONAL_KINDS.items():
+    for key, (group, plural, versions, _kind) in (OPTIONAL_KINDS | OTHER_KINDS).items():
         v = discover(w, group, plural, versions)
         kinds[key] = Resource(group, v, plural, namespaced=True) if v else None
     if args.name:
@@ -260,13 +344,14 @@ def _run(w: KubeWriter, args: argparse.Namespace, prune: float) -> int:
     if not nets:
         print("no ProxmoxNetworks found")
         return 0
-    localnets = None
+    localnets, reroutes = None, None
     if args.ovn_nb_address:
         if "ssl:" in args.ovn_nb_address:
             TLSSource(lambda ns, name: w.get(names.SECRETS, name, ns), args.ovn_tls_secret,
                       tempfile.mkdtemp(prefix="pnc-doctor-tls-")).material()
         localnets = nb_localnets(args.ovn_nb_address)
+        reroutes = nb_reroutes(args.ovn_nb_address)
     lists: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for net in sorted(nets, key=lambda n: (n["metadata"]["namespace"], n["metadata"]["name"])):
-        print("\n".join(explain(w, net, prune, kinds, localnets=localnets, lists=lists)))
+        print("\n".join(explain(w, net, prune, kinds, localnets=localnets, lists=lists, reroutes=reroutes)))
     return 0

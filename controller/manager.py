@@ -55,9 +55,10 @@ from controller.watch.indexes import (
     vlan_indexers,
     zone_index_provider,
 )
+from controller.watch import keys
 from controller.watch.keys import NamespaceKey, NetworkKey, PodKey, ZoneKey
 from controller.watch.kinds import (
-    CLUSTER_KINDS,
+    ALL_KINDS,
     OPTIONAL_INDEXERS,
     OPTIONAL_KINDS,
     UNLISTABLE_GRACE,
@@ -228,6 +229,8 @@ class Manager:
             enqueue_after=lambda key, delay: nets.queue.add_after(NetworkKey.parse(key), delay),
             clear_mtu=options.overlay_mtu > 0, fence=self.fence,
         )
+        # A router's egress reroutes changed: the networks of that VPC look again.
+        applier.policies.on_router = lambda vpc: nets.add_all(keys.for_vpc_name(vpc, self.listers))
         self.collector = GatewayCollector(applier, self._network_exists, self.metrics, options.gateway_collect_period)
         sb = None
         if options.ovn_sb_address:
@@ -306,7 +309,7 @@ class Manager:
         Until such an informer has synced its cache reads count nothing; a release still
         waits for the fresh API read of §6 step 1, which includes the new kind at once.
         """
-        missing = {k: v for k, v in (OPTIONAL_KINDS | CLUSTER_KINDS).items() if k not in self.optional}
+        missing = {k: v for k, v in ALL_KINDS.items() if k not in self.optional}
         if not missing:
             return []
         added = self._optional_informers(missing)
@@ -354,7 +357,7 @@ class Manager:
         for key, inf in list(self.optional.items()):
             if failing_past(inf, grace) is None:
                 continue
-            group, plural, versions, _ = (OPTIONAL_KINDS | CLUSTER_KINDS)[key]
+            group, plural, versions, _ = ALL_KINDS[key]
             served = served_versions(self.writer, group, plural, versions)
             version = listable_version(self.writer, resource_of(key), served)
             if version is None or version == inf.resource.version:

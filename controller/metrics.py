@@ -221,6 +221,11 @@ class Metrics:
             "Subnets other than the network's own that name its Vlan (VLANAllocated=VLANConflict: their L2 "
             "segments are joined to the network's), else 0.",
             ["namespace", "network"], registry=reg)
+        self.network_egress_reroute_missing = Gauge(
+            "cozy_proxmox_network_egress_reroute_missing",
+            "1 while a Ready VpcEgressGateway the network's Subnet is a source of has lost its reroute policy "
+            "from the VPC's router in the OVN NB (EgressRerouteMissing), else 0; unchanged while the NB is not known.",
+            ["namespace", "network"], registry=reg)
         self.network_stuck_holders = Gauge(
             "cozy_proxmox_network_stuck_holders",
             "Holders of a deleting network's pool with something odd about them (deleting on a finalizer, "
@@ -388,6 +393,12 @@ class Metrics:
         (field-reports.md R1), set on each non-deleting pass that reaches its end."""
         self.network_foreign_subnets.labels(namespace, name).set(count)
 
+    def set_egress_reroute_missing(self, namespace: str, name: str, missing: bool) -> None:
+        """``network_egress_reroute_missing``: 1 while a Ready egress gateway the network is a
+        source of lacks its reroute on the VPC's router, else 0; set at the end of each
+        non-deleting pass that knows the NB (``controller.rules.egress_reroute``)."""
+        self.network_egress_reroute_missing.labels(namespace, name).set(1 if missing else 0)
+
     def set_vlan_changed(self, namespace: str, name: str, changed: bool) -> None:
         """``network_vlan_changed_externally``: 1 while VLANAllocated is VLANChangedExternally."""
         self.network_vlan_changed.labels(namespace, name).set(1 if changed else 0)
@@ -418,7 +429,8 @@ class Metrics:
                 self.network_ippool_addresses.remove(namespace, name, state)
         for gauge in (self.network_consumers, self.network_deleting, self.network_vlan_changed,
                       self.network_stuck_holders, self.network_pool_overlaps, self.network_address_conflicts,
-                      self.network_gateway_chassis, self.network_gateway_ready, self.network_foreign_subnets):
+                      self.network_gateway_chassis, self.network_gateway_ready, self.network_foreign_subnets,
+                      self.network_egress_reroute_missing):
             gauge.remove(namespace, name)
         self.set_gateway_serving(namespace, name, None, "")
 

@@ -93,6 +93,11 @@ GATEWAY_MOVED = "GatewayMoved"
 # Warning, once per machine, NIC and address: a NIC on the network holds an address of another
 # pool outside the network's subnet (field-reports.md S4, capmox#868; controller.rules.foreign).
 FOREIGN_ADDRESS_ON_NETWORK = "ForeignAddressOnNetwork"
+# Warning, once per gateway while it holds: a Ready VpcEgressGateway the network's Subnet is a
+# source of has lost its reroute policy from the VPC's router in the OVN NB
+# (controller.rules.egress_reroute); Normal when it is back.
+EGRESS_REROUTE_MISSING = "EgressRerouteMissing"
+EGRESS_REROUTE_RESTORED = "EgressRerouteRestored"
 # Warning, once per CRD and set of fields: the API server prunes status fields this controller
 # writes (a CRD older than the controller; field-reports.md S5; controller.schema).
 SCHEMA_OUTDATED = "SchemaOutdated"

@@ -154,6 +154,9 @@ class Routes:
             if key == "vpcs":
                 nets.add_all(keys.for_vpc(obj, l))
                 return
+            if key == "egress_gateways":
+                nets.add_all(keys.for_egress_gateway(obj, l))
+                return
             if key != "global_pools":
                 nets.add_all(keys.for_pool_user(key, obj, l))
             if pool_kind is not None and overlaps:

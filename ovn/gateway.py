@@ -27,7 +27,7 @@ from typing import Any
 import ovs.db.idl
 import structlog
 
-from ovn import nb_plan, planner
+from ovn import nb_plan, planner, policies
 from ovn.nb import ABORTED, ERROR, SUCCESS, TABLES, TIMED_OUT, TRY_AGAIN, UNCHANGED, NBClient
 from ovn.ovsdb import NBError, RowIndex, row_dict
 from ovn.nb_plan import GatewayState
@@ -135,6 +135,8 @@ class GatewayApplier:
         self._group_vpcs: dict[str, set[str]] = {}  # group name -> VPCs whose tally has it
         self.transactions = 0  # write transactions committed (benchmarks, tests)
         self._written: dict[str, _dt.datetime] = {}  # router port -> its group's last write (aware UTC)
+        # The egress reroutes of each router (read only); its owner sets ``on_router``.
+        self.policies = policies.RouterPolicyView()
         self.nb = NBClient(
             addresses,
             leader_only=leader_only,
@@ -145,6 +147,8 @@ class GatewayApplier:
                      self.group_by_chassis],
             tls_source=tls_source,
             fence=fence,
+            tables={**TABLES, **policies.TABLES},
+            conditions=policies.CONDITIONS,
         )
 
     def _committed(self, op: str) -> None:
@@ -194,6 +198,9 @@ class GatewayApplier:
     def _on_row(self, event: str, row: ovs.db.idl.Row, old: ovs.db.idl.Row | None = None) -> None:
         table = row._table.name
         keys: set[str] = set()
+        if table in policies.TABLES:
+            self.policies.on_row(event, row, old)
+            return
         if table == LRP:
             # A renamed port concerns the network of its old name too.
             keys = self.networks_of_ports(str(getattr(row, "name", "")), _old_value(old, "name"))
@@ -211,6 +218,7 @@ class GatewayApplier:
             self.enqueue(key)
 
     def _on_sync(self) -> None:
+        self.policies.on_sync(self.nb._idl)
         self._votes.clear()
         self._group_vpcs.clear()
         # After a (re)connect every network we manage re-checks its rows: anything may
@@ -222,6 +230,7 @@ class GatewayApplier:
         # The NB went away: a pass of every network we manage records the failure start
         # soon after (the grace is timed from the outage, not from the next resync); the
         # delay lets a short blip (a leader change) pass without a status write.
+        self.policies.on_lost()
         self.recheck_later()
 
     def recheck_later(self) -> None:

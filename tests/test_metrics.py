@@ -38,6 +38,7 @@ SERIES: dict[str, tuple[str, frozenset[str]]] = {
     "cozy_proxmox_network_address_conflicts": ("gauge", frozenset({"namespace", "network"})),  # issue 15, item 3
     "cozy_proxmox_network_gateway_chassis": ("gauge", frozenset({"namespace", "network"})),
     "cozy_proxmox_network_foreign_subnets": ("gauge", frozenset({"namespace", "network"})),  # R1
+    "cozy_proxmox_network_egress_reroute_missing": ("gauge", frozenset({"namespace", "network"})),
     "cozy_proxmox_network_gateway_ready": ("gauge", frozenset({"namespace", "network"})),
     "cozy_proxmox_network_gateway_bound": ("gauge", frozenset({"namespace", "network"})),
     "cozy_proxmox_network_gateway_serving_chassis": ("gauge", frozenset({"namespace", "network", "chassis"})),
@@ -120,6 +121,7 @@ def populate(m: Metrics) -> None:
     m.set_vlan_changed("tenant-a", "net-1", False)
     m.set_stuck_holders("tenant-a", "net-1", 0)
     m.set_foreign_subnets("tenant-a", "net-1", 1)
+    m.set_egress_reroute_missing("tenant-a", "net-1", True)
     m.set_pool_conflicts("tenant-a", "net-1", 0, 0)
     m.gateway_group_collected()
     m.gateway_nb_error()
@@ -259,6 +261,7 @@ PER_NETWORK = (
     "cozy_proxmox_network_gateway_bound",
     "cozy_proxmox_network_gateway_serving_chassis",
     "cozy_proxmox_network_foreign_subnets",
+    "cozy_proxmox_network_egress_reroute_missing",
 )
 
 
@@ -271,6 +274,7 @@ def _full_network(m: Metrics, ns: str, name: str, vlan: int) -> None:
     m.set_stuck_holders(ns, name, 1)
     m.set_pool_conflicts(ns, name, 2, 1)
     m.set_foreign_subnets(ns, name, 1)
+    m.set_egress_reroute_missing(ns, name, True)
 
 
 def test_forget_network_removes_all_its_series_and_nothing_else():
@@ -293,7 +297,8 @@ def test_forget_network_removes_all_its_series_and_nothing_else():
         assert {(dict(k)["namespace"], dict(k)["network"]) for k in left} == {("ns", "other"), ("ns2", "net")}
     # 1 ready + 3 pool + consumers + deleting + vlan changed + stuck holders + pool overlaps
     # + address conflicts + 4 gateway (chassis, ready, bound, serving chassis) + foreign subnets
-    assert len(gone) == 15
+    # + egress reroute missing
+    assert len(gone) == 16
     # forgetting twice, or a network never seen, is harmless
     m.forget_network("ns", "net")
     m.forget_network("nope", "nope")

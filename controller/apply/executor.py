@@ -57,6 +57,7 @@ from controller.plan.actions import (
     RequestTriple,
     SetDeleting,
     SetForeignSubnets,
+    SetEgressRerouteMissing,
     SetGatewayChassis,
     SetGatewayReady,
     SetGatewayServing,
@@ -179,8 +180,8 @@ class Executor:
         self.consumer_resources = consumer_resources if consumer_resources is not None else {}
         self.namespaces = namespaces
         self.gateway = gateway
-        # ReportOnce: network key -> (its UID, the keys posted and still reported).
-        self._reported: dict[str, tuple[str, frozenset[str]]] = {}
+        # ReportOnce: (network key, topic) -> (its UID, the keys posted and still reported).
+        self._reported: dict[tuple[str, str], tuple[str, frozenset[str]]] = {}
         self._reported_lock = threading.Lock()
 
     def __call__(self, action: Action, s: Any) -> Any:
@@ -367,16 +368,20 @@ class Executor:
 
     def _report_once(self, a: ReportOnce, s: Any) -> None:
         keys = frozenset(k for k, _ in a.events)
+        memo = (a.network, a.topic)
         with self._reported_lock:
-            uid, before = self._reported.get(a.network, ("", frozenset()))
+            uid, before = self._reported.get(memo, ("", frozenset()))
             if uid != a.uid:
                 before = frozenset()
             if keys:
-                self._reported[a.network] = (a.uid, keys)
+                self._reported[memo] = (a.uid, keys)
             else:
-                self._reported.pop(a.network, None)
+                self._reported.pop(memo, None)
         for key, event in a.events:
             if key not in before:
+                self._event(event, s)
+        for key, event in a.ended:
+            if key in before and key not in keys:
                 self._event(event, s)
 
     def _request_triple(self, a: RequestTriple, s: Any) -> str | None:
@@ -385,7 +390,8 @@ class Executor:
 
     def _network_gone(self, a: NetworkGone, s: Any) -> None:
         with self._reported_lock:
-            self._reported.pop(a.key, None)
+            for memo in [m for m in self._reported if m[0] == a.key]:
+                del self._reported[memo]
         if self.gateway is not None:
             self.gateway.applier.forget(a.key)
         if self.namespaces is not None:
@@ -435,6 +441,7 @@ class Executor:
         SetNetwork: lambda ex, a, s: ex.metrics.set_network(a.namespace, a.name, a.zone, a.vlan, a.ready, a.ippool,
                                                             a.deleting),
         SetForeignSubnets: lambda ex, a, s: ex.metrics.set_foreign_subnets(a.namespace, a.name, a.count),
+        SetEgressRerouteMissing: lambda ex, a, s: ex.metrics.set_egress_reroute_missing(a.namespace, a.name, a.missing),
         SetVlanChanged: lambda ex, a, s: ex.metrics.set_vlan_changed(a.namespace, a.name, a.changed),
         SetStuckHolders: lambda ex, a, s: ex.metrics.set_stuck_holders(a.namespace, a.name, a.count),
         SetPoolConflicts: lambda ex, a, s: ex.metrics.set_pool_conflicts(a.namespace, a.name, a.overlaps, a.conflicts),

@@ -25,6 +25,7 @@ from ovn.gateway import GatewayApplier
 from ovn.ovsdb import NBError
 from controller.plan.gateway import GatewayOutcome, NB_GRACE_PERIOD, SERVING_SETTLE, failure_class, settled_serving
 from controller.watch.indexes import BY_PROVIDER
+from controller.rules.egress_reroute import RouterPolicies
 
 log = structlog.get_logger(__name__)
 
@@ -141,6 +142,14 @@ class GatewayStep:
         """The ``cr-`` binding of the network's router port from the OVN SB
         (``ovn.sb.Binding``), or None when the SB is not read."""
         return self.sb.binding(planner.router_port_name(vpc, subnet)) if self.sb is not None else None
+
+    def router_policies(self, vpc: str) -> RouterPolicies:
+        """The priority-29100 policies of the VPC's router (named after the VPC) in the NB
+        client's copy (``ovn.policies``); not known while the NB is not synced."""
+        known, present, policies = self.applier.policies.router(vpc)
+        if not known or not self.applier.synced():
+            return RouterPolicies(False, error=self.applier.nb.last_error or "the OVN NB is not synced")
+        return RouterPolicies(True, present, policies)
 
     def siblings(self, vpc: str) -> frozenset[str]:
         """Names of the VPC's subnets (whose groups vote on the active chassis, §9.4)."""

@@ -290,12 +290,17 @@ class ReportOnce(BaseAction):
     """Warnings posted once each while they hold (field-reports.md S4): of ``events``, ``(key,
     Event)`` pairs, the executor posts the Events whose key it has not posted for network
     ``network`` (its key; ``uid`` tells a network made again under that name from the old one)
-    since the key was last missing from a report, and forgets the keys missing from this one.
-    The memory is the process's: after a restart or a leader change each is posted once more."""
+    and ``topic`` (each topic has a memory of its own) since the key was last missing from a
+    report, and forgets the keys missing from this one. Of ``ended``, ``(key, Event)`` pairs
+    for things that stopped holding, it posts those whose key it had posted (the recovery).
+    The memory is the process's: after a restart or a leader change each is posted once more,
+    and a recovery that happens meanwhile is not posted."""
 
     network: str
     uid: str
     events: tuple[tuple[str, Event], ...] = ()
+    topic: str = ""
+    ended: tuple[tuple[str, Event], ...] = ()
 
 
 @attrs.frozen
@@ -420,6 +425,16 @@ class SetForeignSubnets(Metric):
 
 
 @attrs.frozen
+class SetEgressRerouteMissing(Metric):
+    """``Metrics.set_egress_reroute_missing``: a Ready egress gateway of the network's VPC
+    has lost its reroute for the network from the router."""
+
+    namespace: str
+    name: str
+    missing: bool
+
+
+@attrs.frozen
 class SetVlanChanged(Metric):
     """``Metrics.set_vlan_changed``: the Vlan's ID was changed outside the controller."""
 
@@ -528,7 +543,8 @@ Action = (
     Get | ListConsumers | SplitListed | AddFinalizer | RemoveFinalizer | AllocateVlan | AdoptVlan
     | SetPruneTimers | SetPoolCidrs | PruneReleasedVlans | ReleaseVlan | WriteStatus | Event | ReportOnce
     | RequestTriple | NetworkGone | ForgetOverlay | EnsureGateway | ReleaseGateway
-    | SetZone | SetZoneKept | ForgetZone | SetNetwork | SetForeignSubnets | SetVlanChanged | SetStuckHolders
+    | SetZone | SetZoneKept | ForgetZone | SetNetwork | SetForeignSubnets | SetEgressRerouteMissing | SetVlanChanged
+    | SetStuckHolders
     | SetPoolConflicts | SetDeleting | ForgetNetwork | SetGatewayChassis | SetGatewayReady | ForgetGateway
     | SetGatewayServing | ReconcileError | Log
 )

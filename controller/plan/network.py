@@ -39,6 +39,7 @@ from controller.plan.actions import (
     ReleaseVlan,
     ReportOnce,
     RequestTriple,
+    SetEgressRerouteMissing,
     SetForeignSubnets,
     SetGatewayChassis,
     SetPoolCidrs,
@@ -70,6 +71,7 @@ from controller.rules.conditions import (
 )
 from controller.names import NORMAL, WARNING
 from controller.rules.foreign import find_foreign_addresses, foreign_address_message
+from controller.rules.egress_reroute import missing_message, restored_message, reroute_report
 from controller.plan.gateway import FAILING_SINCE, GATEWAY_MTU, GROUP_STANDS, SERVING_CHASSIS, gateway_status
 from controller.rules.annotation import namespace_triple
 from controller.rules.vlan_claims import (
@@ -102,6 +104,10 @@ from controller.plan.network_status import (
     subnet_conditions,
 )
 from controller.plan.network_deletion import plan_deletion
+
+
+# The ReportOnce topic of the egress reroute reports.
+EGRESS_TOPIC = "egress-reroute"
 
 
 def plan_network(s: NetworkSnapshot) -> Plan:
@@ -140,6 +146,10 @@ class _Live:
         self.in_default_vpc = False  # set by the Subnet step (field-reports.md R2)
         self.serving_recheck: float | None = None  # set by the gateway step (§10)
         self.stale_recheck: float | None = None  # set by the Subnet step (field-reports.md S1)
+        # The egress reroute gauge: 0 unless the egress step finds a gateway's reroute gone;
+        # None (left as it is) when the NB or the gateways are not read, or the NB is not known.
+        self.egress_missing: bool | None = (
+            False if s.router_policies is not None and s.egress_gateways is not None else None)
 
     def not_ready(self, reason: str, message: str) -> None:
         set_not_ready(self.conds, names.VLAN_ALLOCATED, reason, message, self.gen, self.s.manage_gateway, self.clock)
@@ -245,6 +255,7 @@ class _Live:
         subnet = self.subnet_step(vname)
         self.pool_step(subnet)
         self.foreign_step(subnet, bridge, vid)
+        self.egress_step(subnet)
         if s.manage_gateway:
             if subnet is None:
                 set_condition(conds, names.GATEWAY_READY, UNKNOWN, reasons.SUBNET_UNAVAILABLE,
@@ -515,6 +526,35 @@ class _Live:
             for f in found)
         self.actions.append(ReportOnce(s.key, str(self.net["metadata"].get("uid") or ""), events))
 
+    def egress_step(self, subnet: Mapping[str, Any] | None) -> None:
+        """A Ready VpcEgressGateway of the Subnet's VPC that the Subnet is a source of, whose
+        reroute policy is missing from the VPC's router in the OVN NB
+        (:func:`controller.rules.egress_reroute.reroute_report`): a Warning
+        ``EgressRerouteMissing`` once per gateway while it lasts, a Normal
+        ``EgressRerouteRestored`` when it is back (:class:`ReportOnce`), and the gauge. Report
+        only: no condition changes. Nothing while the NB is not known (unknown is not
+        missing), nor without the NB or the VpcEgressGateway kind."""
+        s = self.s
+        if s.router_policies is None or s.egress_gateways is None:
+            return
+        uid = str(self.net["metadata"].get("uid") or "")
+        if subnet is None:
+            self.actions.append(ReportOnce(s.key, uid, (), topic=EGRESS_TOPIC))
+            return
+        sname = str((subnet.get("metadata") or {}).get("name") or "")
+        vpc = kubeovn.subnet_vpc(subnet)
+        report = reroute_report(s.egress_gateways, sname, str((subnet.get("spec") or {}).get("cidrBlock") or ""),
+                                vpc, s.router_policies)
+        if report is None:
+            self.egress_missing = None
+            return
+        events = tuple((m.gateway, Event(self.net, WARNING, reasons.EGRESS_REROUTE_MISSING, missing_message(m, sname)))
+                       for m in report.missing)
+        ended = tuple((g, Event(self.net, NORMAL, reasons.EGRESS_REROUTE_RESTORED, restored_message(g, vpc, sname)))
+                      for g in report.standing)
+        self.actions.append(ReportOnce(s.key, uid, events, topic=EGRESS_TOPIC, ended=ended))
+        self.egress_missing = bool(report.missing)
+
     def no_default_vpc_gateway(self, subnet: Mapping[str, Any]) -> Plan | None:
         """field-reports.md R2: no group on a router port of the default VPC; one the network
         already has (made before this check existed) is deleted with its router port's
@@ -586,6 +626,8 @@ class _Live:
         self.actions += network_series(self.net, status)
         self.actions.append(SetPoolConflicts(self.ns, self.name, self.overlaps, self.conflicts))
         self.actions.append(SetForeignSubnets(self.ns, self.name, len(s.strangers)))
+        if self.egress_missing is not None:
+            self.actions.append(SetEgressRerouteMissing(self.ns, self.name, self.egress_missing))
         return Plan(tuple(self.actions), requeue_after=requeue)
 
 

@@ -122,6 +122,10 @@ class NetworkSnapshot:
     :ivar sb_binding: the router port's ``cr-`` binding in the OVN SB (``ovn.sb.Binding``),
         None when the SB is not read (product-decisions.md §10); ``serving_settle`` the
         seconds a missing binding is let pass (``controller.plan.gateway.serving``).
+    :ivar egress_gateways: the VpcEgressGateways of the Subnet's VPC (cache; None when the
+        kind is not served or the NB is not read); ``router_policies`` the VPC router's
+        egress reroutes in the NB (``controller.rules.egress_reroute.RouterPolicies``, None
+        when the NB is not read).
     :ivar pruned: the status fields the API server prunes for ProxmoxNetworks (a CRD older
         than the controller: ``controller.schema``); the write decision leaves them out.
     """
@@ -159,6 +163,8 @@ class NetworkSnapshot:
     siblings: frozenset[str] = frozenset()
     sb_binding: Any = None
     serving_settle: float = SERVING_SETTLE
+    egress_gateways: tuple[Mapping[str, Any], ...] | None = None
+    router_policies: Any = None
     kube_ovn_stale_after: float = kubeovn.KUBE_OVN_STALE_AFTER
     pruned: frozenset[str] = frozenset()
     # pass: allocation and adoption

@@ -39,7 +39,7 @@ from controller.runtime.result import Result
 from controller.apply.vlans import VlanManager
 from informers.resource import Resource
 from controller.watch.indexes import Listers, in_namespace, overlap_candidates
-from controller.watch.indexes import BY_IPPOOL, BY_MACHINE, BY_NETWORK_DEVICE, BY_SUBNET, BY_VLAN
+from controller.watch.indexes import BY_IPPOOL, BY_MACHINE, BY_NETWORK_DEVICE, BY_SUBNET, BY_VLAN, BY_VPC
 
 log = structlog.get_logger(__name__)
 
@@ -200,12 +200,17 @@ class NetworkReconciler:
         trunk_recheck: float | None = None
         siblings: frozenset[str] = frozenset()
         binding = None
+        egress_gateways, router_policies = None, None
         if self.gateway is not None and subnet is not None:
             vpc = str((subnet.get("spec") or {}).get("vpc") or "")
             nodes, trunk_recheck = self.gateway.trunk(provider)
             trunk = tuple(nodes)
             siblings = self.gateway.siblings(vpc) if vpc else frozenset()
             binding = self.gateway.binding(vpc, sname) if vpc else None
+            if self.l.egress_gateways is not None:
+                in_vpc = kubeovn.subnet_vpc(subnet)
+                egress_gateways = tuple(self.l.egress_gateways.by_index(BY_VPC, in_vpc))
+                router_policies = self.gateway.router_policies(in_vpc)
         own = pool_spans(pool.get("spec")) if pool is not None else ()
         others = tuple(overlap_candidates(self.l.pools, self.l.global_pools, own))
         on_vlan = self.l.subnets.by_index(BY_VLAN, sname) if sname and self.l.subnets is not None else []
@@ -241,5 +246,7 @@ class NetworkReconciler:
             trunk_recheck=trunk_recheck,
             siblings=siblings,
             sb_binding=binding,
+            egress_gateways=egress_gateways,
+            router_policies=router_policies,
             serving_settle=getattr(self.gateway, "settle", SERVING_SETTLE),
         )

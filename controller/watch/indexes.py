@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from controller import names, reasons
-from controller.rules import allocator, conditions
+from controller.rules import allocator, conditions, egress_reroute
 from controller.rules.foreign import machine_index_keys, owner_machines
 from controller.rules.spans import (
     GLOBAL_IN_CLUSTER_IP_POOL,
@@ -84,6 +84,11 @@ def subnet_index_vpc(subnet: Mapping[str, Any]) -> list[str]:
     return [v] if isinstance(v, str) and v else []
 
 
+def egress_gateway_index_vpc(gw: Mapping[str, Any]) -> list[str]:
+    """Indexer ``vpc``: the VPC of a VpcEgressGateway (``spec.vpc``, else Kube-OVN's default)."""
+    return [egress_reroute.gateway_vpc(gw)]
+
+
 def networks_for_node(
     old: Mapping[str, Any] | None, new: Mapping[str, Any] | None, zones: Iterable[Mapping[str, Any]],
     networks_of_zone: Callable[[str], Iterable[str]],
@@ -140,7 +145,8 @@ class Listers:
     ``machines``, ``addresses`` and ``claims`` are None when the API server does not
     serve those kinds (capmox or CAPI IPAM not installed): they then hold nothing. So are
     ``global_pools`` (GlobalInClusterIPPool: its CRD comes with the IPAM provider) and
-    ``kube_ovn_ips`` (Kube-OVN ``IP``, ``ips.kubeovn.io``) and ``vpcs`` (Kube-OVN ``Vpc``).
+    ``kube_ovn_ips`` (Kube-OVN ``IP``, ``ips.kubeovn.io``), ``vpcs`` (Kube-OVN ``Vpc``) and
+    ``egress_gateways`` (Kube-OVN ``VpcEgressGateway``, index ``vpc``).
 
     Indexes read here besides ``namespace``: ``buckets`` on both pool stores
     (:func:`pool_index_buckets`), ``subnet`` on ``kube_ovn_ips`` (:func:`ip_index_subnet`),
@@ -162,6 +168,7 @@ class Listers:
     global_pools: ThreadSafeStore | None = None
     kube_ovn_ips: ThreadSafeStore | None = None
     vpcs: ThreadSafeStore | None = None
+    egress_gateways: ThreadSafeStore | None = None
 
 
 def in_namespace(store: ThreadSafeStore | None, ns: str) -> list[dict[str, Any]]:
@@ -254,6 +261,8 @@ ADDRESS_INDEXERS = {BY_NAMESPACE: index_namespace, BY_IPPOOL: address_index_pool
 
 IP_INDEXERS = {BY_SUBNET: ip_index_subnet}
 """Indexers of the Kube-OVN IP store."""
+EGRESS_GATEWAY_INDEXERS = {BY_NAMESPACE: index_namespace, BY_VPC: egress_gateway_index_vpc}
+"""Indexers of the VpcEgressGateway store."""
 MACHINE_INDEXERS = {BY_NAMESPACE: index_namespace, BY_NETWORK_DEVICE: machine_index_keys}
 """Indexers of the ProxmoxMachine store."""
 CLAIM_INDEXERS = {BY_NAMESPACE: index_namespace, BY_MACHINE: claim_index_machine}

@@ -23,6 +23,7 @@ from controller.watch.indexes import overlap_candidates
 from controller.watch.indexes import vlan_index_provider_id
 from controller.rules.annotation import contribution
 from controller.rules.vlan_claims import vlan_owner
+from controller.rules import egress_reroute
 from informers.resource import meta_namespace_key
 from controller.rules.foreign import machine_devices, owner_machines
 from controller.watch.indexes import BY_NAMESPACE, BY_PROVIDER, BY_PROVIDER_ID, BY_SUBNET, BY_VPC
@@ -287,6 +288,21 @@ def for_vpc(vpc: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
     for sub in subnets:
         out += [k for k in _networks(listers, "subnet", _name(sub)) if k not in out]
     return out
+
+
+def for_vpc_name(vpc: str, listers: Any) -> list[NetworkKey]:
+    """The networks whose Subnet is in VPC ``vpc`` (its router's egress reroutes changed)."""
+    subnets = listers.subnets.by_index(BY_VPC, vpc) if listers.subnets is not None and vpc else []
+    out: list[NetworkKey] = []
+    for sub in subnets:
+        out += [k for k in _networks(listers, "subnet", _name(sub)) if k not in out]
+    return out
+
+
+def for_egress_gateway(gw: Mapping[str, Any], listers: Any) -> list[NetworkKey]:
+    """A VpcEgressGateway changed (its readiness, its policies): the networks of its VPC
+    (controller.rules.egress_reroute)."""
+    return for_vpc_name(egress_reroute.gateway_vpc(gw), listers)
 
 
 def for_kube_ovn_ip(ip: Mapping[str, Any], listers: Any) -> list[NetworkKey]:

@@ -17,6 +17,7 @@ from controller.runtime.kube import ApiError, KubeWriter
 from controller.watch.indexes import (
     ADDRESS_INDEXERS,
     CLAIM_INDEXERS,
+    EGRESS_GATEWAY_INDEXERS,
     IP_INDEXERS,
     MACHINE_INDEXERS,
     POOL_INDEXERS,
@@ -67,6 +68,18 @@ CLUSTER_KINDS = {
 }
 
 
+# Namespaced kinds of other projects that are neither consumers nor pools: a Ready
+# VpcEgressGateway whose reroutes are missing from its VPC's router is reported on the
+# networks it serves (controller.rules.egress_reroute).
+OTHER_KINDS = {
+    "egress_gateways": ("kubeovn.io", "vpc-egress-gateways", ("v1",), "VpcEgressGateway"),
+}
+
+
+# Every optional kind, by key.
+ALL_KINDS = OPTIONAL_KINDS | CLUSTER_KINDS | OTHER_KINDS
+
+
 # Indexes of the optional kinds' stores (controller.watch.indexes.Listers); others: "namespace".
 OPTIONAL_INDEXERS = {
     "pools": POOL_INDEXERS,
@@ -75,6 +88,7 @@ OPTIONAL_INDEXERS = {
     "claims": CLAIM_INDEXERS,
     "global_pools": POOL_INDEXERS,
     "kube_ovn_ips": IP_INDEXERS,
+    "egress_gateways": EGRESS_GATEWAY_INDEXERS,
 }
 
 
@@ -130,9 +144,9 @@ def projected(resource: Resource) -> Any:
 
 def resource_of(key: str) -> Callable[[str], Resource]:
     """version -> the :class:`Resource` of optional kind ``key`` (a key of
-    :data:`OPTIONAL_KINDS` or :data:`CLUSTER_KINDS`) in that version.
+    :data:`ALL_KINDS`) in that version.
 
     :raises KeyError: ``key`` is not an optional kind.
     """
-    group, plural, _, kind = (OPTIONAL_KINDS | CLUSTER_KINDS)[key]
+    group, plural, _, kind = ALL_KINDS[key]
     return lambda version: Resource(group, version, plural, namespaced=key not in CLUSTER_KINDS, kind=kind)
