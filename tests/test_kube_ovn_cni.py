@@ -11,7 +11,9 @@ mode 0600) and the CNI specification (a list's plugin gets the list's ``name`` a
 from __future__ import annotations
 
 import json
+import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -72,10 +74,24 @@ def test_write_cni_config_installs_the_conflist_0600_and_the_plugins_a_runtime_c
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert json.loads(path.read_text()) == node_conflist(UPSTREAM, sock)
     assert sorted(p.name for p in (tmp_path / "bin").iterdir()) == ["kube-ovn", "loopback", "portmap"]
-    assert (tmp_path / "bin" / "kube-ovn").resolve() == build.resolve()
     assert (tmp_path / "bin" / "portmap").resolve() == (tmp_path / "plugins" / "portmap").resolve()
     # Written again (a bed restarted on the same directories): the same result.
     assert write_cni_config(tmp_path / "net.d", tmp_path / "bin", sock, build, plugins_dir=tmp_path / "plugins") == path
+
+
+def test_the_kube_ovn_plugin_gets_the_nodes_socket_where_an_attachment_names_a_real_nodes(tmp_path, build):
+    """A NetworkAttachmentDefinition's configuration (admission-and-packaging.md (e): the
+    transit network's) names ``/run/openvswitch/kube-ovn-daemon.sock``; the plugin on this node
+    is handed the node's socket instead, with the CNI environment and its exit status."""
+    build.write_text("#!/bin/sh\ncat\necho \"$CNI_COMMAND\" >&2\nexit 3\n")
+    sock = tmp_path / "ch2" / "kube-ovn-daemon.sock"
+    write_cni_config(tmp_path / "net.d", tmp_path / "bin", sock, build, plugins_dir=tmp_path / "plugins")
+    nad = {"cniVersion": "0.3.0", "type": "kube-ovn", "server_socket": "/run/openvswitch/kube-ovn-daemon.sock",
+           "provider": "px-transit.cozy-proxmox.ovn"}
+    r = subprocess.run([tmp_path / "bin" / "kube-ovn"], input=json.dumps(nad), capture_output=True, text=True,
+                       env={**os.environ, "CNI_COMMAND": "ADD"})
+    assert r.returncode == 3 and r.stderr.strip() == "ADD"
+    assert json.loads(r.stdout) == {**nad, "server_socket": str(sock)}
 
 
 def test_a_missing_plugin_is_named_before_anything_is_written(tmp_path, build):

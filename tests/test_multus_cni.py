@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hack.bed import CNI_CONF_NAME, MULTUS_CONF_NAME, MULTUS_USER, ClusterError, LocalCluster
-from hack.bed.multus import nad_config, rbac_objects, write_multus_config
+from hack.bed.multus import rbac_objects, write_multus_config
 
 
 def test_multus_conf_sorts_first_and_delegates_to_kube_ovns_conflist(tmp_path: Path):
@@ -61,12 +61,6 @@ def test_multus_user_may_do_what_the_thin_plugin_calls():
     sa = docs["ServiceAccount"]["metadata"]
     assert MULTUS_USER == f"system:serviceaccount:{sa['namespace']}:{sa['name']}"
     assert docs["ClusterRoleBinding"]["roleRef"]["name"] == docs["ClusterRole"]["metadata"]["name"]
-
-
-def test_nad_config_is_kube_ovns_on_the_nodes_socket():
-    conf = json.loads(nad_config("ext", "tenant", Path("/x/kube-ovn-daemon.sock")))
-    assert conf == {"cniVersion": "0.3.0", "type": "kube-ovn", "server_socket": "/x/kube-ovn-daemon.sock",
-                    "provider": "ext.tenant.ovn"}
 
 
 def test_multus_needs_trunk_kubelets(tmp_path: Path):

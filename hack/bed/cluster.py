@@ -32,7 +32,7 @@ from hack.bed.credentials import Kubeconfigs, _make_pki, _write_private
 from hack.bed.dataplane import DataPlane, DataPlaneError, cleanup_leftovers, missing_prerequisites
 from hack.bed.kube_ovn_cni import daemon_socket, write_cni_config
 from hack.bed.multus import (
-    MULTUS_GROUPS, MULTUS_USER, NAD_CRD, MultusError, egress_dir, egress_refs, nad_config, write_multus_config,
+    MULTUS_GROUPS, MULTUS_USER, NAD_CRD, MultusError, egress_dir, egress_refs, write_multus_config,
 )
 from hack.bed.multus import rbac_objects as multus_rbac_objects
 from hack.bed.node_agent import AGENT_USER, NodeAgent, NodeAgentError, rbac_objects, stop_all, wait_agents
@@ -715,23 +715,6 @@ class LocalCluster(Components, Kubeconfigs, ControlPlane, OvnDatabases, Peers):
         crd = REPO_ROOT / "tests" / "fixtures" / "crds" / "multus-network-attachment-definition.yaml"
         self.apply_docs([d for d in yaml.safe_load_all(crd.read_text()) if d], "the NetworkAttachmentDefinition CRD")
         self.run_kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{NAD_CRD}")
-
-    def nad_config(self, nad: str, namespace: str, node: str | None = None) -> str:
-        """``spec.config`` of a Kube-OVN NetworkAttachmentDefinition ``namespace/nad``
-        (provider ``<nad>.<namespace>.ovn``) whose ``server_socket`` is the node agent's of
-        trunk kubelet ``node`` (default: the only one), so its pods must run there.
-
-        :raises ClusterError: no such trunk kubelet, or ``node`` is None with several.
-        """
-        names = list(self.trunk_kubelet_kubeconfigs)
-        if node is None:
-            if len(names) != 1:
-                raise ClusterError(f"name the trunk kubelet's node: the bed has {names}")
-            node = names[0]
-        chassis = [ch for ch in (self.dataplane.chassis if self.dataplane else []) if ch.name == node]
-        if node not in names or not chassis:
-            raise ClusterError(f"{node!r} is not a trunk kubelet's node of this bed ({names})")
-        return nad_config(nad, namespace, daemon_socket(chassis[0]))
 
     # ------------------------------------------------------------------ environment
 

@@ -16,8 +16,13 @@ networking itself: it forwards each ADD/DEL to the node agent's CNI server socke
   mounts (the bed's containerd) reaches it there, not at the image's path;
 * ``/opt/cni/bin/{kube-ovn,loopback,portmap}``: the plugin, and of the reference plugins
   the ones the configuration chains (``portmap``) plus ``loopback``, which the runtime
-  calls itself for the pod's ``lo`` (containerd's CRI). They are links to the build and to
-  Debian's containernetworking-plugins (:data:`CNI_PLUGINS`).
+  calls itself for the pod's ``lo`` (containerd's CRI). The reference plugins are links to
+  Debian's containernetworking-plugins (:data:`CNI_PLUGINS`); ``kube-ovn`` is a shell shim
+  in front of the build (:func:`plugin_shim`): configurations written for a real node (a
+  NetworkAttachmentDefinition's ``server_socket``, as the package's transit network renders
+  it) name :data:`NODE_SOCKET`, which is each node's own path on a real node but one path
+  of the host for all the bed's nodes, so the shim rewrites that path in the configuration
+  it passes on to this node's socket.
 
 The runtime runs the plugins in the node's network namespace (the bed's kubelet node is
 the trunk node's namespace: hack/bed/trunk_kubelet.py).
@@ -40,6 +45,19 @@ CNI_PLUGIN = "kube-ovn"
 CNI_PLUGINS = Path("/usr/lib/cni")
 # Called by the runtime whatever the configuration says (the pod's loopback).
 RUNTIME_PLUGINS = ("loopback",)
+# The agent's socket on a real node (Kube-OVN's image and the package's attachments name it).
+NODE_SOCKET = "/run/openvswitch/kube-ovn-daemon.sock"
+
+
+def plugin_shim(cni_binary: Path, socket: Path) -> str:
+    """A ``sh`` script that runs ``cni_binary`` with its stdin (the network configuration)
+    changed in one way: the JSON string :data:`NODE_SOCKET` becomes ``socket``. The exit
+    status and output are the plugin's; the CNI environment passes through."""
+    old = json.dumps(NODE_SOCKET).replace(".", "\\.")
+    return ("#!/bin/sh\n"
+            "# The bed's nodes share one filesystem: the path a real node's agent listens on is\n"
+            "# this node's socket here (hack/bed/kube_ovn_cni.py).\n"
+            f"sed 's#{old}#{json.dumps(str(socket))}#g' | exec {cni_binary.resolve()}\n")
 
 
 def daemon_socket(chassis: Chassis) -> Path:
@@ -100,7 +118,11 @@ def write_cni_config(conf_dir: Path, bin_dir: Path, daemon_socket: Path, cni_bin
     for name, source in bins.items():
         link = bin_dir / name
         link.unlink(missing_ok=True)
-        link.symlink_to(source.resolve())
+        if name == CNI_PLUGIN:
+            link.write_text(plugin_shim(source, daemon_socket))
+            link.chmod(0o755)
+        else:
+            link.symlink_to(source.resolve())
     conf_dir.mkdir(parents=True, exist_ok=True)
     path = conf_dir / CNI_CONF_NAME
     tmp = path.with_name(f".{CNI_CONF_NAME}.tmp")

@@ -24,9 +24,9 @@ configuration is in (hack/bed/kube_ovn_cni.py):
   of the module) grants these and more (every verb on ``k8s.cni.cncf.io``).
 
 A NetworkAttachmentDefinition of type ``kube-ovn`` names the node agent's socket in its
-configuration (``server_socket``). A trunk node's agent listens in the chassis' own run
-directory (:func:`~hack.bed.kube_ovn_cni.daemon_socket`), a path of that node only, so
-:func:`nad_config` names one node's socket: a pod with such an attachment runs on that node.
+configuration (``server_socket``) at a real node's path; each trunk node's ``kube-ovn``
+plugin is a shim that hands the plugin that node's own socket instead
+(:func:`~hack.bed.kube_ovn_cni.plugin_shim`), so the package's attachment serves every node.
 """
 
 from __future__ import annotations
@@ -143,11 +143,3 @@ def rbac_objects() -> list[dict]:
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": MULTUS_ROLE},
          "subjects": [{"kind": "ServiceAccount", "name": MULTUS_SA, "namespace": MULTUS_NAMESPACE}]},
     ]
-
-
-def nad_config(nad: str, namespace: str, socket: Path) -> str:
-    """``spec.config`` of a Kube-OVN NetworkAttachmentDefinition ``namespace/nad``: the
-    ``kube-ovn`` plugin with provider ``<nad>.<namespace>.ovn`` (the provider its Subnet
-    names) and the node agent's ``socket`` (one node's: see the module docstring)."""
-    return json.dumps({"cniVersion": "0.3.0", "type": "kube-ovn", "server_socket": str(socket),
-                       "provider": f"{nad}.{namespace}.ovn"})

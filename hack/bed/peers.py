@@ -122,6 +122,8 @@ class Peers:
             "--keep-vm-ip=false",
             "--service-cluster-ip-range=10.96.0.0/16",
         ]
+        if self.egress_image:  # the VpcEgressGateway pods' image when a gateway names none
+            argv.append(f"--image={self.egress_image}")
         if OVN_PREFIX is None:  # the v1.13 switch
             env.update(KUBE_NAMESPACE=KUBE_OVN_NAMESPACE, POD_NAME=KUBE_OVN_POD, KUBE_NODE_NAME="testbed")
             return argv, env

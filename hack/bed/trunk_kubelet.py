@@ -20,6 +20,8 @@ Each process has a pid file in ``<workdir>/dataplane/kubelet-<node>/`` (``kubele
 
 from __future__ import annotations
 
+import contextlib
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -35,6 +37,7 @@ KUBELET_PORTS = (10250, 10248)  # inside the node's own namespace
 TRUNK_KUBELET_PROCS = ("kubelet", "containerd")  # stopped in this order
 NODE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
+_NETNS = re.compile(r"/var/run/netns/cni-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
 
 class TrunkKubeletError(RuntimeError):
     """A trunk kubelet's process exited, or its Node did not become Ready."""
@@ -144,6 +147,19 @@ def stop_kubelet_dir(d: Path, node: Node | None, timeout: float = 10.0) -> None:
         pidfile.unlink(missing_ok=True)
     if node is not None:
         node.cleanup()
+        # A sandbox whose network teardown failed (a CNI DEL refused) loses its container
+        # record but keeps its namespace file; the runtime logged each one it made.
+        node.remove_netns(logged_netns(d))
+
+
+def logged_netns(d: Path) -> set[str]:
+    """The sandbox network namespace files (``/var/run/netns/cni-<uuid>``) named in the logs
+    of the trunk kubelet in ``d`` (containerd's, with its CNI plugins' output)."""
+    found: set[str] = set()
+    for log in d.glob("*.log"):
+        with contextlib.suppress(OSError):
+            found.update(_NETNS.findall(log.read_text(errors="replace")))
+    return found
 
 
 def stop_all(workdir: Path, bin_dir: Path, timeout: float = 10.0) -> None:

@@ -48,15 +48,17 @@ class World:
     serving :data:`SERVER` and forwarding :data:`API` to the API server at ``server`` (its
     URL, ``https://127.0.0.1:<port>``, on the host).
 
+    :param mtu: the router's MTU on the transit network: the transit Subnet's (a router
+        whose MTU is larger than the gateway's ``net1`` sends it segments its veth drops).
     :param payload_bytes: the size of ``/payload`` on :data:`SERVER` (random bytes).
     """
 
-    def __init__(self, dp: DataPlane, name: str, vlan: int, address: str, server: str,
+    def __init__(self, dp: DataPlane, name: str, vlan: int, address: str, server: str, mtu: int | None = None,
                  payload_bytes: int = 4 << 20, detach: bool = False) -> None:
         self.dp, self.name, self.vlan, self.address = dp, name, vlan, address
         self.api_port = server.rsplit(":", 1)[1]
         self.dir = dp.dir / f"world-{name}"
-        self.payload_bytes, self.detach = payload_bytes, detach
+        self.mtu, self.payload_bytes, self.detach = mtu, payload_bytes, detach
         self.vm: Vm | None = None
         self._procs: dict[str, subprocess.Popen] = {}
 
@@ -76,7 +78,8 @@ class World:
         (self.dir / "www").mkdir(exist_ok=True)
         (self.dir / "www" / "payload").write_bytes(os.urandom(self.payload_bytes))
         # Another address of the transit network serves as the (unused) default route.
-        self.vm = self.dp.add_vm(f"world-{self.name}", self.vlan, self.address, _other_on_link(self.address))
+        self.vm = self.dp.add_vm(f"world-{self.name}", self.vlan, self.address, _other_on_link(self.address),
+                                 mtu=self.mtu)
         for service in (SERVER, API):
             self.vm.run("ip", "addr", "add", f"{service}/32", "dev", "lo", check=True)
         self.access_log.write_bytes(b"")
