@@ -41,6 +41,7 @@ from hack.bed import (  # noqa: E402
     ovsdb_rows, ovsdb_set,
 )
 from hack.bed.deploy import NAMESPACE, ControllerDeployment, DeployError, build_image  # noqa: E402
+from hack.bed.world import SERVER, World  # noqa: E402
 from hack.tools.vms import real_pod, vm_for_network  # noqa: E402
 from hack.tools.wait import wait_for  # noqa: E402
 
@@ -55,9 +56,10 @@ LATE = ("tenant-beta", "edge-2")
 FIRST = ("tenant-beta", "edge-1")
 
 
-def load_samples() -> list[dict]:
+def load_samples(subdir: str = "") -> list[dict]:
+    """The sample objects of ``hack/sample/<subdir>`` (its ``*.yaml``, in name order)."""
     docs: list[dict] = []
-    for f in sorted((REPO / "hack" / "sample").glob("*.yaml")):
+    for f in sorted((REPO / "hack" / "sample" / subdir).glob("*.yaml")):
         docs += [d for d in yaml.safe_load_all(f.read_text()) if d]
     return docs
 
@@ -351,6 +353,43 @@ def wire_table(cluster: LocalCluster, dp: DataPlane) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
 
 
+def egress_table(cluster: LocalCluster, dp: DataPlane, world: World) -> str:
+    """Per VpcEgressGateway of the sample (hack/sample/egress/), once Kube-OVN says it is Ready:
+    a VM on the first Ready network among its policy's subnets pings the world's server,
+    fetches its payload over HTTP, and asks the API server's ``/readyz`` through the gateway as
+    a joining worker would; the source address the world saw for that transfer."""
+    co = CustomObjectsApi(cluster.api_client("admin"))
+    core = CoreV1Api(co.api_client)
+    nets = json.loads(cluster.run_kubectl("get", "pxnet", "-A", "-o", "json").stdout)["items"]
+    ready = {n["spec"]["subnet"]: n for n in nets
+             if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])}
+    rows = [("VPC", "EGRESS GATEWAY", "ITS NODE", "VM ADDRESS", f"PINGS TO {SERVER}", "SOURCE THE WORLD SAW",
+             "TRANSFER", "API SERVER /readyz")]
+    for gw in co.list_cluster_custom_object("kubeovn.io", "v1", "vpc-egress-gateways")["items"]:
+        ns, name, vpc = gw["metadata"]["namespace"], gw["metadata"]["name"], gw["spec"]["vpc"]
+        wait_for(lambda: (co.get_namespaced_custom_object("kubeovn.io", "v1", ns, "vpc-egress-gateways", name)
+                          .get("status") or {}).get("ready"), timeout=120, what=f"VpcEgressGateway {ns}/{name} Ready")
+        pods = core.list_namespaced_pod(ns, label_selector=f"ovn.kubernetes.io/vpc-egress-gateway={name}").items
+        node = ",".join(sorted({p.spec.node_name for p in pods if p.spec.node_name})) or "-"
+        subnet = next((s for p in gw["spec"].get("policies") or [] for s in p.get("subnets") or [] if s in ready), None)
+        if subnet is None:
+            rows.append((vpc, f"{ns}/{name}", node, "-", "no Ready network", "-", "-", "-"))
+            continue
+        n = ready[subnet]
+        vm = vm_for_network(dp, co, n["metadata"]["namespace"], n["metadata"]["name"], f"egress-{vpc}"[:20])
+        wait_for(lambda: vm.ping(SERVER, count=1, timeout=1) == 1, timeout=60, interval=0,
+                 what=f"{vm.name} reaching {SERVER} through {ns}/{name}")
+        pings = vm.ping(SERVER, count=3, timeout=1)
+        seen_before = len(world.clients())
+        rate = world.fetch(vm)
+        seen = world.clients()[seen_before:]
+        rows.append((vpc, f"{ns}/{name}", node, vm.address, f"{pings}/3", ",".join(sorted(set(seen))) or "-",
+                     f"{world.payload_bytes >> 20} MiB at {rate:.0f} MiB/s",
+                     World.readyz(vm, cluster.ca_file, cluster.controller_token)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", default=str(REPO / ".run" / "demo"))
@@ -383,9 +422,11 @@ def main() -> int:
     # The data plane's trunk is the sample's provider network, its trunk nodes pve-1..3
     # (hack/bed/dataplane.py; where it cannot run, the demo registers the sample's chassis by hand).
     trunk = {"dataplane_provider": "physnet1", "dataplane_node_prefix": "pve"}
-    # With the node, the last trunk node runs a kubelet too, for the tenants' real pods.
+    # With the node, the last trunk node runs a kubelet too, for the tenants' real pods and, behind
+    # Multus, their VPCs' egress gateways.
+    kubelets = 1 if with_node and OVN_PREFIX is not None else 0
     cluster = LocalCluster(workdir, detach=args.keep, with_peers=True, with_node=with_node,
-                           trunk_kubelets=1 if with_node and OVN_PREFIX is not None else 0, **trunk)
+                           trunk_kubelets=kubelets, multus=kubelets > 0, **trunk)
     try:
         cluster.start()
     except ClusterError as e:
@@ -395,6 +436,7 @@ def main() -> int:
         cluster = LocalCluster(workdir, detach=args.keep, with_peers=True, **trunk)
         cluster.start()
     controller = None
+    world = None
     try:
         print(f"    bed up in {cluster.start_seconds:.1f}s at {cluster.server}; the real peers run "
               "(kube-ovn-controller leads with its VPC ovn-cluster up, the provider runs its workers):", flush=True)
@@ -412,6 +454,15 @@ def main() -> int:
         if dp is not None:  # the data plane's own trunk nodes, chassis and ProviderNetwork replace the sample's
             samples = [d for d in samples if d["kind"] not in ("Node", "ProviderNetwork")]
         cluster.apply_docs([d for d in samples if not any(d is x for x in late)], "sample objects")
+        if cluster.multus and dp is not None:
+            egress = load_samples("egress")
+            cluster.apply_docs(egress, "the transit network and the egress gateways")
+            world = World(dp, "transit", 100, "10.70.0.1/24", cluster.server, mtu=1400).start()
+            print(f"==> egress: {len(egress)} objects from hack/sample/egress/ (the package's transit network px-transit "
+                  "on VLAN 100, a VpcEgressGateway per tenant VPC in proxmox-network-system, made real by "
+                  "kube-ovn-controller: its Deployment, pods on pve-3 in Kube-OVN's gateway image with net1 through "
+                  f"Multus); the transit router's side at 10.70.0.1 with a server at {SERVER} and the API server "
+                  "behind it (hack/bed/world.py)", flush=True)
         if dp is not None:
             chassis = [c.system_id for c in dp.chassis]
             ready_nodes = [c.name for c in dp.chassis]
@@ -551,6 +602,11 @@ def main() -> int:
                      "agent plumbed them): one on the network's Subnet, one on its VPC's overlay Subnet"
                      if cluster.trunk_kubelets else ""), flush=True)
             print(wire_table(cluster, dp), flush=True)
+            if world is not None:
+                print("==> egress on the wire: per tenant VPC with an egress gateway, a VM of its network reaches the "
+                      "world through the gateway (SNAT: the world sees the gateway's transit address) and the API "
+                      "server answers it as it would a CAPI worker joining", flush=True)
+                print(egress_table(cluster, dp, world), flush=True)
         if deployment is not None:
             print(f"==> kubectl get deploy,pods -n {NAMESPACE} -o wide   (the controller as pods of its Deployment; "
                   "every replica Ready, the Lease names the leader)", flush=True)
@@ -569,6 +625,8 @@ def main() -> int:
             controller = None
         return 0
     finally:
+        if world is not None and not args.keep:
+            world.stop()
         if controller is not None:
             controller.terminate()
             try:

@@ -32,11 +32,9 @@ Every figure printed is a measurement of this run.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -47,7 +45,7 @@ from kubernetes import client as k8s
 from controller import doctor
 from controller.reconcile.egress import ANNOTATION_PORT_SECURITY, LABEL_GATEWAY
 from hack.bed import DATAPLANE_PROVIDER, DataPlane, LocalCluster, Prober, Vm, ovsdb_rows
-from hack.bed.world import API, API_NAME, API_PORT, HTTP_PORT, SERVER, World
+from hack.bed.world import SERVER, World
 from hack.tools.objects import Admin, unique
 from hack.tools.vms import pod_vm, vm_for_network
 from hack.tools.wait import wait_for
@@ -221,46 +219,9 @@ class EgressTenant:
                 if r["action"] == "reroute"]
 
 
-def fetch(vm: Vm, want: str, timeout: float = 60.0) -> float:
-    """``vm`` fetches the world's payload over HTTP; the throughput (MiB/s). Asserts the
-    SHA-256 of what it read is the payload's."""
-    code = ("import hashlib, time, urllib.request; t = time.monotonic(); "
-            f"b = urllib.request.urlopen('http://{SERVER}:{HTTP_PORT}/payload', timeout=20).read(); "
-            "print(hashlib.sha256(b).hexdigest(), len(b), time.monotonic() - t)")
-    r = vm.run(sys.executable, "-c", code, timeout=timeout)
-    assert r.returncode == 0, f"{vm.name}: the transfer failed: {r.stderr.strip()[-400:]}"
-    digest, size, seconds = r.stdout.split()
-    assert digest == want, f"{vm.name}: the payload arrived corrupted"
-    return int(size) / (1 << 20) / float(seconds)
-
-
-def payload_digest(world: World) -> str:
-    return hashlib.sha256((world.dir / "www" / "payload").read_bytes()).hexdigest()
-
-
-READYZ = """\
-import socket, ssl, sys
-ctx = ssl.create_default_context(cafile=sys.argv[1])
-with socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=10) as s:
-    with ctx.wrap_socket(s, server_hostname=sys.argv[4]) as t:
-        t.sendall(("GET /readyz HTTP/1.1\\r\\nHost: %s\\r\\nAuthorization: Bearer %s\\r\\n"
-                   "Connection: close\\r\\n\\r\\n" % (sys.argv[4], sys.stdin.read().strip())).encode())
-        data = b""
-        while chunk := t.recv(65536):
-            data += chunk
-head, _, body = data.partition(b"\\r\\n\\r\\n")
-print(head.split(b"\\r\\n")[0].decode(), body.decode().split()[-1])
-"""
-
-
 def readyz(vm: Vm, bed: LocalCluster) -> str:
-    """From ``vm``: TLS to :data:`API`, the server's certificate checked against the cluster's
-    CA for ``kubernetes.default.svc`` (SNI), ``GET /readyz`` with a bearer token, as a worker's
-    kubelet dials the control plane; the status line and the body's last word (or the error)."""
-    r = subprocess.run(["ip", "netns", "exec", vm.ns, sys.executable, "-c", READYZ, str(bed.ca_file), API,
-                        str(API_PORT), API_NAME], input=bed.controller_token, capture_output=True, text=True,
-                       timeout=30)
-    return r.stdout.strip() if r.returncode == 0 else f"failed: {r.stderr.strip().splitlines()[-1:]}"
+    """A joining worker's ``/readyz`` from ``vm`` through the gateway (:meth:`World.readyz`)."""
+    return World.readyz(vm, bed.ca_file, bed.controller_token)
 
 
 @contextlib.contextmanager
@@ -359,7 +320,7 @@ def test_a_vm_goes_out_through_its_vpcs_egress_gateway_snatted_and_a_joining_wor
              what="the VM's first ping answered by the world")
     first_s = time.monotonic() - t0
     assert vm.ping(SERVER, count=5, timeout=1) == 5
-    rate = fetch(vm, payload_digest(transit.world))
+    rate = transit.world.fetch(vm)
     seen = transit.world.clients()
     assert seen and set(seen) == {snat}, f"the world saw {seen}; the gateway's transit address is {snat}"
     assert vm_ip not in seen
@@ -432,7 +393,7 @@ def test_geneve_on_the_underlay_when_router_port_and_gateway_share_a_chassis_and
         vm_ip = vm.address.split("/")[0]
         wait_for(lambda: vm.ping(SERVER, count=1, timeout=1) == 1, timeout=WAIT, interval=0, what="egress")
         with geneve(dp) as lines:
-            rate = fetch(vm, payload_digest(transit.world))
+            rate = transit.world.fetch(vm)
         ours = [line for line in lines if f" {vm_ip}" in line or f" {SERVER}" in line]
         counts[label] = (len(ours), len(lines), rate, pod.spec.node_name, t.vpc, ours[:3])
         assert lines, "the capture saw no Geneve packet at all (not even BFD): it does not work"

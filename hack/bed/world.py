@@ -12,6 +12,9 @@ addresses no VPC owns (TEST-NET-2, RFC 5737):
   socket (``socat``, as the node agents reach it) - what a CAPI worker joining dials. Its
   certificate names ``kubernetes.default.svc``, which a client asks for by SNI.
 
+From a VM (any :class:`~hack.bed.dataplane.Vm`), :meth:`World.fetch` and :meth:`World.readyz`
+are the two requests: the payload over HTTP and a joining worker's ``/readyz``.
+
 Processes: ``world-httpd``, ``api-forward-host`` and ``api-forward-ns`` with pid files in
 ``<dataplane>/world-<name>/``, so :func:`hack.bed.dataplane.cleanup_leftovers` ends them
 with the bed's other forwarders.
@@ -19,6 +22,7 @@ with the bed's other forwarders.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import re
@@ -36,6 +40,19 @@ API_PORT = 6443
 HTTP_PORT = 8080
 API_NAME = "kubernetes.default.svc"  # a SAN of the bed's serving certificate
 PROCS = ("world-httpd", "api-forward-ns", "api-forward-host")
+_READYZ = """\
+import socket, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[1])
+with socket.create_connection((sys.argv[2], int(sys.argv[3])), timeout=10) as s:
+    with ctx.wrap_socket(s, server_hostname=sys.argv[4]) as t:
+        t.sendall(("GET /readyz HTTP/1.1\\r\\nHost: %s\\r\\nAuthorization: Bearer %s\\r\\n"
+                   "Connection: close\\r\\n\\r\\n" % (sys.argv[4], sys.stdin.read().strip())).encode())
+        data = b""
+        while chunk := t.recv(65536):
+            data += chunk
+head, _, body = data.partition(b"\\r\\n\\r\\n")
+print(head.split(b"\\r\\n")[0].decode(), body.decode().split()[-1])
+"""
 _ACCESS = re.compile(r'^(\d+\.\d+\.\d+\.\d+) - - \[[^\]]*\] "GET (\S+)')
 
 
@@ -105,6 +122,32 @@ class World:
         """The source address of every GET of ``path`` :data:`SERVER` has answered, in order."""
         return [m.group(1) for line in self.access_log.read_text(errors="replace").splitlines()
                 if (m := _ACCESS.match(line)) and m.group(2) == path]
+
+    def fetch(self, vm: Vm, timeout: float = 60.0) -> float:
+        """``vm`` GETs ``/payload`` from :data:`SERVER`; the throughput (MiB/s).
+
+        :raises WorldError: the transfer failed, or what arrived is not the payload (SHA-256).
+        """
+        code = ("import hashlib, time, urllib.request; t = time.monotonic(); "
+                f"b = urllib.request.urlopen('http://{SERVER}:{HTTP_PORT}/payload', timeout=20).read(); "
+                "print(hashlib.sha256(b).hexdigest(), len(b), time.monotonic() - t)")
+        r = vm.run(sys.executable, "-c", code, timeout=timeout)
+        if r.returncode != 0:
+            raise WorldError(f"{vm.name}: the transfer failed: {r.stderr.strip()[-400:]}")
+        digest, size, seconds = r.stdout.split()
+        if digest != hashlib.sha256((self.dir / "www" / "payload").read_bytes()).hexdigest():
+            raise WorldError(f"{vm.name}: the payload arrived corrupted")
+        return int(size) / (1 << 20) / max(float(seconds), 1e-6)
+
+    @staticmethod
+    def readyz(vm: Vm, ca_file: Path, token: str) -> str:
+        """From ``vm``: TLS to :data:`API`, the server's certificate checked against ``ca_file``
+        for :data:`API_NAME` (SNI), ``GET /readyz`` with ``token`` as a bearer token, as a
+        worker's kubelet dials the control plane. The status line and the body's last word
+        (``HTTP/1.1 200 OK ok``), or ``failed: <the error>``."""
+        r = subprocess.run(["ip", "netns", "exec", vm.ns, sys.executable, "-c", _READYZ, str(ca_file), API,
+                            str(API_PORT), API_NAME], input=token, capture_output=True, text=True, timeout=30)
+        return r.stdout.strip() if r.returncode == 0 else f"failed: {r.stderr.strip().splitlines()[-1:]}"
 
     def stop(self, timeout: float = 10.0) -> None:
         """The processes (SIGTERM, SIGKILL after ``timeout``), then the namespace."""
