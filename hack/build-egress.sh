@@ -61,18 +61,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Run a command quietly; on failure show its output and stop.
-quiet() {
-  local out
-  out="$(mktemp)"
-  if ! "$@" >"$out" 2>&1; then
-    log "command failed (in $PWD): $*"
-    tail -n 60 "$out" >&2
-    rm -f "$out"
-    exit 1
-  fi
-  rm -f "$out"
-}
+# shellcheck source=build-lib.sh
+source "$HERE/build-lib.sh"  # quiet
 
 # Multus: `go install …@version` asks the proxy for the version list, which it refuses here;
 # so the module is downloaded by its exact version and built in a copy of its directory.

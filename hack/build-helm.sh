@@ -27,17 +27,8 @@ LOWPRIO=(nice -n 19)
 log() { echo "[build-helm] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-quiet() {
-  local out
-  out="$(mktemp)"
-  if ! "$@" >"$out" 2>&1; then
-    log "command failed (in $PWD): $*"
-    tail -n 60 "$out" >&2
-    rm -f "$out"
-    exit 1
-  fi
-  rm -f "$out"
-}
+# shellcheck source=build-lib.sh
+source "$HERE/build-lib.sh"  # quiet
 
 command -v go >/dev/null || die "go not found on PATH"
 command -v python3 >/dev/null || die "python3 not found on PATH"

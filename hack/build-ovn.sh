@@ -38,17 +38,8 @@ CFLAGS_PINNED="-O2 -msse4.2 -mpopcnt -fPIC -Wno-error=incompatible-pointer-types
 log() { echo "[build-ovn] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-quiet() {
-  local out
-  out="$(mktemp)"
-  if ! "$@" >"$out" 2>&1; then
-    log "command failed (in $PWD): $*"
-    tail -n 60 "$out" >&2
-    rm -f "$out"
-    exit 1
-  fi
-  rm -f "$out"
-}
+# shellcheck source=build-lib.sh
+source "$HERE/build-lib.sh"  # quiet
 
 complete() {
   [[ -f "$PREFIX/.complete" ]] || return 1

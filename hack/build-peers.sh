@@ -47,17 +47,8 @@ log() { echo "[build-peers] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 # Run a command quietly; on failure show the end of its output and stop.
-quiet() {
-  local out
-  out="$(mktemp)"
-  if ! "$@" >"$out" 2>&1; then
-    log "command failed (in $PWD): $*"
-    tail -n 60 "$out" >&2
-    rm -f "$out"
-    exit 1
-  fi
-  rm -f "$out"
-}
+# shellcheck source=build-lib.sh
+source "$HERE/build-lib.sh"  # quiet
 
 # json_get KEY: one top-level string field of the JSON object on stdin ("" when absent).
 json_get() {

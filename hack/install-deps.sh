@@ -36,18 +36,8 @@ if [[ $(id -u) -ne 0 ]]; then
   SUDO="sudo"
 fi
 
-# Run a command quietly; on failure show its output and stop.
-quiet() {
-  local out
-  out="$(mktemp)"
-  if ! "$@" >"$out" 2>&1; then
-    log "command failed: $*"
-    tail -n 40 "$out" >&2
-    rm -f "$out"
-    exit 1
-  fi
-  rm -f "$out"
-}
+# shellcheck source=build-lib.sh
+source "$HERE/build-lib.sh"  # quiet
 
 stop_debian_ovn() {
   # The packages may have started their own databases and northd (when an init system runs

@@ -83,6 +83,13 @@ def as_list(objs: list[dict]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": objs})
 
 
+def helm_apply(bed, objs: list[dict]) -> None:
+    """``objs`` applied to ``bed`` server-side as Helm 3.x applies them (field manager ``helm``)."""
+    r = bed.run_kubectl("apply", "--server-side", "--field-manager=helm", "-f", "-", input=as_list(objs).encode(),
+                        check=False)
+    assert r.returncode == 0, r.stderr.decode()
+
+
 def run_helm(helm: str, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     # A private HOME-less config: no repositories, no plugins, no cache of the caller's.
     env = {**(env or os.environ), "HELM_CONFIG_HOME": "/nonexistent-helm-config",

@@ -52,7 +52,7 @@ from hack.tools.wait import wait_for
 from ovn.planner import rendezvous_key, rendezvous_order
 from tests.support.beds import admin_of, running
 from tests.support.peers import KUBEOVN, make_vpc
-from tests.test_charts_integration import CHART, CHARTS, as_list, build_helm, render, run_helm, set_args
+from tests.test_charts_integration import CHART, CHARTS, build_helm, helm_apply, render, run_helm, set_args
 from tests.test_wire_integration import gateway_controller, reaches
 
 pytestmark = pytest.mark.integration
@@ -90,13 +90,6 @@ def helm() -> str:
     return build_helm()
 
 
-def apply(bed: LocalCluster, objs: list[dict]) -> None:
-    """Server-side apply as Helm 3.x applies (field manager ``helm``)."""
-    r = bed.run_kubectl("apply", "--server-side", "--field-manager=helm", "-f", "-", input=as_list(objs).encode(),
-                        check=False)
-    assert r.returncode == 0, r.stderr.decode()
-
-
 class Transit:
     """The transit network of ``charts/proxmox-network`` (``transit.enabled``) in the gateway
     namespace, and the world on its far side."""
@@ -111,7 +104,7 @@ class Transit:
                               "mtu": TRANSIT_MTU}}
         objs = [o for o in render(helm, CHART, values, namespace=self.ns, release="pnc-transit")
                 if o["kind"] in ("Vlan", "NetworkAttachmentDefinition", "Subnet")]
-        apply(bed, objs)
+        helm_apply(bed, objs)
         self.provider = f"{self.name}.{self.ns}.ovn"  # admission-and-packaging.md (e)
         self.world = World(dp, self.name[-8:], TRANSIT_VLAN, f"{TRANSIT_GATEWAY}/24", bed.server,
                            mtu=TRANSIT_MTU).start()
@@ -175,7 +168,7 @@ class EgressTenant:
         # An upgrade sends what changed since the last render (Helm's three-way merge leaves a
         # field alone that it did not change, such as the excludeIps kube-ovn-controller extends).
         changed = [o for o in objs if o not in self.applied]
-        apply(self.bed, changed)
+        helm_apply(self.bed, changed)
         self.applied = objs
 
     def add_subnet(self, name: str, cidr: str) -> str:

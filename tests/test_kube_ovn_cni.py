@@ -92,6 +92,11 @@ def test_the_kube_ovn_plugin_gets_the_nodes_socket_where_an_attachment_names_a_r
                        env={**os.environ, "CNI_COMMAND": "ADD"})
     assert r.returncode == 3 and r.stderr.strip() == "ADD"
     assert json.loads(r.stdout) == {**nad, "server_socket": str(sock)}
+    # A configuration without a socket (Multus's cluster network on a DEL after a failed ADD).
+    bare = {"cniVersion": "0.3.1", "name": "kube-ovn", "type": "kube-ovn"}
+    r = subprocess.run([tmp_path / "bin" / "kube-ovn"], input=json.dumps(bare), capture_output=True, text=True,
+                       env={**os.environ, "CNI_COMMAND": "DEL"})
+    assert json.loads(r.stdout) == {**bare, "server_socket": str(sock)}
 
 
 def test_a_missing_plugin_is_named_before_anything_is_written(tmp_path, build):

@@ -23,13 +23,13 @@ import contextlib
 import pytest
 from kubernetes import client as k8s
 
-from hack.bed import DATAPLANE_PROVIDER, LocalCluster, ovsdb_rows
+from hack.bed import DATAPLANE_PROVIDER, ovsdb_rows
 from hack.tools.objects import unique, wait_condition
 from hack.tools.vms import pod_on_subnet, vm_for_network
 from hack.tools.wait import wait_for
 from ovn.planner import group_name, router_port_name
 from tests.support.peers import KUBEOVN
-from tests.test_charts_integration import CHART, CHARTS, as_list, build_helm, render
+from tests.test_charts_integration import CHART, CHARTS, as_list, build_helm, helm_apply, render
 from tests.test_wire_integration import WAIT, Tenant, answers, gateway_controller, reaches, settled
 from tests.test_wire_integration import bed, dp  # noqa: F401 - the peers bed with its data plane (fixtures)
 
@@ -45,13 +45,6 @@ def helm() -> str:
     return build_helm()
 
 
-def apply(bed: LocalCluster, objs: list[dict]) -> None:
-    """Server-side apply as Helm 3.x applies (field manager ``helm``)."""
-    r = bed.run_kubectl("apply", "--server-side", "--field-manager=helm", "-f", "-", input=as_list(objs).encode(),
-                        check=False)
-    assert r.returncode == 0, r.stderr.decode()
-
-
 def test_vms_on_the_tenant_charts_subnets_reach_their_gateways_and_each_other(bed, dp, peers_admin, helm):
     a = peers_admin
     t = Tenant(a, 3310)
@@ -61,7 +54,7 @@ def test_vms_on_the_tenant_charts_subnets_reach_their_gateways_and_each_other(be
     subnets = {o["metadata"]["labels"].get("cozystack.io/subnetName", o["metadata"]["name"]): o
                for o in objs if o["kind"] == "Subnet"}
     assert len(subnets) == 2
-    apply(bed, objs)
+    helm_apply(bed, objs)
     with gateway_controller(bed):
         vms = {}
         for i, (label, sub) in enumerate(sorted(subnets.items())):
@@ -110,7 +103,7 @@ def test_two_vpcs_egress_ports_on_the_transit_network_reach_the_router_side_and_
         return {(r["direction"], r["priority"], r["match"], r["action"])
                 for r in ovsdb_rows(bed.nbctl, "ACL", f"external_ids:subnet={name}")}
 
-    apply(bed, objs)
+    helm_apply(bed, objs)
     pods: list[str] = []
     made: list[str] = []  # on the data plane
     try:

@@ -51,13 +51,19 @@ NODE_SOCKET = "/run/openvswitch/kube-ovn-daemon.sock"
 
 def plugin_shim(cni_binary: Path, socket: Path) -> str:
     """A ``sh`` script that runs ``cni_binary`` with its stdin (the network configuration)
-    changed in one way: the JSON string :data:`NODE_SOCKET` becomes ``socket``. The exit
-    status and output are the plugin's; the CNI environment passes through."""
+    changed so that the plugin talks to ``socket``: the JSON string :data:`NODE_SOCKET`
+    becomes ``socket``, and ``"type": "kube-ovn"`` gains ``"server_socket": <socket>`` right
+    after it (a configuration without one, as Multus v4.2.3 hands the cluster network on a DEL
+    of a sandbox whose ADD failed; with both, the one written later wins in Go's decoder, and a
+    configuration's own comes after ``type`` as Kube-OVN's files write it). The exit status and
+    output are the plugin's; the CNI environment passes through."""
     old = json.dumps(NODE_SOCKET).replace(".", "\\.")
+    new = json.dumps(str(socket))
     return ("#!/bin/sh\n"
             "# The bed's nodes share one filesystem: the path a real node's agent listens on is\n"
             "# this node's socket here (hack/bed/kube_ovn_cni.py).\n"
-            f"sed 's#{old}#{json.dumps(str(socket))}#g' | exec {cni_binary.resolve()}\n")
+            f"sed -e 's#{old}#{new}#g' -e 's#\"type\" *: *\"{CNI_PLUGIN}\"#\"type\":\"{CNI_PLUGIN}\",\"server_socket\":{new}#g'"
+            f" | exec {cni_binary.resolve()}\n")
 
 
 def daemon_socket(chassis: Chassis) -> Path:
