@@ -148,17 +148,19 @@ def stop_kubelet_dir(d: Path, node: Node | None, timeout: float = 10.0) -> None:
     if node is not None:
         node.cleanup()
         # A sandbox whose network teardown failed (a CNI DEL refused) loses its container
-        # record but keeps its namespace file; the runtime logged each one it made.
-        node.remove_netns(logged_netns(d))
+        # record but keeps its namespace file; this node's runtime and agent logged each one.
+        node.remove_netns(logged_netns(d, d.parent / f"agent-{d.name.removeprefix('kubelet-')}"))
 
 
-def logged_netns(d: Path) -> set[str]:
+def logged_netns(*dirs: Path) -> set[str]:
     """The sandbox network namespace files (``/var/run/netns/cni-<uuid>``) named in the logs
-    of the trunk kubelet in ``d`` (containerd's, with its CNI plugins' output)."""
+    under ``dirs``: the trunk kubelet's (containerd's, with its CNI plugins' output) and the
+    node agent's (every port request names its sandbox)."""
     found: set[str] = set()
-    for log in d.glob("*.log"):
-        with contextlib.suppress(OSError):
-            found.update(_NETNS.findall(log.read_text(errors="replace")))
+    for d in dirs:
+        for log in d.rglob("*.log"):
+            with contextlib.suppress(OSError):
+                found.update(_NETNS.findall(log.read_text(errors="replace")))
     return found
 
 
