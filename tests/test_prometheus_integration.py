@@ -353,9 +353,10 @@ def documented_series() -> dict[str, tuple[str, frozenset[str]]]:
 
 def test_docs_list_the_series_of_the_controller():
     series = documented_series()
-    # the doc's tables, by section: 7 zone, 14 network (3 of them read from the OVN SB), 3 gateway, 3 reconcile,
-    # 2 status writes (S5), 1 leader, 1 credentials (R11), 7 queue, 4 informer (R8: list_failing)
-    assert len(series) == 42
+    # the doc's tables, by section: 7 zone, 15 network (3 of them read from the OVN SB, 1 from the NB's router
+    # policies), 3 gateway, 3 reconcile, 2 status writes (S5), 1 leader, 1 credentials (R11), 7 queue, 4 informer
+    # (R8: list_failing)
+    assert len(series) == 43
     assert series["cozy_proxmox_network_ready"] == ("gauge", {"namespace", "network", "zone", "vlan"})
     assert series["cozy_proxmox_gateway_nb_errors_total"] == ("counter", frozenset())
     assert series["workqueue_depth"] == ("gauge", {"name"})
