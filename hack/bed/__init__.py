@@ -16,6 +16,7 @@ One job a file (docs/testing.md, "The hack/ layout"):
 * ``kube_ovn_cni.py``: Kube-OVN's CNI plugin on a trunk node (its conflist, bin directory, a call);
 * ``trunk_kubelet.py``: containerd and a kubelet on a trunk node, with that CNI;
 * ``multus.py``: Multus's thin plugin before that CNI, its RBAC, the egress gateway's image;
+* ``world.py``: the far side of a transit network (the transit router, a server, the API server);
 * ``deploy.py``: the controller as the Deployment of manifests/ on the node;
 * ``credentials.py``: the PKI and the users' kubeconfigs;
 * ``components.py``: a component as a process (spawn, pid file, stop);
