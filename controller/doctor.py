@@ -355,3 +355,7 @@ def _run(w: KubeWriter, args: argparse.Namespace, prune: float) -> int:
     for net in sorted(nets, key=lambda n: (n["metadata"]["namespace"], n["metadata"]["name"])):
         print("\n".join(explain(w, net, prune, kinds, localnets=localnets, lists=lists, reroutes=reroutes)))
     return 0
+
+
+if __name__ == "__main__":  # python -m controller.doctor: the same as `proxmox-network-controller doctor`
+    sys.exit(main(sys.argv[1:]))
