@@ -309,6 +309,19 @@ def real_pods(cluster: LocalCluster, nets: list[dict]) -> dict[tuple[str, str], 
              done.get((n["metadata"]["namespace"], n["metadata"]["name"], "overlay"))) for n in nets}
 
 
+def columns(rows: list[tuple[str, ...]]) -> str:
+    """``rows`` (the first one the header) as left-aligned columns two spaces apart."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
+
+
+def ready_networks(cluster: LocalCluster) -> list[dict]:
+    """Every ProxmoxNetwork whose Ready condition is True."""
+    nets = json.loads(cluster.run_kubectl("get", "pxnet", "-A", "-o", "json").stdout)["items"]
+    return [n for n in nets
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])]
+
+
 def wire_table(cluster: LocalCluster, dp: DataPlane) -> str:
     """One VM per Ready network (hack/tools/vms.py): its VLAN and address, the ARP answer from its
     gateway (the MAC), pings to the gateway (replies of 3), the chassis bound to the router
@@ -316,9 +329,7 @@ def wire_table(cluster: LocalCluster, dp: DataPlane) -> str:
     with a trunk kubelet, pings to a real pod on the network's Subnet and to one on its VPC's
     overlay Subnet (:func:`real_pods`)."""
     co = CustomObjectsApi(cluster.api_client("admin"))
-    nets = json.loads(cluster.run_kubectl("get", "pxnet", "-A", "-o", "json").stdout)["items"]
-    ready = [n for n in nets
-             if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])]
+    ready = ready_networks(cluster)
     ready.sort(key=lambda n: (n["metadata"]["namespace"], n["metadata"]["name"]))
     pods = real_pods(cluster, ready)
     vms = []
@@ -349,8 +360,7 @@ def wire_table(cluster: LocalCluster, dp: DataPlane) -> str:
                      f"{other[3].address.split('/')[0]}: {vm.ping(other[3].address.split('/')[0], count=3, timeout=1)}/3"
                      if other else "-")
                     + ((to_pod(vm, pods[(ns, name)][0]), to_pod(vm, pods[(ns, name)][1])) if pods else ()))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
+    return columns(rows)
 
 
 def egress_table(cluster: LocalCluster, dp: DataPlane, world: World) -> str:
@@ -360,9 +370,7 @@ def egress_table(cluster: LocalCluster, dp: DataPlane, world: World) -> str:
     a joining worker would; the source address the world saw for that transfer."""
     co = CustomObjectsApi(cluster.api_client("admin"))
     core = CoreV1Api(co.api_client)
-    nets = json.loads(cluster.run_kubectl("get", "pxnet", "-A", "-o", "json").stdout)["items"]
-    ready = {n["spec"]["subnet"]: n for n in nets
-             if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions") or [])}
+    ready = {n["spec"]["subnet"]: n for n in ready_networks(cluster)}
     rows = [("VPC", "EGRESS GATEWAY", "ITS NODE", "VM ADDRESS", f"PINGS TO {SERVER}", "SOURCE THE WORLD SAW",
              "TRANSFER", "API SERVER /readyz")]
     for gw in co.list_cluster_custom_object("kubeovn.io", "v1", "vpc-egress-gateways")["items"]:
@@ -386,8 +394,7 @@ def egress_table(cluster: LocalCluster, dp: DataPlane, world: World) -> str:
         rows.append((vpc, f"{ns}/{name}", node, vm.address, f"{pings}/3", ",".join(sorted(set(seen))) or "-",
                      f"{world.payload_bytes >> 20} MiB at {rate:.0f} MiB/s",
                      World.readyz(vm, cluster.ca_file, cluster.controller_token)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows) + "\n"
+    return columns(rows)
 
 
 def main() -> int:

@@ -30,12 +30,11 @@ from collections.abc import Iterator
 import pytest
 
 from hack.bed import DATAPLANE_PROVIDER, DataPlane, LocalCluster, Prober, ovsdb_rows
-from hack.tools.objects import Admin, reason, unique
+from hack.tools.objects import Admin, reason
 from hack.tools.vms import real_pod
 from hack.tools.wait import wait_for
-from ovn.planner import rendezvous_key, rendezvous_order
 from tests.support.beds import admin_of, running
-from tests.support.peers import KUBE_OVN, KUBEOVN
+from tests.support.peers import KUBE_OVN, KUBEOVN, vpc_homed_on
 from tests.test_wire_integration import Tenant, df_ping, gateway_controller, reaches, serving_vm, transfer
 
 pytestmark = pytest.mark.integration
@@ -67,15 +66,9 @@ def kubelet_of(bed: LocalCluster):
 
 
 def tenant_served_elsewhere(admin, dp: DataPlane, pod_node: str, first_vlan: int, **zone_spec) -> Tenant:
-    """A tenant whose VPC's gateway chassis (the first of the rendezvous order over the trunk
-    nodes, product-decisions.md §10) is another node than ``pod_node``, so that the overlay
-    pods' path crosses Geneve."""
-    nodes = [ch.name for ch in dp.chassis]
-    for _ in range(50):
-        vpc = unique("vpc")
-        if rendezvous_order(rendezvous_key(vpc), nodes)[0] != pod_node:
-            return Tenant(admin, first_vlan, vpc=vpc, **zone_spec)
-    raise AssertionError("no VPC name with its gateway off the pod's node in 50 tries")
+    """A tenant whose VPC's gateway chassis is another node than ``pod_node``, so that the
+    overlay pods' path crosses Geneve."""
+    return Tenant(admin, first_vlan, vpc=vpc_homed_on(dp, pod_node, False), **zone_spec)
 
 
 def agent_port(dp: DataPlane, node_name: str, iface_id: str) -> dict | None:

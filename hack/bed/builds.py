@@ -5,22 +5,42 @@ the control plane's and the peers' builds."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 HACK_DIR = REPO_ROOT / "hack"
 
 
-def _read_versions() -> dict[str, str]:
-    """hack/versions.env as a dict; ``PNC_KUBE_OVN_VERSION`` switches Kube-OVN's version
-    (issue 24: v1.13.0, the module proxy's, with Debian's OVN; out of CI)."""
+def read_env(path: Path) -> dict[str, str]:
+    """A shell ``KEY=value`` file (hack/versions.env, a build's ``refs.env``) as a dict: blank
+    and ``#`` lines skipped, keys and values stripped, a value's double quotes dropped."""
     out: dict[str, str] = {}
-    for line in (HACK_DIR / "versions.env").read_text().splitlines():
+    for line in path.read_text().splitlines():
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue
         k, v = line.split("=", 1)
         out[k.strip()] = v.strip().strip('"')
+    return out
+
+
+def run_build(script: str) -> Path:
+    """Run ``hack/<script>`` (a build cached by content) and return the output directory it
+    prints last on stdout.
+
+    :raises RuntimeError: the build failed (its last stderr lines in the message).
+    """
+    proc = subprocess.run(["bash", str(HACK_DIR / script)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"hack/{script} failed:\n{proc.stderr[-2000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _read_versions() -> dict[str, str]:
+    """hack/versions.env as a dict; ``PNC_KUBE_OVN_VERSION`` switches Kube-OVN's version
+    (issue 24: v1.13.0, the module proxy's, with Debian's OVN; out of CI)."""
+    out = read_env(HACK_DIR / "versions.env")
     out["KUBE_OVN_VERSION"] = os.environ.get("PNC_KUBE_OVN_VERSION") or out["KUBE_OVN_VERSION"]
     return out
 

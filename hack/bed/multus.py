@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from hack.bed.builds import HACK_DIR
+from hack.bed.builds import read_env, run_build
 
 MULTUS_CONF_NAME = "00-multus.conf"
 MULTUS_PLUGIN = "multus"
@@ -62,10 +61,10 @@ def egress_dir() -> Path:
 
     :raises MultusError: the build failed (its last stderr lines in the message).
     """
-    proc = subprocess.run(["bash", str(HACK_DIR / "build-egress.sh")], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise MultusError(f"hack/build-egress.sh failed:\n{proc.stderr[-2000:]}")
-    return Path(proc.stdout.strip().splitlines()[-1])
+    try:
+        return run_build("build-egress.sh")
+    except RuntimeError as e:
+        raise MultusError(str(e)) from e
 
 
 def egress_refs(directory: Path) -> dict[str, str]:
@@ -73,11 +72,7 @@ def egress_refs(directory: Path) -> dict[str, str]:
 
     :raises MultusError: a key is missing.
     """
-    refs: dict[str, str] = {}
-    for line in (directory / "refs.env").read_text().splitlines():
-        if "=" in line:
-            k, v = line.split("=", 1)
-            refs[k.strip()] = v.strip()
+    refs = read_env(directory / "refs.env")
     missing = {"MULTUS_BIN", "EGRESS_IMAGE"} - set(refs)
     if missing:
         raise MultusError(f"{directory / 'refs.env'} lacks {sorted(missing)}")

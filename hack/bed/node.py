@@ -83,11 +83,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import yaml
 
-HACK_DIR = Path(__file__).resolve().parent.parent
+from hack.bed.builds import read_env, run_build
+
 NODE_NAME = "pnc-node"
 NODE_COMPONENTS = ("api-forward", "nb-forward", "containerd", "kube-controller-manager", "kube-scheduler", "kubelet")
 # Forwarder component -> the bed's service it forwards to (the name of its port).
@@ -108,21 +109,19 @@ class NodeError(RuntimeError):
 
 
 def images_dir() -> Path:
-    """Run hack/build-pause.sh (cached) and return its output directory (pause.tar, busybox.tar, refs.env)."""
-    proc = subprocess.run(["bash", str(HACK_DIR / "build-pause.sh")], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise NodeError(f"hack/build-pause.sh failed:\n{proc.stderr[-2000:]}")
-    return Path(proc.stdout.strip().splitlines()[-1])
+    """Run hack/build-pause.sh (cached) and return its output directory (pause.tar, busybox.tar, refs.env).
+
+    :raises NodeError: the build failed.
+    """
+    try:
+        return run_build("build-pause.sh")
+    except RuntimeError as e:
+        raise NodeError(str(e)) from e
 
 
 def image_refs(directory: Path) -> dict[str, str]:
     """refs.env of hack/build-pause.sh as {"PAUSE_IMAGE": ref, "BUSYBOX_IMAGE": ref}."""
-    out = {}
-    for line in (directory / "refs.env").read_text().splitlines():
-        if "=" in line:
-            k, v = line.split("=", 1)
-            out[k] = v
-    return out
+    return read_env(directory / "refs.env")
 
 
 def node_ip() -> str:
@@ -503,10 +502,11 @@ oom_score = 0
             time.sleep(0.05)
         raise NodeError(f"containerd does not answer on {self.socket} after {timeout:.0f}s ({last})")
 
-    def import_images(self) -> None:
-        """The sandbox (pause) image and the busybox image into the CRI's namespace."""
-        for tar in ("pause.tar", "busybox.tar"):
-            self.ctr("images", "import", "--no-unpack=false", str(self.images / tar))
+    def import_images(self, extra: Sequence[Path] = ()) -> None:
+        """The sandbox (pause) image, the busybox image and the OCI archives ``extra`` into the
+        CRI's namespace."""
+        for tar in (self.images / "pause.tar", self.images / "busybox.tar", *extra):
+            self.ctr("images", "import", "--no-unpack=false", str(tar))
         # Pinned: the kubelet's image garbage collection never removes the sandbox image.
         self.ctr("images", "label", self.pause_image, "io.cri-containerd.pinned=pinned")
 

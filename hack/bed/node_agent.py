@@ -169,15 +169,14 @@ class NodeAgent:
         (ch.rundir / "kube-ovn-daemon.sock").unlink(missing_ok=True)
         sock = self.dir / "api.sock"
         sock.unlink(missing_ok=True)
-        self._spawn("api-forward-host", ["socat", f"UNIX-LISTEN:{sock},fork", f"TCP:127.0.0.1:{self.api_port}"])
+        host, inside = api_forwarders(sock, self.api_port, ch.ns, "127.0.0.1", self.api_port)
+        self._spawn("api-forward-host", host)
         deadline = time.monotonic() + 5
         while not sock.exists():
             if time.monotonic() > deadline:
                 raise NodeAgentError(f"socat made no {sock}")
             time.sleep(0.02)
-        self._spawn("api-forward-ns", ["ip", "netns", "exec", ch.ns, "socat",
-                                       f"TCP-LISTEN:{self.api_port},bind=127.0.0.1,fork,reuseaddr",
-                                       f"UNIX-CONNECT:{sock}"])
+        self._spawn("api-forward-ns", inside)
         env = dict(self.dp.env, OVS_RUNDIR="/run/openvswitch", OVN_RUNDIR="/run/ovn",
                    KUBECONFIG=str(self.kubeconfig), NODE_NAME=ch.name,
                    POD_NAME=f"kube-ovn-cni-{ch.name}", POD_NAMESPACE=AGENT_NAMESPACE,
@@ -199,6 +198,18 @@ class NodeAgent:
         agent); removes the pid files."""
         stop_agent_dir(self.dir, timeout, self._procs)
         self._procs.clear()
+
+
+def api_forwarders(sock: Path, api_port: str | int, ns: str, address: str,
+                   port: str | int) -> tuple[list[str], list[str]]:
+    """The two ``socat`` processes that put the host's API server (``127.0.0.1:<api_port>``)
+    on ``address:port`` inside network namespace ``ns`` through the Unix socket ``sock`` (a
+    Unix socket crosses namespaces): the host side, which makes ``sock``, then the side in the
+    namespace, started once ``sock`` exists. Their argv, in that order."""
+    host = ["socat", f"UNIX-LISTEN:{sock},fork", f"TCP:127.0.0.1:{api_port}"]
+    inside = ["ip", "netns", "exec", ns, "socat", f"TCP-LISTEN:{port},bind={address},fork,reuseaddr",
+              f"UNIX-CONNECT:{sock}"]
+    return host, inside
 
 
 def stop_agent_dir(d: Path, timeout: float = 10.0, procs: dict[str, subprocess.Popen] | None = None) -> None:

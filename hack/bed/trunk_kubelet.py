@@ -33,11 +33,14 @@ from hack.bed.procs import _tail, pid_alive, spawn, terminate_pid
 
 # The taint that keeps every pod but the tests' own off a trunk node.
 TRUNK_TAINT = {"key": "pnc-testbed/trunk-node", "value": "true", "effect": "NoSchedule"}
+# What a pod that belongs on a trunk node (the tests' pods, the egress gateways) tolerates.
+TRUNK_TOLERATION = {"key": TRUNK_TAINT["key"], "operator": "Exists", "effect": TRUNK_TAINT["effect"]}
 KUBELET_PORTS = (10250, 10248)  # inside the node's own namespace
 TRUNK_KUBELET_PROCS = ("kubelet", "containerd")  # stopped in this order
 NODE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 _NETNS = re.compile(r"/var/run/netns/cni-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+
 
 class TrunkKubeletError(RuntimeError):
     """A trunk kubelet's process exited, or its Node did not become Ready."""
@@ -95,9 +98,7 @@ class TrunkKubelet:
                               sa_key=self.sa_key, cni=self.cni)
             self._spawn("containerd")
             self.node.wait_containerd(self.check_alive, timeout)
-            self.node.import_images()
-            for tar in self.extra_images:
-                self.node.ctr("images", "import", "--no-unpack=false", str(tar))
+            self.node.import_images(self.extra_images)
         except NodeError as e:
             raise TrunkKubeletError(f"{self.chassis.name}: {e}") from e
         self._t0 = time.monotonic()

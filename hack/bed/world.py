@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from hack.bed.dataplane import DataPlane, Vm
+from hack.bed.node_agent import api_forwarders
 from hack.bed.procs import _tail, spawn, stop_pidfiles
 
 SERVER = "198.51.100.10"
@@ -79,11 +80,6 @@ class World:
         self.vm: Vm | None = None
         self._procs: dict[str, subprocess.Popen] = {}
 
-    @property
-    def router(self) -> str:
-        """The router's address on the transit network (no prefix)."""
-        return self.address.split("/")[0]
-
     def start(self, timeout: float = 10.0) -> "World":
         """The namespace on the trunk, the two service addresses, the HTTP server and the API
         forwarders; returns once both listen.
@@ -105,10 +101,10 @@ class World:
                     log=self.access_log)
         sock = self.dir / "api.sock"
         sock.unlink(missing_ok=True)
-        self._spawn("api-forward-host", ["socat", f"UNIX-LISTEN:{sock},fork", f"TCP:127.0.0.1:{self.api_port}"])
+        host, inside = api_forwarders(sock, self.api_port, self.vm.ns, API, API_PORT)
+        self._spawn("api-forward-host", host)
         self._until(sock.exists, timeout, f"socat made no {sock}")
-        self._spawn("api-forward-ns", ["ip", "netns", "exec", self.vm.ns, "socat",
-                                       f"TCP-LISTEN:{API_PORT},bind={API},fork,reuseaddr", f"UNIX-CONNECT:{sock}"])
+        self._spawn("api-forward-ns", inside)
         for port in (HTTP_PORT, API_PORT):
             self._until(lambda: f":{port} " in self.vm.run("ss", "-Hltn").stdout, timeout,
                         f"nothing listens on port {port} in {self.vm.ns}")

@@ -122,7 +122,7 @@ def real_pod(kubelet: Any, core: Any, ns: str, subnet: str, name: str, timeout: 
 
     :raises AssertionError: the pod is not Ready within ``timeout`` seconds (with its Events).
     """
-    from hack.bed.trunk_kubelet import TRUNK_TAINT
+    from hack.bed.trunk_kubelet import TRUNK_TOLERATION
 
     node = kubelet.node
     core.create_namespaced_pod(ns, {
@@ -130,7 +130,7 @@ def real_pod(kubelet: Any, core: Any, ns: str, subnet: str, name: str, timeout: 
         "metadata": {"name": name, "annotations": {LOGICAL_SWITCH: subnet}},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node.name},
-            "tolerations": [{"key": TRUNK_TAINT["key"], "operator": "Exists", "effect": TRUNK_TAINT["effect"]}],
+            "tolerations": [TRUNK_TOLERATION],
             "terminationGracePeriodSeconds": 0,
             "containers": [{"name": "c", "image": node.busybox_image, "imagePullPolicy": "Never",
                             "command": ["sleep", "100000"]}],

@@ -30,6 +30,7 @@ from controller import names
 from controller.runtime.kube import KubeWriter
 from hack.bed import ClusterError, LocalCluster, pid_state
 from hack.tools.objects import Admin, unique
+from ovn.planner import rendezvous_key, rendezvous_order
 from tests.support.controller import running_controller
 from hack.tools.wait import wait_for
 
@@ -112,6 +113,20 @@ def make_vpc(admin: Admin, name: str) -> None:
         "apiVersion": "kubeovn.io/v1", "kind": "Vpc", "metadata": {"name": name}, "spec": {}})
     wait_for(lambda: ((kube_get(admin, "vpcs", name) or {}).get("status") or {}).get("standby"), timeout=WAIT,
              what=f"Vpc {name} up")
+
+
+def vpc_homed_on(dp: Any, node: str, want: bool = True) -> str:
+    """A fresh VPC name whose gateway chassis (the first of product-decisions.md §10's
+    rendezvous order over ``dp``'s trunk nodes) is ``node`` (``want``) or is not.
+
+    :raises AssertionError: no such name in 200 tries.
+    """
+    nodes = [ch.name for ch in dp.chassis]
+    for _ in range(200):
+        vpc = unique("vpc")
+        if (rendezvous_order(rendezvous_key(vpc), nodes)[0] == node) == want:
+            return vpc
+    raise AssertionError(f"no VPC name homed {'on' if want else 'off'} {node} in 200 tries")
 
 
 def kube_ovn_ip(admin: Admin, subnet: str, ns: str, pod: str, address: str, node: str = "worker1") -> str:
